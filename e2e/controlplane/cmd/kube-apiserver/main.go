@@ -1,0 +1,17 @@
+// Command kube-apiserver is the upstream API server, built from its Go module.
+package main
+
+import (
+	"os"
+	_ "time/tzdata" // CronJob time zones, as upstream
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewAPIServerCommand()))
+}

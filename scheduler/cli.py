@@ -1,0 +1,136 @@
+"""The `lattice` command: one entry point, one subcommand per job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from scheduler import __version__
+
+
+def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from scheduler.devcluster.profiles import PROFILES
+
+    dev = sub.add_parser("devcluster", help="a local control plane with fake (kwok) nodes")
+    dev.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="where the cluster's state lives (default ~/.cache/lattice/devcluster, "
+        "or $LATTICE_STATE_DIR)",
+    )
+    dsub = dev.add_subparsers(dest="action", required=True)
+    up = dsub.add_parser("up", help="build (once) and start the control plane and nodes")
+    up.add_argument("--nodes", type=int, default=3, help="number of fake nodes (default 3)")
+    up.add_argument("--node-profile", default="standard", choices=sorted(PROFILES))
+    up.add_argument(
+        "--with-kube-scheduler",
+        action="store_true",
+        help="also run the upstream kube-scheduler (the peer we compare against)",
+    )
+    up.add_argument("--kube-scheduler-qps", type=float, default=500.0)
+    up.add_argument("--kube-scheduler-burst", type=int, default=1000)
+    up.add_argument("--percentage-of-nodes-to-score", type=int, default=None)
+    dsub.add_parser("down", help="stop every process the cluster started and remove its state")
+    dsub.add_parser("status", help="what runs, on which ports")
+    dsub.add_parser("kubeconfig", help="print the admin kubeconfig's path")
+    kctl = dsub.add_parser("kubectl", help="run the matching kubectl against the cluster")
+    kctl.add_argument("kubectl_args", nargs=argparse.REMAINDER, help="arguments for kubectl")
+    dsub.add_parser("build", help="build the control-plane binaries (done by `up` when needed)")
+
+
+def _devcluster(args: argparse.Namespace) -> int:
+    from scheduler.devcluster.build import BuildError, ensure_binaries
+    from scheduler.devcluster.cluster import ClusterConfig, DevCluster, DevClusterError
+
+    cluster = DevCluster(args.state_dir)
+    try:
+        if args.action == "build":
+            bins = ensure_binaries()
+            print(bins.directory)
+        elif args.action == "up":
+            started = time.monotonic()
+            cfg = ClusterConfig(
+                nodes=args.nodes,
+                node_profile=args.node_profile,
+                with_kube_scheduler=args.with_kube_scheduler,
+                kube_scheduler_qps=args.kube_scheduler_qps,
+                kube_scheduler_burst=args.kube_scheduler_burst,
+                percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
+            )
+            state = cluster.up(cfg)
+            print(
+                f"devcluster ready in {time.monotonic() - started:.1f}s: {state.server}, "
+                f"{cfg.nodes} {cfg.node_profile} node(s)"
+                + (", kube-scheduler running" if cfg.with_kube_scheduler else "")
+            )
+            print(f"export KUBECONFIG={cluster.kubeconfig}")
+        elif args.action == "down":
+            stopped = cluster.down()
+            print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+        elif args.action == "status":
+            current = cluster.load_state()
+            if current is None:
+                print(f"no devcluster at {cluster.state_dir}")
+                return 1
+            alive = cluster.running()
+            print(
+                json.dumps(
+                    {
+                        "stateDir": current.state_dir,
+                        "server": current.server,
+                        "kubeconfig": str(cluster.kubeconfig),
+                        "components": alive,
+                        "ports": current.ports,
+                        "config": current.config,
+                    },
+                    indent=2,
+                )
+            )
+            return 0 if alive and all(alive.values()) else 1
+        elif args.action == "kubeconfig":
+            if cluster.load_state() is None:
+                print(
+                    f"no devcluster at {cluster.state_dir}; run `lattice devcluster up`",
+                    file=sys.stderr,
+                )
+                return 1
+            print(cluster.kubeconfig)
+        elif args.action == "kubectl":
+            current = cluster.load_state()
+            if current is None:
+                print(f"no devcluster at {cluster.state_dir}", file=sys.stderr)
+                return 1
+            kubectl = str(Path(current.binaries) / "kubectl")
+            rest = list(args.kubectl_args)
+            if rest[:1] == ["--"]:
+                rest = rest[1:]
+            os.execv(kubectl, [kubectl, f"--kubeconfig={cluster.kubeconfig}", *rest])
+    except (BuildError, DevClusterError, ValueError, TimeoutError) as exc:
+        print(f"lattice devcluster {args.action}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lattice", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"lattice {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_devcluster(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "devcluster":
+        return _devcluster(args)
+    raise AssertionError(f"unhandled command {args.command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

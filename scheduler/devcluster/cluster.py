@@ -1,0 +1,451 @@
+"""The local control plane: etcd, kube-apiserver, kube-controller-manager, kwok
+and optionally kube-scheduler, on free loopback ports, with state in one folder.
+
+``DevCluster(state_dir).up(config)`` starts everything and waits until the API
+server is ready and every fake node is Ready and untainted; ``down()`` stops
+each process it started, by pid, and removes the folder. ``state.json`` in the
+folder is the only record of what runs, so a second ``up`` sees the first and
+refuses to start a twin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import ssl
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scheduler.devcluster import pki, process
+from scheduler.devcluster.build import Binaries, cache_root, ensure_binaries
+from scheduler.devcluster.profiles import get_profile, node_name
+
+ADMIN_KUBECONFIG = "kubeconfig"
+LATTICE_USER = pki.User("lattice-scheduler")
+AGENT_USER = pki.User("lattice-agent")
+USERS = [pki.ADMIN, pki.KUBE_SCHEDULER, pki.KWOK, LATTICE_USER, AGENT_USER]
+KCM_USER = pki.User("kube-controller-manager-dev", ("system:masters",))
+
+
+class DevClusterError(RuntimeError):
+    """The control plane could not be started or reached; the message says why."""
+
+
+class AlreadyRunning(DevClusterError):
+    """A devcluster already runs from this state folder."""
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("LATTICE_STATE_DIR")
+    return Path(env) if env else cache_root() / "devcluster"
+
+
+@dataclass
+class ClusterConfig:
+    """What to start; defaults suit a laptop-sized demo."""
+
+    nodes: int = 3
+    node_profile: str = "standard"
+    with_kube_scheduler: bool = False
+    kube_scheduler_qps: float = 500.0
+    """Client QPS for kube-scheduler; raised from client-go's 50 so it is not the bottleneck."""
+    kube_scheduler_burst: int = 1000
+    percentage_of_nodes_to_score: int | None = None
+    """Passed to kube-scheduler; None keeps its adaptive default."""
+    node_ready_timeout: float = 120.0
+
+    def validate(self) -> None:
+        if self.nodes < 0:
+            raise ValueError("nodes must be >= 0")
+        get_profile(self.node_profile)
+        if self.percentage_of_nodes_to_score is not None and not (
+            0 <= self.percentage_of_nodes_to_score <= 100
+        ):
+            raise ValueError("percentage_of_nodes_to_score must be in 0..100")
+
+
+@dataclass
+class ClusterState:
+    """What runs: written to state.json after each component starts."""
+
+    state_dir: str
+    binaries: str
+    ports: dict[str, int] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    started_at: float = 0.0
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+
+class DevCluster:
+    """One local control plane rooted at a state folder."""
+
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self.state_dir = (state_dir or default_state_dir()).resolve()
+
+    # -- paths -------------------------------------------------------------
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / ADMIN_KUBECONFIG
+
+    def kubeconfig_for(self, user: str) -> Path:
+        return self.state_dir / "kubeconfigs" / f"{user}.kubeconfig"
+
+    def log(self, component: str) -> Path:
+        return self.state_dir / "logs" / f"{component}.log"
+
+    # -- state -------------------------------------------------------------
+    def load_state(self) -> ClusterState | None:
+        try:
+            raw = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise DevClusterError(f"unreadable state file {self.state_file}: {exc}") from exc
+        return ClusterState(**raw)
+
+    def _save(self, state: ClusterState) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state), indent=2))
+        tmp.replace(self.state_file)
+
+    def running(self) -> dict[str, bool]:
+        """Component -> alive, for the components recorded in the state file."""
+        state = self.load_state()
+        if state is None:
+            return {}
+        return {
+            name: process.is_running(pid, _binary_name(name)) for name, pid in state.pids.items()
+        }
+
+    # -- lifecycle ---------------------------------------------------------
+    def up(
+        self, config: ClusterConfig | None = None, binaries: Binaries | None = None
+    ) -> ClusterState:
+        """Start the control plane and fake nodes; return once all are ready."""
+        config = config or ClusterConfig()
+        config.validate()
+        alive = self.running()
+        if any(alive.values()):
+            raise AlreadyRunning(
+                f"a devcluster is already running from {self.state_dir} "
+                f"({', '.join(n for n, a in alive.items() if a)}); "
+                "use `lattice devcluster down` first or pick another --state-dir"
+            )
+        if self.state_dir.exists():
+            shutil.rmtree(self.state_dir)  # leftovers of a crashed run: nothing runs from them
+        bins = binaries or ensure_binaries()
+        self.state_dir.mkdir(parents=True)
+        started = time.monotonic()
+        state = ClusterState(
+            state_dir=str(self.state_dir),
+            binaries=str(bins.directory),
+            config=asdict(config),
+            started_at=time.time(),
+        )
+        try:
+            self._write_credentials(state)
+            self._start_etcd(state, bins)
+            self._start_apiserver(state, bins)
+            self._start_controller_manager(state, bins)
+            self._start_kwok(state, bins)
+            asyncio.run(self._create_nodes(config))
+            if config.with_kube_scheduler:
+                self._start_kube_scheduler(state, bins, config)
+            asyncio.run(self._wait_nodes_ready(config))
+        except BaseException:
+            self._stop_processes(state)
+            raise
+        state.config["ready_seconds"] = round(time.monotonic() - started, 2)
+        self._save(state)
+        return state
+
+    def down(self) -> list[str]:
+        """Stop every process this folder started and remove the folder."""
+        state = self.load_state()
+        stopped: list[str] = []
+        if state is not None:
+            stopped = self._stop_processes(state)
+        if self.state_dir.exists():
+            shutil.rmtree(self.state_dir)
+        return stopped
+
+    def _stop_processes(self, state: ClusterState) -> list[str]:
+        stopped = []
+        # Clients first, etcd last, so nothing logs a storm of connection errors.
+        for name in reversed(list(state.pids)):
+            if process.stop(state.pids[name], _binary_name(name)):
+                stopped.append(name)
+        return stopped
+
+    # -- components --------------------------------------------------------
+    def _write_credentials(self, state: ClusterState) -> None:
+        pki.write_pki(self.state_dir / "pki")
+        state.ports = {
+            "etcd": process.free_port(),
+            "etcd-peer": process.free_port(),
+            "apiserver": process.free_port(),
+            "kube-controller-manager": process.free_port(),
+            "kube-scheduler": process.free_port(),
+            "kwok": process.free_port(),
+        }
+        tokens = pki.write_token_file(self.state_dir / "pki" / "tokens.csv", [*USERS, KCM_USER])
+        (self.state_dir / "kubeconfigs").mkdir()
+        for user, token in tokens.items():
+            self._write_kubeconfig(self.kubeconfig_for(user), state, user, token)
+        shutil.copy(self.kubeconfig_for(pki.ADMIN.name), self.kubeconfig)
+        self._save(state)
+
+    def _write_kubeconfig(self, path: Path, state: ClusterState, user: str, token: str) -> None:
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "lattice-dev",
+                    "cluster": {
+                        "server": state.server,
+                        "certificate-authority": str(self.state_dir / "pki" / "ca.crt"),
+                    },
+                }
+            ],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [
+                {"name": "lattice-dev", "context": {"cluster": "lattice-dev", "user": user}}
+            ],
+            "current-context": "lattice-dev",
+        }
+        path.touch(mode=0o600)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def _start(self, state: ClusterState, name: str, binary: Path, args: list[str]) -> None:
+        state.pids[name] = process.start(binary, args, self.log(name))
+        self._save(state)
+
+    def _start_etcd(self, state: ClusterState, bins: Binaries) -> None:
+        client = f"http://127.0.0.1:{state.ports['etcd']}"
+        peer = f"http://127.0.0.1:{state.ports['etcd-peer']}"
+        self._start(
+            state,
+            "etcd",
+            bins.etcd,
+            [
+                "--name=lattice-dev",
+                f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=lattice-dev={peer}",
+                "--listen-metrics-urls=",
+                # A throwaway cluster: durability buys nothing and fsync costs the tests.
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes=8589934592",
+                "--log-level=warn",
+            ],
+        )
+        self._wait_http(state, "etcd", f"{client}/health", lambda body: b'"health":"true"' in body)
+
+    def _start_apiserver(self, state: ClusterState, bins: Binaries) -> None:
+        pkid = self.state_dir / "pki"
+        self._start(
+            state,
+            "kube-apiserver",
+            bins.kube_apiserver,
+            [
+                f"--etcd-servers=http://127.0.0.1:{state.ports['etcd']}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={state.ports['apiserver']}",
+                f"--tls-cert-file={pkid / 'apiserver.crt'}",
+                f"--tls-private-key-file={pkid / 'apiserver.key'}",
+                f"--client-ca-file={pkid / 'ca.crt'}",
+                f"--token-auth-file={pkid / 'tokens.csv'}",
+                "--authorization-mode=Node,RBAC",
+                "--anonymous-auth=false",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pkid / 'sa.pub'}",
+                f"--service-account-signing-key-file={pkid / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                # Benchmarks push thousands of writes per second through one apiserver.
+                "--max-requests-inflight=3000",
+                "--max-mutating-requests-inflight=1000",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        self._wait_http(
+            state,
+            "kube-apiserver",
+            f"{state.server}/readyz",
+            lambda body: body.strip() == b"ok",
+            token_user=pki.ADMIN.name,
+            timeout=90,
+        )
+
+    def _start_controller_manager(self, state: ClusterState, bins: Binaries) -> None:
+        pkid = self.state_dir / "pki"
+        self._start(
+            state,
+            "kube-controller-manager",
+            bins.kube_controller_manager,
+            [
+                f"--kubeconfig={self.kubeconfig_for(KCM_USER.name)}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={state.ports['kube-controller-manager']}",
+                f"--cert-dir={self.state_dir / 'kcm-certs'}",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={pkid / 'sa.key'}",
+                f"--root-ca-file={pkid / 'ca.crt'}",
+                "--use-service-account-credentials=false",
+                # No cloud, no real network: these controllers have nothing to do here.
+                "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+                # Lift the not-ready taint soon after kwok reports a node Ready.
+                "--node-monitor-period=1s",
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
+                "--v=1",
+            ],
+        )
+        self._wait_https_any(state, "kube-controller-manager", "kube-controller-manager")
+
+    def _start_kwok(self, state: ClusterState, bins: Binaries) -> None:
+        self._start(
+            state,
+            "kwok",
+            bins.kwok,
+            [
+                f"--kubeconfig={self.kubeconfig_for(pki.KWOK.name)}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--node-lease-duration-seconds=40",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=10.250.0.1",
+                f"--server-address=127.0.0.1:{state.ports['kwok']}",
+            ],
+        )
+
+    def _start_kube_scheduler(
+        self, state: ClusterState, bins: Binaries, config: ClusterConfig
+    ) -> None:
+        sched_cfg: dict[str, Any] = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {
+                "kubeconfig": str(self.kubeconfig_for(pki.KUBE_SCHEDULER.name)),
+                "qps": config.kube_scheduler_qps,
+                "burst": config.kube_scheduler_burst,
+            },
+            "leaderElection": {"leaderElect": False},
+        }
+        if config.percentage_of_nodes_to_score is not None:
+            sched_cfg["percentageOfNodesToScore"] = config.percentage_of_nodes_to_score
+        cfg_path = self.state_dir / "kube-scheduler.yaml"
+        cfg_path.write_text(yaml.safe_dump(sched_cfg))
+        self._start(
+            state,
+            "kube-scheduler",
+            bins.kube_scheduler,
+            [
+                f"--config={cfg_path}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={state.ports['kube-scheduler']}",
+                f"--cert-dir={self.state_dir / 'kube-scheduler-certs'}",
+                f"--authentication-kubeconfig={self.kubeconfig_for(pki.KUBE_SCHEDULER.name)}",
+                f"--authorization-kubeconfig={self.kubeconfig_for(pki.KUBE_SCHEDULER.name)}",
+                "--v=1",
+            ],
+        )
+        self._wait_https_any(state, "kube-scheduler", "kube-scheduler")
+
+    # -- waiting -----------------------------------------------------------
+    def _check_alive(self, state: ClusterState, name: str) -> None:
+        if not process.is_running(state.pids[name], _binary_name(name)):
+            raise DevClusterError(
+                f"{name} exited during start-up; last lines of {self.log(name)}:\n"
+                + process.log_tail(self.log(name))
+            )
+
+    def _wait_http(
+        self,
+        state: ClusterState,
+        name: str,
+        url: str,
+        ok: Any,
+        token_user: str | None = None,
+        timeout: float = 60.0,
+        verify: bool = True,
+    ) -> None:
+        ctx = ssl.create_default_context(cafile=str(self.state_dir / "pki" / "ca.crt"))
+        if not verify:
+            ctx = ssl._create_unverified_context()  # self-signed health endpoints only
+        headers = {}
+        if token_user:
+            headers["Authorization"] = f"Bearer {self._token(token_user)}"
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            self._check_alive(state, name)
+            try:
+                req = urllib.request.Request(url, headers=headers)
+                with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
+                    body = resp.read()
+                    if ok(body):
+                        return
+                    last = body[:200].decode(errors="replace")
+            except (urllib.error.URLError, OSError) as exc:
+                last = str(exc)
+            time.sleep(0.2)
+        raise DevClusterError(
+            f"{name} not ready after {timeout:.0f}s ({url}: {last}); log: {self.log(name)}\n"
+            + process.log_tail(self.log(name))
+        )
+
+    def _wait_https_any(self, state: ClusterState, name: str, _component: str) -> None:
+        port = state.ports[name]
+        self._wait_http(
+            state,
+            name,
+            f"https://127.0.0.1:{port}/healthz",
+            lambda body: body.strip() == b"ok",
+            verify=False,
+        )
+
+    def _token(self, user: str) -> str:
+        doc = yaml.safe_load(self.kubeconfig_for(user).read_text())
+        token: str = doc["users"][0]["user"]["token"]
+        return token
+
+    async def _create_nodes(self, config: ClusterConfig) -> None:
+        from scheduler.devcluster.kube import api_client, create_nodes
+
+        profile = get_profile(config.node_profile)
+        bodies = [profile.node_body(node_name(i), i) for i in range(config.nodes)]
+        async with api_client(self.kubeconfig) as api:
+            await create_nodes(api, bodies)
+
+    async def _wait_nodes_ready(self, config: ClusterConfig) -> None:
+        from scheduler.devcluster.kube import api_client, wait_nodes_ready
+
+        async with api_client(self.kubeconfig) as api:
+            await wait_nodes_ready(api, config.nodes, config.node_ready_timeout)
+
+
+def _binary_name(component: str) -> str:
+    return component
