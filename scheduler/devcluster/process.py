@@ -32,7 +32,7 @@ def start(binary: Path, args: list[str], log: Path) -> int:
         raise FileNotFoundError(f"binary not found: {binary}")
     log.parent.mkdir(parents=True, exist_ok=True)
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-    return os.posix_spawn(
+    pid = os.posix_spawn(
         str(binary),
         [str(binary), *args],
         dict(os.environ),
@@ -43,6 +43,21 @@ def start(binary: Path, args: list[str], log: Path) -> int:
         ],
         setsid=True,  # own session: survives the CLI that started it, and its Ctrl-C
     )
+    _wait_exec(pid, binary.resolve())
+    return pid
+
+
+def _wait_exec(pid: int, binary: Path) -> None:
+    """Wait until the child has exec'd: until then /proc shows our own Python there,
+    and a liveness check by binary name would wrongly report it gone."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if Path(os.readlink(f"/proc/{pid}/exe")) == binary:
+                return
+        except OSError:
+            return  # already gone: the caller's liveness check reports it with the log
+        time.sleep(0.005)
 
 
 def is_running(pid: int, binary_name: str) -> bool:

@@ -1,0 +1,189 @@
+"""The scheduler's writes to the API: bindings, Events and the PodScheduled condition.
+
+Lattice writes nothing to a pod but these (and, for topology-aligned pods, the
+device annotation at bind time): no finalizers, no kopf progress annotations.
+Every write passes the client-side rate limiter. Outcomes of a binding are
+values, because each one means something different to the cache and queue.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, cast
+
+from kubernetes_asyncio import client
+
+from scheduler.control.ratelimit import TokenBucket
+
+TRACE_ANNOTATION = "lattice.dev/trace-id"
+
+
+class BindResult(enum.Enum):
+    BOUND = "bound"
+    """We bound it (or it was already bound to the same node by an earlier try of ours)."""
+    BOUND_ELSEWHERE = "bound-elsewhere"
+    """Someone else bound it first: forget our assumption, the watch brings the truth."""
+    GONE = "gone"
+    """The pod (or that incarnation of it) no longer exists."""
+    ERROR = "error"
+    """Anything else: forget, back off, retry."""
+
+
+@dataclass(frozen=True)
+class BindOutcome:
+    result: BindResult
+    detail: str = ""
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class KubeWriter:
+    """Rate-limited writes of one scheduler instance."""
+
+    def __init__(
+        self, api: client.ApiClient, *, component: str, instance: str, limiter: TokenBucket
+    ) -> None:
+        self._core = client.CoreV1Api(api)
+        self._component = component
+        self._instance = instance
+        self.limiter = limiter
+
+    async def bind(
+        self, pod: PodRef, node: str, annotations: dict[str, str] | None = None
+    ) -> BindOutcome:
+        """POST pods/binding with the pod's uid as precondition; classify the answer."""
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        if annotations:
+            body["metadata"]["annotations"] = annotations
+        await self.limiter.acquire()
+        try:
+            # _preload_content=False: the generated client cannot deserialise the Status reply.
+            resp = await self._core.create_namespaced_pod_binding(
+                pod.name, pod.namespace, cast(client.V1Binding, body), _preload_content=False
+            )
+            cast(Any, resp).release()
+            return BindOutcome(BindResult.BOUND, node=node)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return BindOutcome(BindResult.GONE, _reason(exc))
+            if exc.status == 409:
+                return await self._after_conflict(pod, node, exc)
+            return BindOutcome(BindResult.ERROR, f"{exc.status}: {_reason(exc)}")
+        except (OSError, TimeoutError) as exc:
+            return BindOutcome(BindResult.ERROR, f"connection: {exc}")
+
+    async def _after_conflict(
+        self, pod: PodRef, node: str, exc: client.ApiException
+    ) -> BindOutcome:
+        """409: already bound (maybe by our own earlier, lost-reply try), or a new uid."""
+        try:
+            await self.limiter.acquire()
+            current = await self._core.read_namespaced_pod(pod.name, pod.namespace)
+        except client.ApiException as again:
+            if again.status == 404:
+                return BindOutcome(BindResult.GONE, _reason(again))
+            return BindOutcome(BindResult.ERROR, f"{again.status}: {_reason(again)}")
+        if current.metadata.uid != pod.uid:
+            return BindOutcome(BindResult.GONE, "pod was recreated")
+        bound_to = current.spec.node_name
+        if bound_to == node:
+            return BindOutcome(BindResult.BOUND, "already bound here", node=node)
+        if bound_to:
+            return BindOutcome(BindResult.BOUND_ELSEWHERE, f"bound to {bound_to}", node=bound_to)
+        return BindOutcome(BindResult.ERROR, f"409: {_reason(exc)}")
+
+    async def event(
+        self,
+        pod: PodRef,
+        *,
+        reason: str,
+        message: str,
+        warning: bool = False,
+        action: str = "Scheduling",
+        trace_id: str | None = None,
+    ) -> None:
+        """A core/v1 Event on the pod, as kube-scheduler records Scheduled/FailedScheduling."""
+        now = _now()
+        meta: dict[str, Any] = {
+            "name": f"{pod.name}.{uuid.uuid4().hex[:16]}",
+            "namespace": pod.namespace,
+        }
+        if trace_id:
+            meta["annotations"] = {TRACE_ANNOTATION: trace_id}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": meta,
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "uid": pod.uid,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "action": action,
+            "source": {"component": self._component},
+            "reportingComponent": self._component,
+            "reportingInstance": self._instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await self.limiter.acquire()
+        try:
+            await self._core.create_namespaced_event(pod.namespace, cast(client.CoreV1Event, body))
+        except client.ApiException as exc:
+            if exc.status != 404:  # namespace being deleted: nobody will read it
+                raise
+
+    async def mark_unschedulable(self, pod: PodRef, message: str) -> None:
+        """PodScheduled=False, reason Unschedulable: what cluster-autoscaler looks for."""
+        patch = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                        "lastTransitionTime": _now(),
+                    }
+                ]
+            }
+        }
+        await self.limiter.acquire()
+        try:
+            await self._core.patch_namespaced_pod_status(pod.name, pod.namespace, patch)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def _reason(exc: client.ApiException) -> str:
+    try:
+        message: str = json.loads(exc.body or b"")["message"]
+        return message
+    except (TypeError, ValueError, KeyError):
+        return str(exc.reason)
