@@ -1,0 +1,117 @@
+"""Scheduling profiles: which plugins run, in what order, with which weights and arguments.
+
+The defaults reproduce kube-scheduler v1.34's default profile restricted to the plugins the
+core implements (no volume plugins, DynamicResources, ImageLocality or preemption). Filter
+order matters: a node is attributed to the first filter that rejects it, and that is what
+FailedScheduling messages count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+from scheduler.model.names import CPU, MEMORY
+
+
+def _check_weights(what: str, pairs: tuple[tuple[str, int], ...]) -> None:
+    for name, weight in pairs:
+        if isinstance(weight, bool) or not isinstance(weight, int) or weight <= 0:
+            raise ValueError(f"{what}: weight of {name!r} must be a positive integer")
+
+
+class ScoringStrategy(StrEnum):
+    LEAST_ALLOCATED = "LeastAllocated"
+    MOST_ALLOCATED = "MostAllocated"
+
+
+DEFAULT_SCORE_RESOURCES: Final = ((CPU, 1), (MEMORY, 1))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeResourcesFitArgs:
+    strategy: ScoringStrategy = ScoringStrategy.LEAST_ALLOCATED
+    resources: tuple[tuple[str, int], ...] = DEFAULT_SCORE_RESOURCES
+    """Resources scored and their weights (kube: scoringStrategy.resources)."""
+    ignored_resources: frozenset[str] = frozenset()
+    """Extended resources the filter does not check."""
+    ignored_resource_groups: frozenset[str] = frozenset()
+    """Extended resource domains (prefix before '/') the filter does not check."""
+
+    def __post_init__(self) -> None:
+        _check_weights("NodeResourcesFit.resources", self.resources)
+
+
+@dataclass(frozen=True, slots=True)
+class BalancedAllocationArgs:
+    resources: tuple[tuple[str, int], ...] = DEFAULT_SCORE_RESOURCES
+
+    def __post_init__(self) -> None:
+        _check_weights("NodeResourcesBalancedAllocation.resources", self.resources)
+
+
+@dataclass(frozen=True, slots=True)
+class InterPodAffinityArgs:
+    hard_pod_affinity_weight: int = 1
+    """Score weight of existing pods' *required* affinity terms that the incoming pod matches."""
+    ignore_preferred_terms_of_existing_pods: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.hard_pod_affinity_weight <= 100:
+            raise ValueError("hard_pod_affinity_weight must be within 0..100")
+
+
+NODE_UNSCHEDULABLE: Final = "NodeUnschedulable"
+NODE_NAME: Final = "NodeName"
+TAINT_TOLERATION: Final = "TaintToleration"
+NODE_AFFINITY: Final = "NodeAffinity"
+NODE_PORTS: Final = "NodePorts"
+NODE_RESOURCES_FIT: Final = "NodeResourcesFit"
+POD_TOPOLOGY_SPREAD: Final = "PodTopologySpread"
+INTER_POD_AFFINITY: Final = "InterPodAffinity"
+BALANCED_ALLOCATION: Final = "NodeResourcesBalancedAllocation"
+
+DEFAULT_FILTERS: Final = (
+    NODE_UNSCHEDULABLE,
+    NODE_NAME,
+    TAINT_TOLERATION,
+    NODE_AFFINITY,
+    NODE_PORTS,
+    NODE_RESOURCES_FIT,
+    POD_TOPOLOGY_SPREAD,
+    INTER_POD_AFFINITY,
+)
+DEFAULT_SCORES: Final = (
+    (TAINT_TOLERATION, 3),
+    (NODE_AFFINITY, 2),
+    (NODE_RESOURCES_FIT, 1),
+    (POD_TOPOLOGY_SPREAD, 2),
+    (INTER_POD_AFFINITY, 2),
+    (BALANCED_ALLOCATION, 1),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A typed scheduling profile (hashable, so frameworks can be cached per profile)."""
+
+    name: str = "lattice"
+    filters: tuple[str, ...] = DEFAULT_FILTERS
+    """Filter plugins in execution order; their PreFilter runs in the same order."""
+    scores: tuple[tuple[str, int], ...] = DEFAULT_SCORES
+    """Score plugins and integer weights."""
+    node_resources_fit: NodeResourcesFitArgs = field(default_factory=NodeResourcesFitArgs)
+    balanced_allocation: BalancedAllocationArgs = field(default_factory=BalancedAllocationArgs)
+    inter_pod_affinity: InterPodAffinityArgs = field(default_factory=InterPodAffinityArgs)
+
+    def __post_init__(self) -> None:
+        if len(set(self.filters)) != len(self.filters):
+            raise ValueError(f"duplicate filter plugins in profile {self.name!r}")
+        names = [n for n, _ in self.scores]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate score plugins in profile {self.name!r}")
+        _check_weights(f"profile {self.name!r} scores", self.scores)
+
+
+DEFAULT_PROFILE: Final = Profile()

@@ -1,0 +1,179 @@
+"""One scheduling cycle: a snapshot and a pod in, a :class:`Decision` out.
+
+Theory of operation, following kube-scheduler's ``schedulePod``:
+
+1. Gated pods (``spec.schedulingGates``) are not scheduled at all.
+2. PreFilter runs for every filter plugin that has one, in profile order. Skip disables the
+   plugin's Filter for this pod; UnschedulableAndUnresolvable stops at once and rejects the
+   pod on every node; Unschedulable is remembered while the others still run; node-name sets
+   are intersected, and an empty intersection rejects the pod.
+3. Filter runs plugin by plugin over the remaining candidate rows; a row leaves the
+   candidates at the first plugin that rejects it and is attributed to that plugin.
+4. Score plugins score the feasible rows (0..100 each); totals are weighted sums; the
+   highest total wins, ties broken by ``random.Random(seed)`` over rows in snapshot order.
+
+kube-scheduler stops filtering once it has found enough feasible nodes in large clusters
+(percentageOfNodesToScore) and may bind a nominated node first; we always evaluate every
+node, so our feasible set is a superset of what kube-scheduler examined.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import lru_cache
+
+import numpy as np
+
+from scheduler.core.explain import (
+    ABSENT,
+    FEASIBLE,
+    PREFILTER_REJECTED,
+    Decision,
+    Explanation,
+    FilterRecord,
+    Rejection,
+    ScoreRecord,
+)
+from scheduler.core.framework import Code, Cycle, PluginSet
+from scheduler.core.profile import DEFAULT_PROFILE, Profile
+from scheduler.core.registry import Registry, default_registry
+from scheduler.core.snapshot import Snapshot
+from scheduler.model.pod import Pod
+
+SCHEDULING_GATES = "SchedulingGates"
+
+
+class Framework:
+    """A profile's plugins, instantiated once, ready to run cycles."""
+
+    def __init__(
+        self, profile: Profile = DEFAULT_PROFILE, registry: Registry | None = None
+    ) -> None:
+        self.profile = profile
+        self.plugins: PluginSet = (registry or default_registry()).build(profile)
+
+    def schedule(self, snapshot: Snapshot, pod: Pod, *, seed: int = 0) -> Decision:
+        names = snapshot.node_names
+        n = len(names)
+        rejected_by = np.full(n, FEASIBLE, dtype=np.int16)
+        if pod.scheduling_gates:
+            message = f"waiting for scheduling gates: [{' '.join(pod.scheduling_gates)}]"
+            rejected_by[:] = PREFILTER_REJECTED
+            gate = Rejection(SCHEDULING_GATES, Code.UNSCHEDULABLE_AND_UNRESOLVABLE, message)
+            explanation = Explanation(
+                names, rejected_by, prefilter_rejection=gate, gated_message=message
+            )
+            return Decision(pod, None, explanation, seed)
+        if n == 0:
+            return Decision(pod, None, Explanation(names, rejected_by), seed)
+
+        cycle = Cycle(snapshot, pod)
+        skipped: list[str] = []
+        rejection: Rejection | None = None
+        allowed: frozenset[str] | None = None
+        narrowing: list[str] = []
+        for plugin in self.plugins.pre_filters:
+            result = plugin.pre_filter(cycle)
+            if result.code is Code.SKIP:
+                skipped.append(plugin.name)
+                continue
+            if result.rejected:
+                rejection = Rejection(plugin.name, result.code, result.message)
+                if result.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                    break
+                continue
+            if result.node_names is not None:
+                narrowing.append(plugin.name)
+                allowed = result.node_names if allowed is None else allowed & result.node_names
+                if not allowed:
+                    rejection = _empty_intersection(sorted(narrowing))
+                    break
+        if rejection is not None:
+            rejected_by[:] = PREFILTER_REJECTED
+            explanation = Explanation(
+                names, rejected_by, prefilter_rejection=rejection, skipped_filters=tuple(skipped)
+            )
+            return Decision(pod, None, explanation, seed)
+
+        candidates = np.ones(n, dtype=np.bool_)
+        absent: Rejection | None = None
+        if allowed is not None:
+            candidates[:] = False
+            for name in allowed:
+                row = snapshot.index_of(name)
+                if row is not None:
+                    candidates[row] = True
+            rejected_by[~candidates] = ABSENT
+            absent = Rejection(
+                narrowing[0],
+                Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowing))}]",
+            )
+
+        records: list[FilterRecord] = []
+        skip = set(skipped)
+        for filter_plugin in self.plugins.filters:
+            if filter_plugin.name in skip:
+                continue
+            if not candidates.any():
+                break
+            verdict = filter_plugin.filter(cycle, candidates)
+            if verdict is None:
+                continue
+            newly = candidates & verdict.rejected
+            if newly.any():
+                rejected_by[newly] = len(records)
+                candidates &= ~newly
+                records.append(FilterRecord(filter_plugin.name, verdict))
+
+        feasible = np.flatnonzero(candidates)
+        score_records: list[ScoreRecord] = []
+        skipped_scores: list[str] = []
+        totals = np.zeros(n, dtype=np.int64)
+        selected: str | None = None
+        if len(feasible):
+            for scorer, weight in self.plugins.scores:
+                scores = scorer.score(cycle, candidates)
+                if scores is None:
+                    skipped_scores.append(scorer.name)
+                    continue
+                score_records.append(ScoreRecord(scorer.name, weight, scores))
+                totals += scores * weight if weight != 1 else scores
+            ranked = np.where(candidates, totals, -1)
+            best = np.flatnonzero(ranked == ranked.max())
+            row = best[0] if len(best) == 1 else best[random.Random(seed).randrange(len(best))]
+            selected = names[int(row)]
+        explanation = Explanation(
+            names,
+            rejected_by,
+            tuple(records),
+            feasible,
+            tuple(score_records),
+            totals,
+            absent=absent,
+            skipped_filters=tuple(skipped),
+            skipped_scores=tuple(skipped_scores),
+        )
+        return Decision(pod, selected, explanation, seed)
+
+
+def _empty_intersection(plugins: list[str]) -> Rejection:
+    """PreFilter node sets that exclude each other reject the pod (RunPreFilterPlugins)."""
+    if len(plugins) == 1:
+        message = f"node(s) didn't satisfy plugin {plugins[0]}"
+    else:
+        message = f"node(s) didn't satisfy plugin(s) [{' '.join(plugins)}] simultaneously"
+    return Rejection(plugins[0], Code.UNSCHEDULABLE_AND_UNRESOLVABLE, message)
+
+
+@lru_cache(maxsize=16)
+def framework_for(profile: Profile) -> Framework:
+    """The default-registry framework of a profile, built once."""
+    return Framework(profile)
+
+
+def schedule(
+    snapshot: Snapshot, pod: Pod, profile: Profile = DEFAULT_PROFILE, seed: int = 0
+) -> Decision:
+    """Filter and score every node of ``snapshot`` for ``pod`` and pick one."""
+    return framework_for(profile).schedule(snapshot, pod, seed=seed)

@@ -1,0 +1,525 @@
+"""The pod record: everything the scheduling core reads, parsed once from the API body.
+
+Parsing does the work that kube-scheduler spreads over ``PodInfo``, ``GetAffinityTerms``,
+``GetHostPorts`` and ``PodRequests``, and applies the API-server defaulting and mutations
+that affect scheduling so that raw manifests and server bodies give the same record
+(each is idempotent on an already-defaulted body):
+
+* container requests default to limits when unset (``SetDefaults_Pod``);
+* with ``hostNetwork`` a port without ``hostPort`` gets ``hostPort = containerPort``;
+* ``matchLabelKeys``/``mismatchLabelKeys`` of pod (anti-)affinity terms and the
+  ``matchLabelKeys`` of topology spread constraints are merged into the label selectors.
+
+Resource requests are kept in the several integer views kube-scheduler uses (see
+:class:`PodResources`). Invalid input raises :class:`InvalidObjectError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Final
+
+from scheduler.model._fields import integer, mapping, object_list, string, string_list, string_map
+from scheduler.model.errors import InvalidObjectError
+from scheduler.model.names import CPU, MEMORY
+from scheduler.model.node import Taint
+from scheduler.model.resources import (
+    DEFAULT_NON_MISSING,
+    ContainerResources,
+    IntResources,
+    ResourceList,
+    is_pod_level_resource,
+    parse_resource_list,
+    pod_requests,
+    round_resources,
+)
+from scheduler.model.selectors import (
+    NOTHING,
+    LabelSelector,
+    NodeSelector,
+    NodeSelectorTerm,
+    Operator,
+    PreferredSchedulingTerm,
+    Requirement,
+)
+
+DEFAULT_SCHEDULER_NAME: Final = "default-scheduler"
+DEFAULT_BIND_ALL_HOST_IP: Final = "0.0.0.0"
+UNSCHEDULABLE_TAINT_KEY: Final = "node.kubernetes.io/unschedulable"
+
+
+class UnsatisfiableAction(StrEnum):
+    DO_NOT_SCHEDULE = "DoNotSchedule"
+    SCHEDULE_ANYWAY = "ScheduleAnyway"
+
+
+class InclusionPolicy(StrEnum):
+    HONOR = "Honor"
+    IGNORE = "Ignore"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """``v1.Toleration.ToleratesTaint``: empty effect/key act as wildcards."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator in ("", "Equal"):
+            return self.value == taint.value
+        return self.operator == "Exists"
+
+
+def tolerates(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
+    return any(t.tolerates(taint) for t in tolerations)
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A (hostIP, protocol, hostPort) triple, sanitised like ``HostPortInfo``."""
+
+    host_ip: str
+    protocol: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinityTerm:
+    """A processed ``v1.PodAffinityTerm`` (kube-scheduler's ``fwk.AffinityTerm``).
+
+    ``namespaces`` already holds the owning pod's namespace when the term names neither
+    namespaces nor a namespace selector; ``namespace_selector`` is :data:`NOTHING` when nil.
+    """
+
+    selector: LabelSelector
+    namespaces: frozenset[str]
+    namespace_selector: LabelSelector
+    topology_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedPodAffinityTerm:
+    weight: int
+    term: PodAffinityTerm
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpreadConstraint:
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: UnsatisfiableAction
+    selector: LabelSelector
+    """Label selector with the pod's ``matchLabelKeys`` values merged in."""
+    min_domains: int = 1
+    node_affinity_policy: InclusionPolicy = InclusionPolicy.HONOR
+    node_taints_policy: InclusionPolicy = InclusionPolicy.IGNORE
+
+
+@dataclass(frozen=True)
+class PodResources:
+    """The integer request views kube-scheduler derives from one pod.
+
+    ``requests`` is what NodeResourcesFit compares against free allocatable (and what
+    BalancedAllocation scores); ``accounted`` is what the pod adds to a node's requested
+    totals once it is placed (it honours in-place resize status); ``non_zero_*`` feed the
+    node's NonZeroRequested used by LeastAllocated/MostAllocated; ``score_requests`` is the
+    incoming pod's request for those scorers (100m / 200Mi for unset cpu / memory).
+    """
+
+    requests: IntResources
+    accounted: IntResources
+    non_zero_cpu: int
+    non_zero_memory: int
+    score_requests: IntResources
+
+
+EMPTY_RESOURCES: Final = PodResources({}, {}, 0, 0, {})
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    namespace: str = "default"
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_name: str = ""
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    priority: int = 0
+    scheduling_gates: tuple[str, ...] = ()
+    node_selector: Mapping[str, str] | None = None
+    required_node_affinity: NodeSelector | None = None
+    preferred_node_affinity: tuple[PreferredSchedulingTerm, ...] = ()
+    required_affinity: tuple[PodAffinityTerm, ...] = ()
+    required_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    preferred_affinity: tuple[WeightedPodAffinityTerm, ...] = ()
+    preferred_anti_affinity: tuple[WeightedPodAffinityTerm, ...] = ()
+    has_pod_affinity: bool = False
+    """``spec.affinity.podAffinity`` or ``podAntiAffinity`` is set (kube's PodsWithAffinity)."""
+    tolerations: tuple[Toleration, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+    spread_constraints: tuple[TopologySpreadConstraint, ...] = ()
+    resources: PodResources = EMPTY_RESOURCES
+    terminating: bool = False
+    """``metadata.deletionTimestamp`` is set; PodTopologySpread does not count such pods."""
+    phase: str = ""
+    nominated_node_name: str = ""
+
+    @property
+    def key(self) -> str:
+        """Cache identity: the UID, like kube-scheduler; namespace/name when absent."""
+        return self.uid or f"{self.namespace}/{self.name}"
+
+    @property
+    def has_required_anti_affinity(self) -> bool:
+        return bool(self.required_anti_affinity)
+
+    @classmethod
+    def from_api(cls, body: Mapping[str, Any]) -> Pod:
+        return _parse_pod(body)
+
+
+def _parse_pod(body: Mapping[str, Any]) -> Pod:
+    if not isinstance(body, Mapping):
+        raise InvalidObjectError("pod", body, "must be an object")
+    metadata = mapping(body.get("metadata"), "metadata")
+    spec = mapping(body.get("spec"), "spec")
+    status = mapping(body.get("status"), "status")
+    name = string(metadata.get("name"), "metadata.name")
+    if not name:
+        raise InvalidObjectError("metadata.name", metadata.get("name"), "a pod needs a name")
+    namespace = string(metadata.get("namespace"), "metadata.namespace") or "default"
+    labels = string_map(metadata.get("labels"), "metadata.labels")
+
+    node_selector: dict[str, str] | None = None
+    if spec.get("nodeSelector") is not None:
+        node_selector = string_map(spec.get("nodeSelector"), "spec.nodeSelector")
+
+    affinity = mapping(spec.get("affinity"), "spec.affinity")
+    node_aff = mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
+    required_node_affinity = None
+    req_path = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    if node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") is not None:
+        required_node_affinity = NodeSelector.from_api(
+            node_aff["requiredDuringSchedulingIgnoredDuringExecution"], field=req_path
+        )
+    preferred_node_affinity = _preferred_node_terms(
+        node_aff.get("preferredDuringSchedulingIgnoredDuringExecution"),
+        "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+    )
+
+    pod_aff = affinity.get("podAffinity")
+    pod_anti = affinity.get("podAntiAffinity")
+    aff = mapping(pod_aff, "spec.affinity.podAffinity")
+    anti = mapping(pod_anti, "spec.affinity.podAntiAffinity")
+    base = "spec.affinity"
+    required_affinity = _affinity_terms(
+        aff.get("requiredDuringSchedulingIgnoredDuringExecution"),
+        f"{base}.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+        namespace,
+        labels,
+    )
+    required_anti = _affinity_terms(
+        anti.get("requiredDuringSchedulingIgnoredDuringExecution"),
+        f"{base}.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+        namespace,
+        labels,
+    )
+    preferred_affinity = _weighted_terms(
+        aff.get("preferredDuringSchedulingIgnoredDuringExecution"),
+        f"{base}.podAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+        namespace,
+        labels,
+    )
+    preferred_anti = _weighted_terms(
+        anti.get("preferredDuringSchedulingIgnoredDuringExecution"),
+        f"{base}.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+        namespace,
+        labels,
+    )
+
+    tolerations = tuple(
+        _toleration(t, f"spec.tolerations[{i}]")
+        for i, t in enumerate(object_list(spec.get("tolerations"), "spec.tolerations"))
+    )
+    host_network = spec.get("hostNetwork") is True
+    containers = object_list(spec.get("containers"), "spec.containers")
+    init_containers = object_list(spec.get("initContainers"), "spec.initContainers")
+    host_ports: list[HostPort] = []
+    for i, c in enumerate(init_containers):
+        if c.get("restartPolicy") == "Always":
+            host_ports.extend(_host_ports(c, f"spec.initContainers[{i}]", host_network))
+    for i, c in enumerate(containers):
+        host_ports.extend(_host_ports(c, f"spec.containers[{i}]", host_network))
+
+    spread = tuple(
+        _spread_constraint(c, f"spec.topologySpreadConstraints[{i}]", labels)
+        for i, c in enumerate(
+            object_list(spec.get("topologySpreadConstraints"), "spec.topologySpreadConstraints")
+        )
+    )
+    gates = tuple(
+        string(g.get("name"), f"spec.schedulingGates[{i}].name")
+        for i, g in enumerate(object_list(spec.get("schedulingGates"), "spec.schedulingGates"))
+    )
+    return Pod(
+        name=name,
+        namespace=namespace,
+        uid=string(metadata.get("uid"), "metadata.uid"),
+        labels=MappingProxyType(labels),
+        node_name=string(spec.get("nodeName"), "spec.nodeName"),
+        scheduler_name=string(spec.get("schedulerName"), "spec.schedulerName")
+        or DEFAULT_SCHEDULER_NAME,
+        priority=integer(spec.get("priority"), "spec.priority", default=0),
+        scheduling_gates=gates,
+        node_selector=None if node_selector is None else MappingProxyType(node_selector),
+        required_node_affinity=required_node_affinity,
+        preferred_node_affinity=preferred_node_affinity,
+        required_affinity=required_affinity,
+        required_anti_affinity=required_anti,
+        preferred_affinity=preferred_affinity,
+        preferred_anti_affinity=preferred_anti,
+        has_pod_affinity=pod_aff is not None or pod_anti is not None,
+        tolerations=tolerations,
+        host_ports=tuple(host_ports),
+        spread_constraints=spread,
+        resources=_resources(spec, status, containers, init_containers),
+        terminating=metadata.get("deletionTimestamp") is not None,
+        phase=string(status.get("phase"), "status.phase"),
+        nominated_node_name=string(status.get("nominatedNodeName"), "status.nominatedNodeName"),
+    )
+
+
+def _preferred_node_terms(raw: object, field: str) -> tuple[PreferredSchedulingTerm, ...]:
+    out: list[PreferredSchedulingTerm] = []
+    for i, item in enumerate(object_list(raw, field)):
+        path = f"{field}[{i}]"
+        weight = integer(item.get("weight"), f"{path}.weight", default=0, minimum=0, maximum=100)
+        term = NodeSelectorTerm.from_api(item.get("preference"), field=f"{path}.preference")
+        # NewPreferredSchedulingTerms drops zero-weight and empty terms.
+        if weight != 0 and not term.is_empty:
+            out.append(PreferredSchedulingTerm(weight, term))
+    return tuple(out)
+
+
+def _label_key_requirements(
+    keys: tuple[str, ...], operator: Operator, labels: Mapping[str, str]
+) -> list[Requirement]:
+    return [Requirement(k, operator, (labels[k],)) for k in keys if k in labels]
+
+
+def _affinity_term(
+    body: Mapping[str, Any], field: str, namespace: str, labels: Mapping[str, str]
+) -> PodAffinityTerm:
+    selector = LabelSelector.from_api(body.get("labelSelector"), field=f"{field}.labelSelector")
+    match_keys = string_list(body.get("matchLabelKeys"), f"{field}.matchLabelKeys")
+    mismatch_keys = string_list(body.get("mismatchLabelKeys"), f"{field}.mismatchLabelKeys")
+    selector = selector.with_requirements(
+        _label_key_requirements(match_keys, Operator.IN, labels)
+        + _label_key_requirements(mismatch_keys, Operator.NOT_IN, labels)
+    )
+    raw_ns_selector = body.get("namespaceSelector")
+    namespaces = string_list(body.get("namespaces"), f"{field}.namespaces")
+    ns_selector = (
+        NOTHING
+        if raw_ns_selector is None
+        else LabelSelector.from_api(raw_ns_selector, field=f"{field}.namespaceSelector")
+    )
+    if not namespaces and raw_ns_selector is None:
+        namespaces = (namespace,)
+    topology_key = string(body.get("topologyKey"), f"{field}.topologyKey")
+    if not topology_key:
+        raise InvalidObjectError(f"{field}.topologyKey", topology_key, "can not be empty")
+    return PodAffinityTerm(selector, frozenset(namespaces), ns_selector, topology_key)
+
+
+def _affinity_terms(
+    raw: object, field: str, namespace: str, labels: Mapping[str, str]
+) -> tuple[PodAffinityTerm, ...]:
+    return tuple(
+        _affinity_term(t, f"{field}[{i}]", namespace, labels)
+        for i, t in enumerate(object_list(raw, field))
+    )
+
+
+def _weighted_terms(
+    raw: object, field: str, namespace: str, labels: Mapping[str, str]
+) -> tuple[WeightedPodAffinityTerm, ...]:
+    out: list[WeightedPodAffinityTerm] = []
+    for i, item in enumerate(object_list(raw, field)):
+        path = f"{field}[{i}]"
+        weight = integer(item.get("weight"), f"{path}.weight", default=0, minimum=1, maximum=100)
+        term = _affinity_term(
+            mapping(item.get("podAffinityTerm"), f"{path}.podAffinityTerm"),
+            f"{path}.podAffinityTerm",
+            namespace,
+            labels,
+        )
+        out.append(WeightedPodAffinityTerm(weight, term))
+    return tuple(out)
+
+
+def _toleration(body: Mapping[str, Any], field: str) -> Toleration:
+    operator = string(body.get("operator"), f"{field}.operator", "Equal") or "Equal"
+    if operator not in ("Equal", "Exists"):
+        raise InvalidObjectError(f"{field}.operator", operator, 'must be "Equal" or "Exists"')
+    return Toleration(
+        key=string(body.get("key"), f"{field}.key"),
+        operator=operator,
+        value=string(body.get("value"), f"{field}.value"),
+        effect=string(body.get("effect"), f"{field}.effect"),
+    )
+
+
+def _host_ports(container: Mapping[str, Any], field: str, host_network: bool) -> list[HostPort]:
+    out: list[HostPort] = []
+    for i, p in enumerate(object_list(container.get("ports"), f"{field}.ports")):
+        path = f"{field}.ports[{i}]"
+        container_port = integer(p.get("containerPort"), f"{path}.containerPort", default=0)
+        host_port = integer(p.get("hostPort"), f"{path}.hostPort", default=0)
+        if host_network and host_port == 0:
+            host_port = container_port
+        if host_port <= 0:
+            continue
+        out.append(
+            HostPort(
+                host_ip=string(p.get("hostIP"), f"{path}.hostIP") or DEFAULT_BIND_ALL_HOST_IP,
+                protocol=string(p.get("protocol"), f"{path}.protocol") or "TCP",
+                port=host_port,
+            )
+        )
+    return out
+
+
+def _spread_constraint(
+    body: Mapping[str, Any], field: str, labels: Mapping[str, str]
+) -> TopologySpreadConstraint:
+    max_skew = integer(body.get("maxSkew"), f"{field}.maxSkew", default=0)
+    if max_skew <= 0:
+        raise InvalidObjectError(
+            f"{field}.maxSkew", body.get("maxSkew"), "must be greater than zero"
+        )
+    topology_key = string(body.get("topologyKey"), f"{field}.topologyKey")
+    if not topology_key:
+        raise InvalidObjectError(f"{field}.topologyKey", topology_key, "can not be empty")
+    action = body.get("whenUnsatisfiable")
+    if action not in [a.value for a in UnsatisfiableAction]:
+        raise InvalidObjectError(
+            f"{field}.whenUnsatisfiable", action, 'must be "DoNotSchedule" or "ScheduleAnyway"'
+        )
+    selector = LabelSelector.from_api(body.get("labelSelector"), field=f"{field}.labelSelector")
+    match_keys = string_list(body.get("matchLabelKeys"), f"{field}.matchLabelKeys")
+    selector = selector.with_requirements(_label_key_requirements(match_keys, Operator.IN, labels))
+    min_domains = integer(body.get("minDomains"), f"{field}.minDomains", default=1, minimum=1)
+    policies: list[InclusionPolicy] = []
+    for key, default in (
+        ("nodeAffinityPolicy", InclusionPolicy.HONOR),
+        ("nodeTaintsPolicy", InclusionPolicy.IGNORE),
+    ):
+        raw = body.get(key)
+        if raw is None:
+            policies.append(default)
+        elif raw in [p.value for p in InclusionPolicy]:
+            policies.append(InclusionPolicy(raw))
+        else:
+            raise InvalidObjectError(f"{field}.{key}", raw, 'must be "Honor" or "Ignore"')
+    return TopologySpreadConstraint(
+        max_skew=max_skew,
+        topology_key=topology_key,
+        when_unsatisfiable=UnsatisfiableAction(action),
+        selector=selector,
+        min_domains=min_domains,
+        node_affinity_policy=policies[0],
+        node_taints_policy=policies[1],
+    )
+
+
+def _container_requests(container: Mapping[str, Any], field: str) -> dict[str, Any]:
+    resources = mapping(container.get("resources"), f"{field}.resources")
+    requests = parse_resource_list(resources.get("requests"), field=f"{field}.resources.requests")
+    limits = parse_resource_list(resources.get("limits"), field=f"{field}.resources.limits")
+    for name, q in limits.items():
+        requests.setdefault(name, q)  # SetDefaults_Pod: requests default to limits
+    return requests
+
+
+def _resources(
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    containers: list[Mapping[str, Any]],
+    init_containers: list[Mapping[str, Any]],
+) -> PodResources:
+    statuses: dict[str, Mapping[str, Any]] = {}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for i, cs in enumerate(object_list(status.get(key), f"status.{key}")):
+            statuses[string(cs.get("name"), f"status.{key}[{i}].name")] = cs
+
+    def build(c: Mapping[str, Any], field: str, sidecar: bool) -> ContainerResources:
+        name = string(c.get("name"), f"{field}.name")
+        cs = statuses.get(name)
+        status_requests: ResourceList | None = None
+        allocated: ResourceList | None = None
+        if cs is not None and cs.get("resources") is not None:
+            res = mapping(cs.get("resources"), "status.containerStatuses.resources")
+            status_requests = parse_resource_list(
+                res.get("requests"), field=f"status.containerStatuses[{name}].resources.requests"
+            )
+            if cs.get("allocatedResources") is not None:
+                allocated = parse_resource_list(
+                    cs.get("allocatedResources"),
+                    field=f"status.containerStatuses[{name}].allocatedResources",
+                )
+        return ContainerResources(
+            name, _container_requests(c, field), sidecar, status_requests, allocated
+        )
+
+    regular = [build(c, f"spec.containers[{i}]", False) for i, c in enumerate(containers)]
+    inits = [
+        build(c, f"spec.initContainers[{i}]", c.get("restartPolicy") == "Always")
+        for i, c in enumerate(init_containers)
+    ]
+    pod_level_body = mapping(spec.get("resources"), "spec.resources")
+    pod_level = parse_resource_list(pod_level_body.get("requests"), field="spec.resources.requests")
+    overhead = parse_resource_list(spec.get("overhead"), field="spec.overhead")
+    resize_infeasible = any(
+        c.get("type") == "PodResizePending" and c.get("reason") == "Infeasible"
+        for c in object_list(status.get("conditions"), "status.conditions")
+    )
+
+    def compute(*, use_status: bool, non_missing: ResourceList | None = None) -> ResourceList:
+        return pod_requests(
+            regular,
+            inits,
+            pod_level=pod_level,
+            overhead=overhead,
+            non_missing=non_missing,
+            use_status=use_status,
+            resize_infeasible=resize_infeasible,
+        )
+
+    spec_requests = compute(use_status=False)
+    accounted = compute(use_status=True)
+    pod_level_set = any(is_pod_level_resource(n) for n in pod_level)
+    if pod_level_set:
+        non_missing = {k: v for k, v in DEFAULT_NON_MISSING.items() if k not in accounted}
+    else:
+        non_missing = dict(DEFAULT_NON_MISSING)
+    non_zero = compute(use_status=True, non_missing=non_missing) if non_missing else accounted
+    score = compute(use_status=True, non_missing=DEFAULT_NON_MISSING)
+    field = "spec.containers[*].resources.requests"
+    non_zero_int = round_resources(non_zero, field=field)
+    return PodResources(
+        requests=MappingProxyType(round_resources(spec_requests, field=field)),
+        accounted=MappingProxyType(round_resources(accounted, field=field)),
+        non_zero_cpu=non_zero_int.get(CPU, 0),
+        non_zero_memory=non_zero_int.get(MEMORY, 0),
+        score_requests=MappingProxyType(round_resources(score, field=field)),
+    )
