@@ -117,11 +117,21 @@ def _devcluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from scheduler.agent.main import add_arguments
+
+    agent = sub.add_parser(
+        "agent", help="node agent: publish this node's NUMA/PCIe topology and pressure"
+    )
+    add_arguments(agent)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lattice", description=__doc__)
     parser.add_argument("--version", action="version", version=f"lattice {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_devcluster(sub)
+    _add_agent(sub)
     return parser
 
 
@@ -129,6 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "devcluster":
         return _devcluster(args)
+    if args.command == "agent":
+        from scheduler.agent.main import run
+
+        return run(args)
     raise AssertionError(f"unhandled command {args.command}")
 
 

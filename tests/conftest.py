@@ -12,6 +12,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
@@ -20,6 +21,31 @@ from scheduler.devcluster.cluster import ClusterConfig, ClusterState, DevCluster
 from scheduler.devcluster.kube import api_client
 
 SUITE_NODES = int(os.environ.get("LATTICE_TEST_NODES", "4"))
+_REPORT: list[str] = []
+
+
+def report_line(line: str) -> None:
+    """A figure a test measured, printed in the run's summary (agreement rates and the like)."""
+    _REPORT.append(line)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--diff-cases",
+        type=int,
+        default=300,
+        help="differential test: cases against kube-scheduler (default 300)",
+    )
+    parser.addoption(
+        "--diff-seed", type=int, default=1, help="differential test: generator seed (default 1)"
+    )
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _REPORT:
+        terminalreporter.section("lattice figures")
+        for line in _REPORT:
+            terminalreporter.write_line(line)
 
 
 class ControlPlane:

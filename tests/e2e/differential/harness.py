@@ -61,6 +61,8 @@ class State:
     nodes: list[Body]
     pods: list[Body]
     namespaces: list[Body]
+    pod: Body
+    """The incoming pod as stored: after defaulting and admission (e.g. added tolerations)."""
 
 
 class KubeSide:
@@ -131,6 +133,7 @@ class KubeSide:
         return verdict, state
 
     async def state(self, exclude: tuple[str, str]) -> State:
+        """Nodes, bound pods and namespaces as raw JSON, and the excluded pod itself."""
         # Raw JSON, exactly as any client sees it: camelCase keys, quantities as strings.
         responses = await asyncio.gather(
             self.core.list_node(_preload_content=False),
@@ -141,13 +144,13 @@ class KubeSide:
         raw = [cast(Any, r) for r in responses]
         items: list[list[Body]] = [json.loads(await r.read())["items"] for r in raw]
         raw_nodes, raw_pods, raw_ns = items
-        pods = [
-            p
-            for p in raw_pods
-            if (p["metadata"]["namespace"], p["metadata"]["name"]) != exclude
-            and p.get("spec", {}).get("nodeName")
-        ]
-        return State(raw_nodes, pods, raw_ns)
+
+        def key(p: Body) -> tuple[str, str]:
+            return (p["metadata"]["namespace"], p["metadata"]["name"])
+
+        pods = [p for p in raw_pods if key(p) != exclude and p.get("spec", {}).get("nodeName")]
+        (incoming,) = [p for p in raw_pods if key(p) == exclude]
+        return State(raw_nodes, pods, raw_ns, incoming)
 
     async def _delete_pod(self, ns: str, name: str) -> None:
         await self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
