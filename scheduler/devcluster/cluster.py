@@ -378,7 +378,8 @@ class DevCluster:
     def _check_alive(self, state: ClusterState, name: str) -> None:
         if not process.is_running(state.pids[name], _binary_name(name)):
             raise DevClusterError(
-                f"{name} exited during start-up; last lines of {self.log(name)}:\n"
+                f"{name} exited during start-up "
+                f"({process.exit_status(state.pids[name])}); last lines of {self.log(name)}:\n"
                 + process.log_tail(self.log(name))
             )
 

@@ -49,31 +49,55 @@ def start(binary: Path, args: list[str], log: Path) -> int:
 
 def _wait_exec(pid: int, binary: Path) -> None:
     """Wait until the child has exec'd: until then /proc shows our own Python there,
-    and a liveness check by binary name would wrongly report it gone."""
-    deadline = time.monotonic() + 5
+    and a liveness check by binary name would wrongly report it gone. During the exec
+    itself /proc/PID/exe and cmdline briefly read as missing or empty; keep polling."""
+    deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
             if Path(os.readlink(f"/proc/{pid}/exe")) == binary:
                 return
         except OSError:
-            return  # already gone: the caller's liveness check reports it with the log
+            if _state(pid) in (None, "Z"):
+                return  # it really ended: the caller's liveness check reports it with the log
         time.sleep(0.005)
+
+
+def _state(pid: int) -> str | None:
+    """The one-letter process state from /proc (R, S, Z ...), None if there is no such pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[0]
 
 
 def is_running(pid: int, binary_name: str) -> bool:
     """True when ``pid`` is alive and is still the binary we started."""
+    state = _state(pid)
+    if state is None:
+        return False
+    if state == "Z":  # it has exited; only its parent has not reaped it yet
+        _reap(pid)
+        return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    # A zombie (state Z) has exited; only its parent has not reaped it yet.
-    state = stat.rsplit(")", 1)[-1].split()[0]
-    if state == "Z":
-        _reap(pid)
         return False
     argv0 = cmdline.split(b"\0", 1)[0].decode(errors="replace")
     return Path(argv0).name == binary_name
+
+
+def exit_status(pid: int) -> str:
+    """How a child of ours ended ("exit code 1", "killed by SIGKILL"), if we can tell."""
+    try:
+        got, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return "exit status unknown (already reaped)"
+    if got == 0:
+        return "still running"
+    if os.WIFSIGNALED(status):
+        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exit code {os.waitstatus_to_exitcode(status)}"
 
 
 def _reap(pid: int) -> None:
