@@ -1,0 +1,253 @@
+"""The scheduler's cache: nodes, placed pods and namespaces, kept as the core's Snapshot.
+
+Watch events and the scheduler's own decisions both land here, and each one
+changes the snapshot by exactly that object (``Snapshot.add_pod``,
+``update_node`` ...): nothing is rebuilt per pod. Which pod events are legal
+in which state is :mod:`scheduler.control.lifecycle`'s table; this class only
+applies its transitions to the snapshot.
+
+Pods count against capacity from ``assume`` (before the binding is sent) until
+the watch deletes them or they finish (Succeeded/Failed pods hold nothing, as
+in kube-scheduler). Bodies that do not parse are kept out of the snapshot and
+reported, never raised into the watch: one broken object must not stall the
+scheduler.
+
+Watch restarts: each object's last resourceVersion is kept, so a re-list that
+replays an older state is ignored and ``reconcile`` can drop what a missed
+DELETE left behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from scheduler.control.lifecycle import IllegalTransitionError, PodLifecycle, PodState
+from scheduler.control.queue import PodKey, pod_key
+from scheduler.core.snapshot import Snapshot
+from scheduler.model.errors import InvalidObjectError
+from scheduler.model.node import Namespace, Node
+from scheduler.model.pod import Pod
+
+log = structlog.get_logger("lattice.cache")
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def resource_version(body: Mapping[str, Any]) -> int | None:
+    """etcd revisions are integers; anything else cannot be ordered and is not compared."""
+    rv = body.get("metadata", {}).get("resourceVersion")
+    try:
+        return int(rv) if rv is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def newer(old: int | None, new: int | None) -> bool:
+    return old is None or new is None or new >= old
+
+
+@dataclass
+class CachedPod:
+    pod: Pod
+    node: str
+    rv: int | None
+
+
+class SchedulerCache:
+    """Snapshot plus the pod lifecycle; every method is one watch event or decision."""
+
+    def __init__(self, *, assumed_ttl: float | None = 30.0) -> None:
+        self.snapshot = Snapshot()
+        self.lifecycle = PodLifecycle(assumed_ttl=assumed_ttl)
+        self._pods: dict[PodKey, CachedPod] = {}
+        self._node_rv: dict[str, int | None] = {}
+        self._ns_rv: dict[str, int | None] = {}
+        self.broken: dict[str, str] = {}
+        """Objects whose body did not parse: ``kind/name`` -> reason."""
+
+    # -- nodes --------------------------------------------------------------
+    def upsert_node(self, body: Mapping[str, Any]) -> Node | None:
+        """Add or update a node from its body; None if ignored (stale or broken)."""
+        name = str(body.get("metadata", {}).get("name", ""))
+        rv = resource_version(body)
+        if name in self._node_rv and not newer(self._node_rv[name], rv):
+            return None
+        try:
+            node = Node.from_api(body)
+        except InvalidObjectError as exc:
+            self._broken(f"node/{name}", str(exc))
+            if self.snapshot.get_node(name) is not None:
+                # A node we cannot read is a node we cannot place on.
+                self.snapshot.remove_node(name)
+            return None
+        self.broken.pop(f"node/{name}", None)
+        self._node_rv[name] = rv
+        if self.snapshot.get_node(name) is None:
+            self.snapshot.add_node(node)
+        else:
+            self.snapshot.update_node(node)
+        return node
+
+    def delete_node(self, name: str) -> bool:
+        self._node_rv.pop(name, None)
+        self.broken.pop(f"node/{name}", None)
+        if self.snapshot.get_node(name) is None:
+            return False
+        self.snapshot.remove_node(name)
+        return True
+
+    def node_names(self) -> set[str]:
+        return set(self._node_rv)
+
+    # -- namespaces ---------------------------------------------------------
+    def upsert_namespace(self, body: Mapping[str, Any]) -> None:
+        name = str(body.get("metadata", {}).get("name", ""))
+        rv = resource_version(body)
+        if name in self._ns_rv and not newer(self._ns_rv[name], rv):
+            return
+        try:
+            ns = Namespace.from_api(body)
+        except InvalidObjectError as exc:
+            self._broken(f"namespace/{name}", str(exc))
+            return
+        self._ns_rv[name] = rv
+        self.snapshot.set_namespace(ns)
+
+    def delete_namespace(self, name: str) -> None:
+        self._ns_rv.pop(name, None)
+        self.snapshot.remove_namespace(name)
+
+    def namespace_names(self) -> set[str]:
+        return set(self._ns_rv)
+
+    # -- pods ---------------------------------------------------------------
+    def observe_bound_pod(self, body: Mapping[str, Any]) -> Pod | None:
+        """A pod the watch shows on a node (ours confirmed, or anyone else's)."""
+        meta = body.get("metadata", {})
+        key = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
+        rv = resource_version(body)
+        known = self._pods.get(key)
+        if known is not None and not newer(known.rv, rv):
+            return None
+        if body.get("status", {}).get("phase") in TERMINAL_PHASES:
+            self.remove_pod(key)
+            return None
+        try:
+            pod = Pod.from_api(body)
+        except InvalidObjectError as exc:
+            self._broken(f"pod/{key}", str(exc))
+            return None
+        if known is not None and known.pod.uid != pod.uid:
+            self.remove_pod(key)  # same name, new pod: the old one is gone
+            known = None
+        node = pod.node_name
+        state = self.lifecycle.state(key)
+        try:
+            if state in (PodState.ASSUMED, PodState.BOUND) or (
+                state is PodState.INITIAL and known is None
+            ):
+                self.lifecycle.add(key, node)
+            else:
+                self.lifecycle.update(key, node)
+        except IllegalTransitionError as exc:
+            # The watch is the truth: re-seat the pod where the API says it is.
+            log.warning("cache_transition_rejected", pod=key, reason=str(exc))
+            self.lifecycle.remove(key)
+            self.lifecycle.add(key, node)
+        if known is not None:
+            self.snapshot.remove_pod(known.pod)
+        self.snapshot.add_pod(pod, node)
+        self._pods[key] = CachedPod(pod, node, rv)
+        return pod
+
+    def assume(self, pod: Pod, node: str) -> None:
+        """Count the pod on ``node`` now, before the binding is even sent."""
+        key = pod_key(pod.namespace, pod.name)
+        self.lifecycle.assume(key, node)
+        self.snapshot.add_pod(pod, node)
+        self._pods[key] = CachedPod(pod, node, None)
+
+    def finish_binding(self, pod: Pod, now: float) -> None:
+        key = pod_key(pod.namespace, pod.name)
+        if self.lifecycle.state(key) is PodState.ASSUMED:
+            self.lifecycle.finish_binding(key, now)
+
+    def forget(self, pod: Pod) -> None:
+        """The binding failed: give the room back (unless the watch confirmed it meanwhile)."""
+        key = pod_key(pod.namespace, pod.name)
+        if self.lifecycle.state(key) in (PodState.ASSUMED, PodState.BOUND):
+            self.lifecycle.forget(key)
+            cached = self._pods.pop(key, None)
+            if cached is not None:
+                self.snapshot.remove_pod(cached.pod)
+
+    def expire(self, now: float) -> list[PodKey]:
+        """Assumed pods whose binding finished but never showed up in the watch."""
+        gone = [t.key for t in self.lifecycle.expire_due(now)]
+        for key in gone:
+            cached = self._pods.pop(key, None)
+            if cached is not None:
+                self.snapshot.remove_pod(cached.pod)
+        return gone
+
+    def remove_pod(self, key: PodKey) -> bool:
+        cached = self._pods.pop(key, None)
+        self.broken.pop(f"pod/{key}", None)
+        if self.lifecycle.state(key) is not PodState.INITIAL:
+            self.lifecycle.remove(key)
+        if cached is None:
+            return False
+        self.snapshot.remove_pod(cached.pod)
+        return True
+
+    def pod_keys(self) -> set[PodKey]:
+        return set(self._pods)
+
+    def cached_pod(self, key: PodKey) -> CachedPod | None:
+        return self._pods.get(key)
+
+    # -- reconciliation -----------------------------------------------------
+    def reconcile(
+        self,
+        nodes: Iterable[Mapping[str, Any]],
+        bound_pods: Iterable[Mapping[str, Any]],
+        namespaces: Iterable[Mapping[str, Any]],
+    ) -> dict[str, int]:
+        """Make the cache equal a fresh list: add what is missing, drop what is gone.
+
+        Assumed pods are kept: their binding may still be in flight and is not
+        in any list yet.
+        """
+        removed = {"nodes": 0, "pods": 0, "namespaces": 0}
+        node_bodies = list(nodes)
+        seen_nodes = {str(b["metadata"]["name"]) for b in node_bodies}
+        for name in self.node_names() - seen_nodes:
+            removed["nodes"] += self.delete_node(name)
+        for body in node_bodies:
+            self.upsert_node(body)
+        ns_bodies = list(namespaces)
+        seen_ns = {str(b["metadata"]["name"]) for b in ns_bodies}
+        for name in self.namespace_names() - seen_ns:
+            self.delete_namespace(name)
+            removed["namespaces"] += 1
+        for body in ns_bodies:
+            self.upsert_namespace(body)
+        pod_bodies = list(bound_pods)
+        seen_pods = {
+            pod_key(str(b["metadata"]["namespace"]), str(b["metadata"]["name"])) for b in pod_bodies
+        }
+        for key in self.pod_keys() - seen_pods:
+            if self.lifecycle.state(key) is PodState.ADDED:
+                removed["pods"] += self.remove_pod(key)
+        for body in pod_bodies:
+            self.observe_bound_pod(body)
+        return removed
+
+    def _broken(self, what: str, reason: str) -> None:
+        if self.broken.get(what) != reason:
+            log.warning("object_unreadable", reason=f"{what}: {reason}")
+        self.broken[what] = reason

@@ -1,0 +1,616 @@
+"""The scheduling queue: which pending pod the scheduler tries next, and when it retries.
+
+Modelled on kube-scheduler's PriorityQueue (``pkg/scheduler/backend/queue``), rewritten for one
+asyncio event loop and without I/O: the watch handlers call :meth:`SchedulingQueue.add`,
+``update``, ``delete`` and ``move_all_on_event``; the scheduling loop awaits ``pop`` and reports
+each attempt back with ``done`` or ``requeue_after_failure``; a periodic task calls ``flush``.
+Time comes from an injectable :class:`Clock`, so every rule below is testable with a fake one.
+
+Theory of operation
+-------------------
+A tracked pod is in exactly one place at any time; nothing is ever dropped except by
+``delete`` (the pod is gone) or ``done`` (the attempt placed it):
+
+* **active**: a heap, higher ``priority`` first, then earlier enqueue time, then FIFO.
+  ``pop`` takes its head and is the only way out to *in-flight*.
+* **backoff**: pods that failed recently, ordered by backoff expiry. The backoff is
+  ``initial * 2**(attempts-1)`` capped at ``max`` (1 s, 2 s, 4 s, 8 s, 10 s, 10 s ...), counted
+  from the failure. ``flush`` moves expired ones to active.
+* **unschedulable**: pods no node could take. Only a cluster change can help them, so they
+  wait for ``move_all_on_event`` (or for ``max_unschedulable_stay``, 5 min, as a safety net
+  against a missed event) and then go to backoff if their backoff has not expired yet,
+  otherwise straight to active: an event never lets a pod skip its backoff.
+* **gated**: pods with ``spec.schedulingGates``; never popped, never moved by events, released
+  only by an ``update`` that removes the last gate.
+* **in-flight**: popped and being scheduled or bound. The attempt ends with ``done`` (the pod
+  leaves the queue) or ``requeue_after_failure``.
+
+The moves, in one place::
+
+    from            operation                          to
+    (new)           add / update of an unknown pod     active, or gated if it has gates
+    active          pop                                in-flight
+    in-flight       done                               (leaves the queue)
+    in-flight       requeue, error                     backoff (active if backoff is 0)
+    in-flight       requeue, unschedulable             unschedulable, but backoff/active if a
+                                                       cluster event or a relevant update of
+                                                       the pod arrived while it was in flight
+    backoff         flush, backoff expired             active
+    unschedulable   move_all_on_event, relevant        backoff while backing off, else active
+    unschedulable   flush, stayed > max stay           backoff while backing off, else active
+    unschedulable   update that could matter           backoff while backing off, else active
+    gated           update removing the last gate      backoff while backing off, else active
+    any but gated   update adding gates                gated
+    any             delete                             (leaves the queue)
+
+Events that arrive while a pod is in flight are not lost (kube-scheduler's moveRequestCycle):
+each ``pop`` starts a new scheduling cycle, and a relevant event records the current cycle as
+the last move request. A pod that fails as unschedulable in a cycle no later than that request
+may have missed the event that would have freed it, so it goes to backoff instead of waiting in
+unschedulable. This is deliberately conservative: a spurious retry costs one cycle, a missed
+event costs up to five minutes.
+
+Pods are identified by :data:`PodKey` (``namespace/name``); the uid tells a recreated pod (same
+name, new uid) from an update: a recreation replaces the old pod as a new one, and events for
+the old uid (``delete``, or ``done``/``requeue`` of its in-flight attempt) are ignored.
+
+Not thread-safe: call everything from the event loop that awaits ``pop``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import heapq
+import itertools
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Generic, NamedTuple, NewType, Protocol, TypeVar
+
+PodKey = NewType("PodKey", str)
+"""``namespace/name``: how the queue and the cache name a pod across its updates."""
+
+
+def pod_key(namespace: str, name: str) -> PodKey:
+    return PodKey(f"{namespace}/{name}")
+
+
+class Clock(Protocol):
+    """Where the queue reads the time (seconds; only differences matter)."""
+
+    def now(self) -> float: ...
+
+
+class MonotonicClock:
+    """The production clock: monotonic, so backoffs survive wall-clock jumps."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+
+class QueueablePod(Protocol):
+    """What the queue needs to know about a pod; the model's pod record satisfies it."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def scheduling_gates(self) -> Sequence[str]: ...
+
+
+P = TypeVar("P", bound=QueueablePod)
+T = TypeVar("T")
+
+
+class QueueName(enum.StrEnum):
+    """Where a tracked pod is. The values are the ``queue`` label of the pending-pods gauge."""
+
+    ACTIVE = "active"
+    BACKOFF = "backoff"
+    UNSCHEDULABLE = "unschedulable"
+    GATED = "gated"
+    IN_FLIGHT = "in_flight"
+
+
+PENDING_QUEUES: Final = (
+    QueueName.ACTIVE,
+    QueueName.BACKOFF,
+    QueueName.UNSCHEDULABLE,
+    QueueName.GATED,
+)
+"""The sub-queues of pods waiting for a scheduling attempt (in-flight ones are not waiting)."""
+
+
+class ClusterEventType(enum.StrEnum):
+    """Cluster changes that can make an unschedulable pod schedulable."""
+
+    NODE_ADDED = "NodeAdded"
+    NODE_CHANGED = "NodeChanged"
+    """Only relevant with a non-empty :class:`NodeChange`."""
+    NODE_TOPOLOGY_CHANGED = "NodeTopologyChanged"
+    POD_BOUND = "AssignedPodAdded"
+    """A pod was bound (by anyone): affinity and spread constraints may now be satisfiable."""
+    POD_CHANGED = "AssignedPodChanged"
+    """A bound pod changed labels or shrank its requests; the caller filters other changes."""
+    POD_DELETED = "AssignedPodDeleted"
+    """A bound pod went away and freed its resources."""
+
+
+class NodeChange(enum.Flag):
+    """What changed in a node update; other changes (heartbeats, conditions) never help."""
+
+    NONE = 0
+    ALLOCATABLE = enum.auto()
+    LABELS = enum.auto()
+    TAINTS = enum.auto()
+    SCHEDULABLE = enum.auto()
+    """``spec.unschedulable`` flipped (cordon/uncordon)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEvent:
+    type: ClusterEventType
+    node_changes: NodeChange = NodeChange.NONE
+    subject: str = ""
+    """The changed object's name, for logs only."""
+
+    def __post_init__(self) -> None:
+        if self.node_changes and self.type is not ClusterEventType.NODE_CHANGED:
+            raise ValueError(f"node_changes only apply to {ClusterEventType.NODE_CHANGED}")
+
+    @property
+    def of_interest(self) -> bool:
+        """False for an event that cannot help any pod, so it does not count as a move."""
+        return self.type is not ClusterEventType.NODE_CHANGED or bool(self.node_changes)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueueConfig:
+    initial_backoff: float = 1.0
+    """Seconds of backoff after the first failed attempt; doubles per further attempt."""
+    max_backoff: float = 10.0
+    """Cap of the backoff; 0 disables backoff entirely."""
+    max_unschedulable_stay: float = 300.0
+    """Seconds after which an unschedulable pod is retried even without a cluster event.
+    Backoff and stay both end *at* their deadline: ``flush(deadline)`` moves the pod."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.initial_backoff <= self.max_backoff:
+            raise ValueError(
+                f"need 0 <= initial_backoff ({self.initial_backoff}) "
+                f"<= max_backoff ({self.max_backoff})"
+            )
+        if not self.max_unschedulable_stay > 0:
+            raise ValueError(f"max_unschedulable_stay must be > 0: {self.max_unschedulable_stay}")
+
+
+def backoff_duration(attempts: int, config: QueueConfig) -> float:
+    """Backoff after ``attempts`` failed attempts: none before the first, then exponential."""
+    if attempts <= 0:
+        return 0.0
+    # Capping the exponent keeps the float finite for absurd attempt counts.
+    return min(config.max_backoff, config.initial_backoff * 2.0 ** min(attempts - 1, 64))
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedPodInfo(Generic[P]):
+    """A snapshot of a tracked pod; ``pop`` returns one as the handle of the attempt."""
+
+    pod: P
+    attempts: int
+    """Attempts so far, including the one this handle stands for when popped."""
+    cycle: int
+    """Scheduling cycle of the latest attempt (0: never popped)."""
+    first_queued_at: float | None
+    """When the pod first became poppable (gated time excluded): the e2e latency start."""
+    enqueued_at: float
+    """When the pod was last (re)queued; orders equal priorities and times the unschedulable
+    stay."""
+    last_failure: str
+    """Reason of the latest failed attempt, "" if none."""
+
+    @property
+    def key(self) -> PodKey:
+        return pod_key(self.pod.namespace, self.pod.name)
+
+
+class FlushResult(NamedTuple):
+    backoff_completed: int
+    unschedulable_timed_out: int
+
+
+@dataclass(slots=True)
+class _Entry(Generic[P]):
+    pod: P
+    key: PodKey
+    enqueued_at: float
+    first_queued_at: float | None = None
+    attempts: int = 0
+    cycle: int = 0
+    backoff_until: float = -math.inf
+    last_failure: str = ""
+    updated_in_flight: bool = False
+
+    def info(self) -> QueuedPodInfo[P]:
+        return QueuedPodInfo(
+            pod=self.pod,
+            attempts=self.attempts,
+            cycle=self.cycle,
+            first_queued_at=self.first_queued_at,
+            enqueued_at=self.enqueued_at,
+            last_failure=self.last_failure,
+        )
+
+
+@dataclass(order=True, slots=True)
+class _Cell(Generic[T]):
+    rank: tuple[float, ...]
+    seq: int
+    key: PodKey = field(compare=False)
+    item: T = field(compare=False)
+    alive: bool = field(default=True, compare=False)
+
+
+class _IndexedHeap(Generic[T]):
+    """A heap with removal by key: removed cells are marked dead and skipped (lazy deletion)."""
+
+    def __init__(self) -> None:
+        self._heap: list[_Cell[T]] = []
+        self._index: dict[PodKey, _Cell[T]] = {}
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index
+
+    def get(self, key: PodKey) -> T | None:
+        cell = self._index.get(key)
+        return None if cell is None else cell.item
+
+    def push(self, key: PodKey, rank: tuple[float, ...], item: T) -> None:
+        assert key not in self._index, f"{key} pushed twice"
+        cell = _Cell(rank, next(self._seq), key, item)
+        self._index[key] = cell
+        heapq.heappush(self._heap, cell)
+
+    def discard(self, key: PodKey) -> T | None:
+        cell = self._index.pop(key, None)
+        if cell is None:
+            return None
+        cell.alive = False
+        # Dead cells cost memory and pop time; rebuild once they outnumber the live ones.
+        if len(self._heap) > 64 and len(self._heap) > 2 * len(self._index):
+            self._heap = [c for c in self._heap if c.alive]
+            heapq.heapify(self._heap)
+        return cell.item
+
+    def peek(self) -> _Cell[T] | None:
+        while self._heap and not self._heap[0].alive:
+            heapq.heappop(self._heap)
+        return self._heap[0] if self._heap else None
+
+    def pop_head(self) -> T | None:
+        head = self.peek()
+        if head is None:
+            return None
+        heapq.heappop(self._heap)
+        del self._index[head.key]
+        head.alive = False
+        return head.item
+
+    def ordered(self) -> list[T]:
+        return [c.item for c in sorted(self._index.values())]
+
+
+def _differs(old: object, new: object) -> bool:
+    return old != new
+
+
+class SchedulingQueue(Generic[P]):
+    """Pending pods of one scheduler, in five disjoint places (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        config: QueueConfig | None = None,
+        is_relevant_update: Callable[[P, P], bool] = _differs,
+    ) -> None:
+        """``is_relevant_update(old, new)`` says whether an update could change the pod's
+        scheduling outcome; the default (any difference) suits a record holding only
+        scheduling inputs, as kube-scheduler ignores status-only changes."""
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._config = config if config is not None else QueueConfig()
+        self._is_relevant_update = is_relevant_update
+        self._active: _IndexedHeap[_Entry[P]] = _IndexedHeap()
+        self._backoff: _IndexedHeap[_Entry[P]] = _IndexedHeap()
+        # Insertion order is enqueue order (only requeue_after_failure inserts, with now),
+        # which lets flush stop at the first pod that has not overstayed.
+        self._unschedulable: dict[PodKey, _Entry[P]] = {}
+        self._gated: dict[PodKey, _Entry[P]] = {}
+        self._in_flight: dict[PodKey, _Entry[P]] = {}
+        self._cycle = 0
+        self._move_request_cycle = -1
+        self._closed = False
+        self._wake = asyncio.Event()
+
+    # -- introspection -------------------------------------------------------------------
+
+    @property
+    def config(self) -> QueueConfig:
+        return self._config
+
+    @property
+    def scheduling_cycle(self) -> int:
+        """Number of pops so far; the cycle number of the latest attempt."""
+        return self._cycle
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def where(self, key: PodKey) -> QueueName | None:
+        found = self._find(key)
+        return None if found is None else found[0]
+
+    def get(self, key: PodKey) -> QueuedPodInfo[P] | None:
+        found = self._find(key)
+        return None if found is None else found[1].info()
+
+    def count(self, queue: QueueName) -> int:
+        return len(self._container(queue))
+
+    def counts(self) -> dict[QueueName, int]:
+        return {q: self.count(q) for q in QueueName}
+
+    def pods(self, queue: QueueName) -> list[P]:
+        """The pods in one place; active in pop order, backoff in expiry order."""
+        container = self._container(queue)
+        entries = container.ordered() if isinstance(container, _IndexedHeap) else container.values()
+        return [e.pod for e in entries]
+
+    def __len__(self) -> int:
+        """All tracked pods, in-flight ones included."""
+        return sum(self.counts().values())
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._find(PodKey(key)) is not None
+
+    def next_flush_at(self) -> float | None:
+        """When ``flush`` will next have something to move, so the caller can sleep until."""
+        times = []
+        if (head := self._backoff.peek()) is not None:
+            times.append(head.item.backoff_until)
+        if (oldest := next(iter(self._unschedulable.values()), None)) is not None:
+            times.append(oldest.enqueued_at + self._config.max_unschedulable_stay)
+        return min(times, default=None)
+
+    # -- the watch side ------------------------------------------------------------------
+
+    def add(self, pod: P) -> QueueName:
+        """A pending pod appeared. A known key with the same uid is an update."""
+        key = pod_key(pod.namespace, pod.name)
+        found = self._find(key)
+        if found is not None:
+            if found[1].pod.uid == pod.uid:
+                return self.update(pod)
+            self._take(key)
+        now = self._clock.now()
+        return self._requeue(_Entry(pod=pod, key=key, enqueued_at=now), now)
+
+    def update(self, pod: P) -> QueueName:
+        """A pending pod changed; an unknown pod (or a new uid) is added as new."""
+        key = pod_key(pod.namespace, pod.name)
+        found = self._find(key)
+        if found is None or found[1].pod.uid != pod.uid:
+            return self.add(pod)
+        where, entry = found
+        old, entry.pod = entry.pod, pod
+        relevant = self._is_relevant_update(old, pod)
+        now = self._clock.now()
+        match where:
+            case QueueName.IN_FLIGHT:
+                # Applied when the attempt ends; a relevant change means a failed attempt
+                # may succeed now, like an event during the cycle.
+                entry.updated_in_flight = entry.updated_in_flight or relevant
+                return where
+            case QueueName.ACTIVE | QueueName.BACKOFF:
+                # Re-push: priority may have changed, or gates appeared.
+                self._take(key)
+                if _is_gated(pod):
+                    return self._to_gated(entry)
+                if where is QueueName.ACTIVE:
+                    return self._to_active(entry, now)
+                return self._to_backoff(entry)
+            case QueueName.UNSCHEDULABLE:
+                if not relevant and not _is_gated(pod):
+                    return where
+                del self._unschedulable[key]
+                return self._requeue(entry, now)
+            case QueueName.GATED:
+                if _is_gated(pod):
+                    return where
+                del self._gated[key]
+                return self._requeue(entry, now)
+        raise AssertionError(where)  # pragma: no cover
+
+    def delete(self, pod: P) -> bool:
+        """The pod is gone (or was bound); a stale uid is ignored. True if it was tracked."""
+        key = pod_key(pod.namespace, pod.name)
+        found = self._find(key)
+        if found is None or found[1].pod.uid != pod.uid:
+            return False
+        self._take(key)
+        return True
+
+    def move_all_on_event(
+        self, event: ClusterEvent, pre_check: Callable[[P], bool] | None = None
+    ) -> int:
+        """Retry the unschedulable pods this event may help; returns how many moved.
+
+        ``pre_check`` narrows the move to pods the event can concern (affinity matching a
+        newly bound pod, say). In-flight pods are conservatively counted as concerned.
+        """
+        if not event.of_interest:
+            return 0
+        self._move_request_cycle = self._cycle
+        now = self._clock.now()
+        moving = [
+            key
+            for key, entry in self._unschedulable.items()
+            if pre_check is None or pre_check(entry.pod)
+        ]
+        for key in moving:
+            self._requeue(self._unschedulable.pop(key), now)
+        return len(moving)
+
+    def flush(self, now: float | None = None) -> FlushResult:
+        """Move pods whose backoff expired to active and overstaying unschedulable pods out."""
+        now = self._clock.now() if now is None else now
+        limit = now - self._config.max_unschedulable_stay
+        timed_out = 0
+        while self._unschedulable:
+            key, entry = next(iter(self._unschedulable.items()))
+            if entry.enqueued_at > limit:
+                break
+            del self._unschedulable[key]
+            self._requeue(entry, now)
+            timed_out += 1
+        completed = 0
+        while (head := self._backoff.peek()) is not None and head.item.backoff_until <= now:
+            ready = self._backoff.pop_head()
+            assert ready is not None
+            self._to_active(ready, now)
+            completed += 1
+        return FlushResult(completed, timed_out)
+
+    # -- the scheduling side -------------------------------------------------------------
+
+    def try_pop(self) -> QueuedPodInfo[P] | None:
+        """The head of active, now in flight; None if active is empty or the queue closed."""
+        if self._closed:
+            return None
+        entry = self._active.pop_head()
+        if entry is None:
+            return None
+        self._cycle += 1
+        entry.cycle = self._cycle
+        entry.attempts += 1
+        entry.updated_in_flight = False
+        self._in_flight[entry.key] = entry
+        return entry.info()
+
+    async def pop(self) -> QueuedPodInfo[P] | None:
+        """Wait for an active pod; None once the queue is closed (shutdown)."""
+        while not self._closed:
+            info = self.try_pop()
+            if info is not None:
+                return info
+            self._wake.clear()
+            await self._wake.wait()
+        return None
+
+    def done(self, attempt: QueuedPodInfo[P]) -> bool:
+        """The attempt placed the pod: it leaves the queue. False for a stale handle."""
+        return self._end_attempt(attempt) is not None
+
+    def requeue_after_failure(
+        self, attempt: QueuedPodInfo[P], *, unschedulable: bool, reason: str
+    ) -> QueueName | None:
+        """The attempt failed; None if the pod was deleted or recreated meanwhile.
+
+        ``unschedulable``: no node fits, so only a cluster change helps; otherwise an error
+        (bind failure, API trouble) that a plain retry after backoff may fix.
+        """
+        entry = self._end_attempt(attempt)
+        if entry is None:
+            return None
+        now = self._clock.now()
+        entry.enqueued_at = now
+        entry.last_failure = reason
+        entry.backoff_until = now + backoff_duration(entry.attempts, self._config)
+        missed_event = self._move_request_cycle >= entry.cycle or entry.updated_in_flight
+        if unschedulable and not missed_event and not _is_gated(entry.pod):
+            self._unschedulable[entry.key] = entry
+            return QueueName.UNSCHEDULABLE
+        return self._requeue(entry, now)
+
+    def close(self) -> None:
+        """Shutdown: waiting and future pops return None. Tracked pods stay for inspection."""
+        self._closed = True
+        self._wake.set()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _container(self, queue: QueueName) -> _IndexedHeap[_Entry[P]] | dict[PodKey, _Entry[P]]:
+        match queue:
+            case QueueName.ACTIVE:
+                return self._active
+            case QueueName.BACKOFF:
+                return self._backoff
+            case QueueName.UNSCHEDULABLE:
+                return self._unschedulable
+            case QueueName.GATED:
+                return self._gated
+            case QueueName.IN_FLIGHT:
+                return self._in_flight
+        raise AssertionError(queue)  # pragma: no cover
+
+    def _find(self, key: PodKey) -> tuple[QueueName, _Entry[P]] | None:
+        for name in QueueName:
+            entry = self._container(name).get(key)
+            if entry is not None:
+                return name, entry
+        return None
+
+    def _take(self, key: PodKey) -> _Entry[P] | None:
+        for heap in (self._active, self._backoff):
+            if (entry := heap.discard(key)) is not None:
+                return entry
+        for table in (self._unschedulable, self._gated, self._in_flight):
+            if (entry := table.pop(key, None)) is not None:
+                return entry
+        return None
+
+    def _end_attempt(self, attempt: QueuedPodInfo[P]) -> _Entry[P] | None:
+        entry = self._in_flight.get(attempt.key)
+        if entry is None or entry.pod.uid != attempt.pod.uid or entry.cycle != attempt.cycle:
+            return None
+        del self._in_flight[attempt.key]
+        return entry
+
+    def _requeue(self, entry: _Entry[P], now: float) -> QueueName:
+        """Back to waiting: gated if gated, backoff while backing off, else active."""
+        if _is_gated(entry.pod):
+            return self._to_gated(entry)
+        if entry.backoff_until > now:
+            return self._to_backoff(entry)
+        return self._to_active(entry, now)
+
+    def _to_active(self, entry: _Entry[P], now: float) -> QueueName:
+        if entry.first_queued_at is None:
+            entry.first_queued_at = now
+        self._active.push(entry.key, (-entry.pod.priority, entry.enqueued_at), entry)
+        self._wake.set()
+        return QueueName.ACTIVE
+
+    def _to_backoff(self, entry: _Entry[P]) -> QueueName:
+        self._backoff.push(entry.key, (entry.backoff_until, -entry.pod.priority), entry)
+        return QueueName.BACKOFF
+
+    def _to_gated(self, entry: _Entry[P]) -> QueueName:
+        self._gated[entry.key] = entry
+        return QueueName.GATED
+
+
+def _is_gated(pod: QueueablePod) -> bool:
+    return len(pod.scheduling_gates) > 0

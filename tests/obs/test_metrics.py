@@ -1,0 +1,130 @@
+"""Metrics: one definition per name, conventional names, isolated registries."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from scheduler.control.lifecycle import PodState
+from scheduler.control.queue import QueueName
+from scheduler.obs.metrics import CACHE_POD_STATES, QUEUE_LABELS, AttemptResult, Metrics
+
+NAME = re.compile(r"^lattice_(scheduling|framework|queue|binding|graph|cache)_[a-z0-9_]+$")
+UNIT_BY_TYPE = {
+    "counter": ("_total",),
+    "histogram": ("_seconds",),
+    "gauge": ("_pods", "_nodes"),
+}
+
+
+def _sample(metrics: Metrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def _families(metrics: Metrics) -> dict[str, str]:
+    """Exposed name -> type; counters are exposed with their ``_total`` suffix."""
+    return {
+        (f"{f.name}_total" if f.type == "counter" else f.name): f.type
+        for f in metrics.registry.collect()
+    }
+
+
+def test_every_metric_follows_the_naming_convention() -> None:
+    families = _families(Metrics.create())
+    assert len(families) == 10
+    for name, kind in families.items():
+        assert NAME.match(name), name
+        assert name.endswith(UNIT_BY_TYPE[kind]), (name, kind)
+
+
+def test_expected_names() -> None:
+    assert set(_families(Metrics.create())) == {
+        "lattice_scheduling_attempts_total",
+        "lattice_scheduling_cycle_duration_seconds",
+        "lattice_scheduling_e2e_duration_seconds",
+        "lattice_framework_plugin_duration_seconds",
+        "lattice_queue_pending_pods",
+        "lattice_binding_duration_seconds",
+        "lattice_binding_errors_total",
+        "lattice_graph_patches_total",
+        "lattice_cache_size_nodes",
+        "lattice_cache_size_pods",
+    }
+
+
+def test_registries_are_isolated() -> None:
+    one, two = Metrics.create(), Metrics.create()
+    one.observe_attempt(AttemptResult.SCHEDULED, 0.01)
+    assert _sample(one, "lattice_scheduling_attempts_total", result="scheduled") == 1
+    assert _sample(two, "lattice_scheduling_attempts_total", result="scheduled") == 0
+
+
+def test_a_registry_takes_the_set_once() -> None:
+    registry = CollectorRegistry()
+    Metrics.create(registry)
+    with pytest.raises(ValueError, match="Duplicated"):
+        Metrics.create(registry)
+
+
+def test_fixed_label_values_exist_before_any_event() -> None:
+    metrics = Metrics.create()
+    for result in AttemptResult:
+        assert _sample(metrics, "lattice_scheduling_attempts_total", result=result) == 0
+    for queue in QUEUE_LABELS:
+        assert _sample(metrics, "lattice_queue_pending_pods", queue=queue) == 0
+    for state in CACHE_POD_STATES:
+        assert _sample(metrics, "lattice_cache_size_pods", state=state) == 0
+
+
+@pytest.mark.parametrize("result", list(AttemptResult), ids=str)
+def test_observe_attempt(result: AttemptResult) -> None:
+    metrics = Metrics.create()
+    metrics.observe_attempt(result, 0.003)
+    assert _sample(metrics, "lattice_scheduling_attempts_total", result=result) == 1
+    assert _sample(metrics, "lattice_scheduling_cycle_duration_seconds_count", result=result) == 1
+    assert (
+        _sample(
+            metrics, "lattice_scheduling_cycle_duration_seconds_bucket", result=result, le="0.004"
+        )
+        == 1
+    )
+
+
+def test_set_pending_takes_the_queue_counts() -> None:
+    metrics = Metrics.create()
+    metrics.set_pending({QueueName.ACTIVE: 3, QueueName.GATED: 1, QueueName.IN_FLIGHT: 7})
+    expected = {"active": 3, "backoff": 0, "unschedulable": 0, "gated": 1}
+    for queue, value in expected.items():
+        assert _sample(metrics, "lattice_queue_pending_pods", queue=queue) == value
+    assert _sample(metrics, "lattice_queue_pending_pods", queue="in_flight") is None
+
+
+def test_set_cache_size_takes_the_lifecycle_counts() -> None:
+    metrics = Metrics.create()
+    metrics.set_cache_size(4, {PodState.INITIAL: 0, PodState.ASSUMED: 2, PodState.ADDED: 9})
+    assert _sample(metrics, "lattice_cache_size_nodes") == 4
+    assert _sample(metrics, "lattice_cache_size_pods", state="assumed") == 2
+    assert _sample(metrics, "lattice_cache_size_pods", state="bound") == 0
+    assert _sample(metrics, "lattice_cache_size_pods", state="added") == 9
+    assert _sample(metrics, "lattice_cache_size_pods", state="initial") is None
+
+
+def test_open_label_metrics_and_exposition() -> None:
+    metrics = Metrics.create()
+    metrics.plugin_duration.labels(plugin="NodeResourcesFit", extension_point="filter").observe(
+        1e-4
+    )
+    metrics.bind_duration.observe(0.02)
+    metrics.bind_errors.inc()
+    metrics.graph_patches.inc(3)
+    metrics.e2e_scheduling_duration.observe(1.5)
+    text = generate_latest(metrics.registry).decode()
+    assert (
+        'lattice_framework_plugin_duration_seconds_count{extension_point="filter",'
+        'plugin="NodeResourcesFit"} 1.0' in text
+    )
+    assert "lattice_binding_errors_total 1.0" in text
+    assert "lattice_graph_patches_total 3.0" in text
+    assert "lattice_scheduling_e2e_duration_seconds_count 1.0" in text
