@@ -126,12 +126,22 @@ def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_arguments(agent)
 
 
+def _add_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from scheduler.control.explain import add_arguments
+
+    explain = sub.add_parser(
+        "explain", help="where would this pod go, and why (runs the core, binds nothing)"
+    )
+    add_arguments(explain)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lattice", description=__doc__)
     parser.add_argument("--version", action="version", version=f"lattice {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_devcluster(sub)
     _add_agent(sub)
+    _add_explain(sub)
     return parser
 
 
@@ -139,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "devcluster":
         return _devcluster(args)
+    if args.command == "explain":
+        from scheduler.control.explain import run as explain
+
+        return explain(args)
     if args.command == "agent":
         from scheduler.agent.main import run
 

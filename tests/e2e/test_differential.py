@@ -13,7 +13,6 @@ run on the same objects read back from the API server:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +21,10 @@ import pytest
 from kubernetes_asyncio import client
 
 from scheduler.core.explain import Decision
+from scheduler.core.from_api import as_pending, snapshot_from_api
 from scheduler.core.schedule import Framework
-from scheduler.core.snapshot import Snapshot
 from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client
-from scheduler.model.node import Namespace, Node
 from scheduler.model.pod import Pod
 from tests.conftest import report_line
 from tests.e2e.differential.gen import Body, Generator
@@ -54,15 +52,9 @@ async def diff_api(diff_plane: Path) -> AsyncIterator[client.ApiClient]:
 
 def lattice_decides(state: State) -> Decision:
     """Lattice's core on exactly the objects kube-scheduler saw."""
-    pod_body = copy.deepcopy(state.pod)
-    pod_body["spec"].pop("nodeName", None)  # the verdict being compared must not leak in
-    pod_body.pop("status", None)
-    snapshot = Snapshot(
-        nodes=[Node.from_api(b) for b in state.nodes],
-        pods=[(Pod.from_api(b), b["spec"]["nodeName"]) for b in state.pods],
-        namespaces=[Namespace.from_api(b) for b in state.namespaces],
-    )
-    return Framework().schedule(snapshot, Pod.from_api(pod_body), seed=0)
+    built = snapshot_from_api(state.nodes, state.pods, state.namespaces)
+    assert not built.skipped
+    return Framework().schedule(built.snapshot, Pod.from_api(as_pending(state.pod)), seed=0)
 
 
 @dataclass
