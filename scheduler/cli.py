@@ -135,6 +135,65 @@ def _add_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add_arguments(explain)
 
 
+def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from scheduler.config import LeaderElectionConfig, RunConfig
+
+    le, rc = LeaderElectionConfig(), RunConfig()
+    run = sub.add_parser("run", help="run the scheduler (watch, schedule, bind)")
+    run.add_argument(
+        "--kubeconfig", type=Path, default=None, help="default: the in-cluster service account"
+    )
+    run.add_argument("--scheduler-name", default=rc.scheduler_name)
+    run.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Lease-based leader election (default on)",
+    )
+    run.add_argument("--lease-name", default=le.lease_name)
+    run.add_argument("--lease-namespace", default=le.lease_namespace)
+    run.add_argument("--identity", default=le.identity)
+    run.add_argument("--lease-duration", type=int, default=le.lease_duration, help="seconds")
+    run.add_argument("--renew-deadline", type=float, default=le.renew_deadline)
+    run.add_argument("--retry-period", type=float, default=le.retry_period)
+    run.add_argument("--metrics-host", default=rc.metrics_host)
+    run.add_argument("--metrics-port", type=int, default=rc.metrics_port)
+    run.add_argument("--resync-interval", type=float, default=rc.resync_interval)
+    run.add_argument("--log-level", default="info", choices=("debug", "info", "warning"))
+
+
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from scheduler.config import LeaderElectionConfig, RunConfig
+    from scheduler.control.app import App
+    from scheduler.obs.logging import configure
+
+    configure(level=getattr(logging, args.log_level.upper()))
+    cfg = RunConfig(
+        kubeconfig=args.kubeconfig,
+        scheduler_name=args.scheduler_name,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+        resync_interval=args.resync_interval,
+        leader_election=LeaderElectionConfig(
+            enabled=args.leader_elect,
+            lease_name=args.lease_name,
+            lease_namespace=args.lease_namespace,
+            identity=args.identity,
+            lease_duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+        ),
+    )
+    try:
+        return asyncio.run(App(cfg).run())
+    except ValueError as exc:
+        print(f"lattice run: {exc}", file=sys.stderr)
+        return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lattice", description=__doc__)
     parser.add_argument("--version", action="version", version=f"lattice {__version__}")
@@ -142,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_devcluster(sub)
     _add_agent(sub)
     _add_explain(sub)
+    _add_run(sub)
     return parser
 
 
@@ -149,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "devcluster":
         return _devcluster(args)
+    if args.command == "run":
+        return _run(args)
     if args.command == "explain":
         from scheduler.control.explain import run as explain
 

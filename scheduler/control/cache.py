@@ -216,24 +216,32 @@ class SchedulerCache:
         nodes: Iterable[Mapping[str, Any]],
         bound_pods: Iterable[Mapping[str, Any]],
         namespaces: Iterable[Mapping[str, Any]],
+        list_rv: int | None = None,
     ) -> dict[str, int]:
         """Make the cache equal a fresh list: add what is missing, drop what is gone.
 
-        Assumed pods are kept: their binding may still be in flight and is not
-        in any list yet.
+        ``list_rv`` is the oldest resourceVersion of the lists: an entry the watch
+        brought in after it is newer than the list and is kept, as are assumed pods
+        (their binding may still be in flight and is in no list yet).
         """
+
+        def older(rv: int | None) -> bool:
+            return list_rv is None or (rv is not None and rv <= list_rv)
+
         removed = {"nodes": 0, "pods": 0, "namespaces": 0}
         node_bodies = list(nodes)
         seen_nodes = {str(b["metadata"]["name"]) for b in node_bodies}
         for name in self.node_names() - seen_nodes:
-            removed["nodes"] += self.delete_node(name)
+            if older(self._node_rv.get(name)):
+                removed["nodes"] += self.delete_node(name)
         for body in node_bodies:
             self.upsert_node(body)
         ns_bodies = list(namespaces)
         seen_ns = {str(b["metadata"]["name"]) for b in ns_bodies}
         for name in self.namespace_names() - seen_ns:
-            self.delete_namespace(name)
-            removed["namespaces"] += 1
+            if older(self._ns_rv.get(name)):
+                self.delete_namespace(name)
+                removed["namespaces"] += 1
         for body in ns_bodies:
             self.upsert_namespace(body)
         pod_bodies = list(bound_pods)
@@ -241,7 +249,8 @@ class SchedulerCache:
             pod_key(str(b["metadata"]["namespace"]), str(b["metadata"]["name"])) for b in pod_bodies
         }
         for key in self.pod_keys() - seen_pods:
-            if self.lifecycle.state(key) is PodState.ADDED:
+            cached = self._pods[key]
+            if self.lifecycle.state(key) is PodState.ADDED and older(cached.rv):
                 removed["pods"] += self.remove_pod(key)
         for body in pod_bodies:
             self.observe_bound_pod(body)

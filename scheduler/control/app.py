@@ -1,0 +1,287 @@
+"""`lattice run`: every background task of the scheduler process, started and
+stopped in one place.
+
+Start-up: API client -> our LatticeScheduler object (created with defaults if
+missing) -> one full list into the cache (readiness) -> /metrics server ->
+kopf watches -> leader election -> (leader only) scheduling loop and status.
+
+Shutdown on SIGTERM/SIGINT: stop taking pods, let in-flight bindings finish
+(bounded), release the lease, stop the watches. Losing the lease ends the
+process with a non-zero code, as kube-scheduler does: a fresh start is the
+simplest way back to a consistent standby.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import kopf
+import structlog
+import yaml
+from kubernetes_asyncio import client, config
+
+from scheduler.config import RunConfig
+from scheduler.control.kubeio import KubeWriter
+from scheduler.control.leader import Elector
+from scheduler.control.queue import PENDING_QUEUES
+from scheduler.control.ratelimit import TokenBucket
+from scheduler.control.scheduler import Scheduler
+from scheduler.control.server import start_server
+from scheduler.control.settings import SchedulerSettings, SettingsError, parse_spec
+from scheduler.control.status import build_status, ensure_object, write_status
+from scheduler.control.watch import build_registry, operator_settings
+from scheduler.obs.metrics import Metrics
+
+log = structlog.get_logger("lattice.app")
+
+
+async def _api_client(kubeconfig: Path | None) -> client.ApiClient:
+    cfg = client.Configuration()
+    if kubeconfig is None:
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    else:
+        await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return client.ApiClient(configuration=cfg)
+
+
+def _kopf_login(kubeconfig: Path | None) -> Any:
+    """kopf connects with the same credentials as our own client."""
+
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if kubeconfig is None:
+            return kopf.login_with_service_account(**kwargs)
+        doc = yaml.safe_load(kubeconfig.read_text())
+        ctx_name = doc.get("current-context")
+        ctx = next(c["context"] for c in doc["contexts"] if c["name"] == ctx_name)
+        cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == ctx["cluster"])
+        user = next(u["user"] for u in doc["users"] if u["name"] == ctx["user"])
+        return kopf.ConnectionInfo(
+            server=cluster["server"],
+            ca_path=cluster.get("certificate-authority"),
+            ca_data=cluster.get("certificate-authority-data"),
+            scheme="Bearer" if user.get("token") else None,
+            token=user.get("token"),
+            certificate_path=user.get("client-certificate"),
+            private_key_path=user.get("client-key"),
+        )
+
+    return login
+
+
+async def _list(call: Any, **kwargs: Any) -> tuple[list[dict[str, Any]], int | None]:
+    """Items and the list's resourceVersion (None if it is not an etcd revision)."""
+    resp = await call(_preload_content=False, **kwargs)
+    doc = json.loads(await resp.read())
+    rv = doc.get("metadata", {}).get("resourceVersion")
+    items: list[dict[str, Any]] = doc["items"]
+    return items, int(rv) if str(rv).isdigit() else None
+
+
+class App:
+    """The running process: owns every task and stops them all."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.metrics = Metrics.create()
+        self.synced = False
+        self.settings_error: str | None = None
+        self.generation: int | None = None
+        self.stopping = asyncio.Event()
+        self._relist_pending = False
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    # -- settings -----------------------------------------------------------
+    def _apply_object(self, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        if meta.get("name") != self.cfg.scheduler_name:
+            return
+        self.generation = meta.get("generation")
+        try:
+            settings = parse_spec(body.get("spec") or {}, self.cfg.scheduler_name)
+        except SettingsError as exc:
+            self.settings_error = str(exc)
+            log.warning("settings_rejected", reason=str(exc))
+            return
+        self.settings_error = None
+        if settings != self.scheduler.settings:
+            self.scheduler.apply_settings(settings)
+
+    def _on_settings(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        if event_type != "DELETED":
+            self._apply_object(body)
+
+    # -- cache sync ---------------------------------------------------------
+    async def sync(self) -> None:
+        """List everything once: the initial fill, and the reconcile after re-lists."""
+        core = client.CoreV1Api(self.api)
+        (nodes, nrv), (namespaces, nsrv), (pods, prv) = await asyncio.gather(
+            _list(core.list_node),
+            _list(core.list_namespace),
+            _list(core.list_pod_for_all_namespaces),
+        )
+        # Watch events processed while the lists were in flight are newer than the lists.
+        known = [rv for rv in (nrv, nsrv, prv) if rv is not None]
+        list_rv = min(known) if len(known) == 3 else None
+        bound = [p for p in pods if (p.get("spec") or {}).get("nodeName")]
+        removed = self.scheduler.cache.reconcile(nodes, bound, namespaces, list_rv)
+        live = set()
+        for pod in pods:
+            if not (pod.get("spec") or {}).get("nodeName"):
+                self.scheduler.pod_upserted(pod)
+                meta = pod["metadata"]
+                live.add(f"{meta['namespace']}/{meta['name']}")
+        for name in PENDING_QUEUES:
+            for queued in self.scheduler.queue.pods(name):
+                key = f"{queued.namespace}/{queued.name}"
+                if key not in live and self.scheduler.queued_before(key, list_rv):
+                    self.scheduler.queue.delete(queued)
+        if any(removed.values()):
+            log.warning("cache_reconciled", reason=json.dumps(removed))
+        self.synced = True
+
+    def _on_relist(self) -> None:
+        if not self._relist_pending:
+            self._relist_pending = True
+            self._spawn(self._debounced_resync())
+
+    async def _debounced_resync(self) -> None:
+        await asyncio.sleep(2.0)  # let the whole re-list arrive first
+        self._relist_pending = False
+        await self.sync()
+
+    # -- loops --------------------------------------------------------------
+    async def _housekeeping(self) -> None:
+        last_resync = time.monotonic()
+        while True:
+            self.scheduler.tick()
+            if time.monotonic() - last_resync > self.cfg.resync_interval:
+                last_resync = time.monotonic()
+                try:
+                    await self.sync()
+                except (client.ApiException, OSError) as exc:
+                    log.warning("resync_failed", reason=str(exc))
+            await asyncio.sleep(0.25)
+
+    async def _status_loop(self) -> None:
+        while True:
+            status = build_status(
+                self.scheduler,
+                leader=self.cfg.leader_election.identity,
+                ready=self.synced,
+                settings_error=self.settings_error,
+                generation=self.generation,
+            )
+            try:
+                await write_status(self.api, self.cfg.scheduler_name, status)
+            except (client.ApiException, OSError) as exc:
+                log.warning("status_write_failed", reason=str(exc))
+            await asyncio.sleep(self.cfg.status_interval)
+
+    async def _lead(self) -> None:
+        """Runs while we lead: the scheduling loop and the status writer."""
+        self._spawn(self._status_loop())
+        await self.scheduler.run()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.append(task)
+        return task
+
+    # -- the whole life -----------------------------------------------------
+    async def run(self) -> int:
+        self.cfg.validate()
+        self.api = await _api_client(self.cfg.kubeconfig)
+        try:
+            return await self._run()
+        finally:
+            await self.api.close()
+
+    async def _run(self) -> int:
+        obj = await ensure_object(self.api, self.cfg.scheduler_name)
+        settings = SchedulerSettings(scheduler_name=self.cfg.scheduler_name)
+        writer = KubeWriter(
+            self.api,
+            component=self.cfg.scheduler_name,
+            instance=self.cfg.leader_election.identity,
+            limiter=TokenBucket(settings.client_qps, settings.client_burst),
+        )
+        self.scheduler = Scheduler(settings, writer=writer, metrics=self.metrics)
+        self._apply_object(obj)
+        await self.sync()
+        runner, port = await start_server(
+            self.metrics.registry,
+            lambda: self.synced,
+            self.cfg.metrics_host,
+            self.cfg.metrics_port,
+        )
+        log.info("serving", reason=f"metrics on {self.cfg.metrics_host}:{port}")
+        kopf_stop = asyncio.Event()
+        kopf_ready = asyncio.Event()
+        registry = build_registry(
+            self.scheduler,
+            login=_kopf_login(self.cfg.kubeconfig),
+            on_settings=self._on_settings,
+            on_relist=self._on_relist,
+            synced=lambda: self.synced,
+        )
+        kopf_task = self._spawn(
+            kopf.operator(
+                registry=registry,
+                settings=operator_settings(),
+                clusterwide=True,
+                standalone=True,
+                stop_flag=kopf_stop,
+                ready_flag=kopf_ready,
+            )
+        )
+        await asyncio.wait(
+            [asyncio.ensure_future(kopf_ready.wait()), kopf_task],
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        await asyncio.sleep(0.1)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # ours, not kopf's: we stop in order
+            loop.add_signal_handler(sig, self.stopping.set)
+        self._spawn(self._housekeeping())
+
+        elector: Elector | None = None
+        if self.cfg.leader_election.enabled:
+            elector = Elector(self.api, self.cfg.leader_election, self._lead)
+            leading = self._spawn(elector.run())
+            lost = asyncio.ensure_future(elector.lost.wait())
+        else:
+            leading = self._spawn(self._lead())
+            lost = asyncio.ensure_future(asyncio.Event().wait())
+        stop = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait([stop, lost, kopf_task, leading], return_when=asyncio.FIRST_COMPLETED)
+        code = 0 if stop.done() else 1
+        reason = "signal" if stop.done() else "leadership lost" if lost.done() else "task ended"
+        for task in (kopf_task, leading):
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.error("task_failed", reason=repr(task.exception()))
+        log.info("stopping", reason=reason)
+
+        # Stop taking pods, let in-flight bindings finish, then give up the lease.
+        self.scheduler.queue.close()
+        await self.scheduler.drain(self.cfg.shutdown_grace)
+        if elector is not None and elector.leading.is_set():
+            leading.cancel()  # no renewal may overwrite the release
+            await asyncio.gather(leading, return_exceptions=True)
+            await elector.release()
+        kopf_stop.set()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(kopf_task), 10)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for fut in (stop, lost):
+            fut.cancel()
+        await runner.cleanup()
+        return code

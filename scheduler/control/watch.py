@@ -1,0 +1,90 @@
+"""kopf as a thin shell: raw watch events of pods, nodes, namespaces and our
+LatticeScheduler objects, handed to the scheduler as plain dicts.
+
+Only ``on.event`` handlers are used: they persist nothing onto the objects (no
+finalizers, no progress annotations), and kopf's k8s-event posting and peering
+are off. Scanning is off too, so kopf needs no permission on CRDs.
+
+A listing event (type None) after start-up means kopf re-listed a resource (a
+restarted watch, a 410 Gone): objects deleted during the gap produce no
+DELETE, so the app runs a full reconcile soon after.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import kopf
+
+from scheduler.control.scheduler import Scheduler
+from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL
+
+
+def operator_settings() -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False
+    settings.scanning.disabled = True
+    settings.peering.standalone = True
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    settings.networking.request_timeout = 60
+    return settings
+
+
+def build_registry(
+    scheduler: Scheduler,
+    *,
+    login: Callable[..., kopf.ConnectionInfo | None],
+    on_settings: Callable[[str | None, Mapping[str, Any]], None],
+    on_relist: Callable[[], None],
+    synced: Callable[[], bool],
+) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    logging.getLogger("kopf").setLevel(logging.WARNING)
+
+    typed_seen: set[str] = set()
+
+    def relisted(kind: str, event: kopf.RawEvent) -> None:
+        """A listing (type None) after live events of the same kind is a re-list."""
+        if event.get("type") is not None:
+            typed_seen.add(kind)
+        elif kind in typed_seen and synced():
+            typed_seen.discard(kind)
+            on_relist()
+
+    @kopf.on.login(registry=registry)
+    def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return login(**kwargs)
+
+    @kopf.on.event("", "v1", "pods", registry=registry)
+    async def _pod(*, event: kopf.RawEvent, **_: Any) -> None:
+        relisted("pods", event)
+        if event.get("type") == "DELETED":
+            scheduler.pod_deleted(event["object"])
+        else:
+            scheduler.pod_upserted(event["object"])
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    async def _node(*, event: kopf.RawEvent, **_: Any) -> None:
+        relisted("nodes", event)
+        if event.get("type") == "DELETED":
+            scheduler.node_deleted(event["object"])
+        else:
+            scheduler.node_upserted(event["object"])
+
+    @kopf.on.event("", "v1", "namespaces", registry=registry)
+    async def _namespace(*, event: kopf.RawEvent, **_: Any) -> None:
+        relisted("namespaces", event)
+        if event.get("type") == "DELETED":
+            scheduler.namespace_deleted(event["object"])
+        else:
+            scheduler.namespace_upserted(event["object"])
+
+    @kopf.on.event(API_GROUP, API_VERSION, PLURAL, registry=registry)
+    async def _settings(*, event: kopf.RawEvent, **_: Any) -> None:
+        on_settings(event.get("type"), event["object"])
+
+    return registry
