@@ -2,18 +2,13 @@
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
-nodes := "10"
-
 # Show the recipes.
 default:
     @just --list
 
-# The main job on the embedded default: a local control plane with fake nodes, shown.
+# The main job on the embedded default: control plane, fake nodes, Lattice, a sample workload.
 demo:
-    lattice devcluster down >/dev/null
-    lattice devcluster up --nodes {{nodes}} --with-kube-scheduler
-    lattice devcluster kubectl get nodes -L topology.kubernetes.io/zone -L node.kubernetes.io/instance-type
-    @echo "The cluster keeps running: export KUBECONFIG=$(lattice devcluster kubeconfig); stop it with: just down"
+    lattice demo
 
 # Stop the demo cluster and remove its state.
 down:

@@ -202,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_agent(sub)
     _add_explain(sub)
     _add_run(sub)
+    demo = sub.add_parser("demo", help="control plane + Lattice + a sample workload, shown")
+    demo.add_argument("--nodes", type=int, default=12)
     return parser
 
 
@@ -209,6 +211,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "devcluster":
         return _devcluster(args)
+    if args.command == "demo":
+        from scheduler.demo import main as demo
+
+        return demo(args.nodes)
     if args.command == "run":
         return _run(args)
     if args.command == "explain":

@@ -82,6 +82,9 @@ class ClusterState:
     pids: dict[str, int] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     started_at: float = 0.0
+    names: dict[str, str] = field(default_factory=dict)
+    """Component -> how its process is recognised, for processes that are not
+    control-plane binaries (see :func:`process.is_running`)."""
 
     @property
     def server(self) -> str:
@@ -130,7 +133,8 @@ class DevCluster:
         if state is None:
             return {}
         return {
-            name: process.is_running(pid, _binary_name(name)) for name, pid in state.pids.items()
+            name: process.is_running(pid, state.names.get(name, name))
+            for name, pid in state.pids.items()
         }
 
     # -- lifecycle ---------------------------------------------------------
@@ -189,9 +193,19 @@ class DevCluster:
         stopped = []
         # Clients first, etcd last, so nothing logs a storm of connection errors.
         for name in reversed(list(state.pids)):
-            if process.stop(state.pids[name], _binary_name(name)):
+            if process.stop(state.pids[name], state.names.get(name, name)):
                 stopped.append(name)
         return stopped
+
+    def start_process(self, name: str, argv: list[str], marker: str) -> int:
+        """Start another process that belongs to this cluster (e.g. `lattice run`):
+        recorded like the components, so `down` stops it too."""
+        state = self.load_state()
+        if state is None:
+            raise DevClusterError(f"no devcluster at {self.state_dir}")
+        state.names[name] = f"{Path(argv[0]).name}|{marker}"
+        self._start(state, name, Path(argv[0]), argv[1:])
+        return state.pids[name]
 
     # -- components --------------------------------------------------------
     def _write_credentials(self, state: ClusterState) -> None:
@@ -376,7 +390,7 @@ class DevCluster:
 
     # -- waiting -----------------------------------------------------------
     def _check_alive(self, state: ClusterState, name: str) -> None:
-        if not process.is_running(state.pids[name], _binary_name(name)):
+        if not process.is_running(state.pids[name], state.names.get(name, name)):
             raise DevClusterError(
                 f"{name} exited during start-up "
                 f"({process.exit_status(state.pids[name])}); last lines of {self.log(name)}:\n"
@@ -446,7 +460,3 @@ class DevCluster:
 
         async with api_client(self.kubeconfig) as api:
             await wait_nodes_ready(api, config.nodes, config.node_ready_timeout)
-
-
-def _binary_name(component: str) -> str:
-    return component

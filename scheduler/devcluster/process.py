@@ -22,7 +22,7 @@ def free_port() -> int:
         return port
 
 
-def start(binary: Path, args: list[str], log: Path) -> int:
+def start(binary: Path, args: list[str], log: Path, env: dict[str, str] | None = None) -> int:
     """Start a detached process writing to ``log``; return its pid.
 
     posix_spawn rather than Popen: the process outlives this Python object (the
@@ -35,7 +35,7 @@ def start(binary: Path, args: list[str], log: Path) -> int:
     pid = os.posix_spawn(
         str(binary),
         [str(binary), *args],
-        dict(os.environ),
+        dict(os.environ) if env is None else env,
         file_actions=[
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
             (os.POSIX_SPAWN_OPEN, 1, str(log), flags, 0o644),
@@ -43,22 +43,28 @@ def start(binary: Path, args: list[str], log: Path) -> int:
         ],
         setsid=True,  # own session: survives the CLI that started it, and its Ctrl-C
     )
-    _wait_exec(pid, binary.resolve())
+    _wait_exec(pid, str(binary))
     return pid
 
 
-def _wait_exec(pid: int, binary: Path) -> None:
-    """Wait until the child has exec'd: until then /proc shows our own Python there,
-    and a liveness check by binary name would wrongly report it gone. During the exec
-    itself /proc/PID/exe and cmdline briefly read as missing or empty; keep polling."""
+def _wait_exec(pid: int, argv0: str) -> None:
+    """Wait until the child has exec'd and shows its own command line.
+
+    Until the exec, /proc shows our own Python there; during it, the exe link
+    changes before the new argument pages exist, so cmdline reads empty for a
+    moment. A liveness check by name in either window would report a healthy
+    process as gone, so wait for the new cmdline itself.
+    """
     deadline = time.monotonic() + 10
+    expected = argv0.encode() + b"\0"
     while time.monotonic() < deadline:
         try:
-            if Path(os.readlink(f"/proc/{pid}/exe")) == binary:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(expected):
                 return
         except OSError:
-            if _state(pid) in (None, "Z"):
-                return  # it really ended: the caller's liveness check reports it with the log
+            pass
+        if _state(pid) in (None, "Z"):
+            return  # it really ended: the caller's liveness check reports it with the log
         time.sleep(0.005)
 
 
@@ -72,7 +78,12 @@ def _state(pid: int) -> str | None:
 
 
 def is_running(pid: int, binary_name: str) -> bool:
-    """True when ``pid`` is alive and is still the binary we started."""
+    """True when ``pid`` is alive and is still the binary we started.
+
+    ``binary_name`` is argv[0]'s base name, optionally followed by ``|`` and a
+    string its command line must contain (for interpreters: ``python3|scheduler.cli``).
+    """
+    binary_name, _, marker = binary_name.partition("|")
     state = _state(pid)
     if state is None:
         return False
@@ -84,7 +95,7 @@ def is_running(pid: int, binary_name: str) -> bool:
     except OSError:
         return False
     argv0 = cmdline.split(b"\0", 1)[0].decode(errors="replace")
-    return Path(argv0).name == binary_name
+    return Path(argv0).name == binary_name and marker.encode() in cmdline
 
 
 def exit_status(pid: int) -> str:
