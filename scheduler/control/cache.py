@@ -55,6 +55,7 @@ class CachedPod:
     pod: Pod
     node: str
     rv: int | None
+    generation: int | None = None
 
 
 class SchedulerCache:
@@ -136,6 +137,13 @@ class SchedulerCache:
         if body.get("status", {}).get("phase") in TERMINAL_PHASES:
             self.remove_pod(key)
             return None
+        if (
+            known is not None
+            and self.lifecycle.state(key) is PodState.ADDED
+            and self._unchanged(known, body)
+        ):
+            known.rv = rv  # a status heartbeat: nothing the scheduler reads has changed
+            return None
         try:
             pod = Pod.from_api(body)
         except InvalidObjectError as exc:
@@ -161,8 +169,22 @@ class SchedulerCache:
         if known is not None:
             self.snapshot.remove_pod(known.pod)
         self.snapshot.add_pod(pod, node)
-        self._pods[key] = CachedPod(pod, node, rv)
+        self._pods[key] = CachedPod(pod, node, rv, meta.get("generation"))
         return pod
+
+    @staticmethod
+    def _unchanged(known: CachedPod, body: Mapping[str, Any]) -> bool:
+        """Bound pods mostly change in status only; re-parsing them is the watch's main
+        cost. Labels, node, deletion and the spec generation (resizes bump it) are
+        what could change a scheduling answer."""
+        meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+        return (
+            known.pod.uid == meta.get("uid", known.pod.uid)
+            and known.node == spec.get("nodeName")
+            and known.generation == meta.get("generation")
+            and known.pod.terminating == bool(meta.get("deletionTimestamp"))
+            and dict(known.pod.labels) == (meta.get("labels") or {})
+        )
 
     def assume(self, pod: Pod, node: str) -> None:
         """Count the pod on ``node`` now, before the binding is even sent."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import json
-import uuid
+import time
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -124,7 +124,7 @@ class KubeWriter:
         """A core/v1 Event on the pod, as kube-scheduler records Scheduled/FailedScheduling."""
         now = _now()
         meta: dict[str, Any] = {
-            "name": f"{pod.name}.{uuid.uuid4().hex[:16]}",
+            "name": f"{pod.name}.{time.time_ns():x}",  # as client-go names them
             "namespace": pod.namespace,
         }
         if trace_id:
@@ -153,7 +153,10 @@ class KubeWriter:
         }
         await self.limiter.acquire()
         try:
-            await self._core.create_namespaced_event(pod.namespace, cast(client.CoreV1Event, body))
+            resp = await self._core.create_namespaced_event(
+                pod.namespace, cast(client.CoreV1Event, body), _preload_content=False
+            )
+            cast(Any, resp).release()  # nothing to read: skip building a model object
         except client.ApiException as exc:
             if exc.status != 404:  # namespace being deleted: nobody will read it
                 raise
@@ -175,7 +178,10 @@ class KubeWriter:
         }
         await self.limiter.acquire()
         try:
-            await self._core.patch_namespaced_pod_status(pod.name, pod.namespace, patch)
+            resp = await self._core.patch_namespaced_pod_status(
+                pod.name, pod.namespace, patch, _preload_content=False
+            )
+            cast(Any, resp).release()
         except client.ApiException as exc:
             if exc.status != 404:
                 raise

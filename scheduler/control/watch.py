@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -22,8 +22,24 @@ from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """Lattice has no change-detecting handlers, so kopf's per-event essence (a deep
+    copy and a diff of every body) is pure overhead: about a third of the CPU spent
+    per pod event in a profile. Report no essence and store nothing."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return cast(kopf.BodyEssence, None)
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 def operator_settings() -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.enabled = False
     settings.scanning.disabled = True
     settings.peering.standalone = True

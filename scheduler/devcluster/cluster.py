@@ -207,6 +207,23 @@ class DevCluster:
         self._start(state, name, Path(argv[0]), argv[1:])
         return state.pids[name]
 
+    def start_kube_scheduler(self, config: ClusterConfig) -> int:
+        """Start kube-scheduler on a running cluster (benchmarks start it per run)."""
+        state = self.load_state()
+        if state is None:
+            raise DevClusterError(f"no devcluster at {self.state_dir}")
+        self._start_kube_scheduler(state, Binaries(Path(state.binaries)), config)
+        return state.pids["kube-scheduler"]
+
+    def stop_component(self, name: str) -> bool:
+        """Stop one recorded process (SIGTERM, then SIGKILL) and forget it."""
+        state = self.load_state()
+        if state is None or name not in state.pids:
+            return False
+        stopped = process.stop(state.pids.pop(name), state.names.pop(name, name))
+        self._save(state)
+        return stopped
+
     # -- components --------------------------------------------------------
     def _write_credentials(self, state: ClusterState) -> None:
         pki.write_pki(self.state_dir / "pki")

@@ -90,7 +90,7 @@ class Node:
             if res != PODS and not is_tracked_resource(res):
                 continue
             value = q.milli_value() if res == CPU else q.value()
-            allocatable[res] = to_int64(value, field=f"status.allocatable[{res}]", raw=str(q))
+            allocatable[res] = to_int64(value, field=f"status.allocatable[{res}]", raw=q)
         uid = metadata.get("uid") or ""
         return cls(
             name=name,

@@ -183,5 +183,5 @@ def _scale_decimal(digits: int, exponent10: int, text: str, field: str) -> int:
 def to_int64(value: int, *, field: str, raw: object) -> int:
     """Check that an integer conversion result fits int64 like the Go fields it mirrors."""
     if value > INT64_MAX or value < INT64_MIN:
-        raise InvalidObjectError(field, raw, "value does not fit in a 64-bit integer")
+        raise InvalidObjectError(field, str(raw), "value does not fit in a 64-bit integer")
     return value

@@ -165,5 +165,5 @@ def round_resources(requests: ResourceList, *, field: str) -> dict[str, int]:
         if not is_tracked_resource(name):
             continue
         value = q.milli_value() if name == CPU else q.value()
-        out[name] = to_int64(value, field=f"{field}[{name}]", raw=str(q))
+        out[name] = to_int64(value, field=f"{field}[{name}]", raw=q)
     return out

@@ -1,0 +1,1 @@
+"""Benchmarks: run by their own commands (`just bench`), never as timed tests."""
