@@ -27,3 +27,11 @@ lint:
 # Build the control-plane binaries into the cache (done on first use anyway).
 build:
     lattice devcluster build
+
+# Lattice beside kube-scheduler on one 1000-node control plane (prints pods/s, latency, CPU, RSS).
+bench *ARGS:
+    python -m scheduler.benchmarks.scheduling {{ARGS}}
+
+# The pure core's cycle time at 1000 and 5000 nodes against a per-node Python loop.
+bench-core:
+    python -m scheduler.core.bench
