@@ -152,6 +152,16 @@ async def wait_bound(
     return await poll(all_bound, within=within, interval=0.5)
 
 
+async def _scrape(sched: LatticeProcess, path: str) -> str:
+    """GET from the scheduler's metrics server (its port is in the 'serving' log line)."""
+    import aiohttp
+
+    line = next(ln for ln in sched.lines() if ln.get("event") == "serving")
+    port = int(str(line["reason"]).rsplit(":", 1)[1])
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}{path}") as r:
+        return await r.text()
+
+
 def test_rbac_is_least_privilege(plane: Plane) -> None:
     def can(verb: str, resource: str, *extra: str) -> bool:
         out = plane.run(
@@ -249,6 +259,25 @@ async def test_500_pods_on_100_nodes(plane: Plane, api: client.ApiClient, ns: st
         events = await scheduled_events(api, ns)
         assert all(c == 1 for c in events.values())
         assert len(events) == 500
+        metrics = await _scrape(sched, "/metrics")
+        assert 'lattice_scheduling_attempts_total{result="scheduled"} 500.0' in metrics
+        assert "lattice_binding_duration_seconds_count 500.0" in metrics
+        assert await _scrape(sched, "/readyz") == "ok"
+
+        async def status_shows_it() -> dict[str, Any] | None:
+            obj: dict[str, Any] = await client.CustomObjectsApi(api).get_cluster_custom_object(
+                "lattice.dev", "v1alpha1", "latticeschedulers", "lattice"
+            )
+            st = obj.get("status", {})
+            return st if st.get("counts", {}).get("scheduled", 0) >= 500 else None
+
+        status = await poll(status_shows_it, within=20, interval=0.5)
+        assert status["leader"] == sched.identity
+        assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
+        assert status["latency"]["p99Ms"] > 0
+        table = plane.run("get", "latticeschedulers")
+        assert sched.identity in table
+        assert "True" in table
     finally:
         sched.stop()
     assert sched.proc is not None
