@@ -1,7 +1,8 @@
 """Pure scheduling: snapshot, plugin framework, filters and scores, explanations.
 
-Entry point: ``schedule(snapshot, pod, profile, seed) -> Decision``. No I/O, no Kubernetes
-client: callers build a :class:`Snapshot` from model records and keep it updated.
+Entry point: ``schedule(snapshot, pod, profile, seed, topology=state) -> Decision``. No I/O,
+no Kubernetes client: callers build a :class:`Snapshot` from model records and keep it
+updated, and keep node topologies and device usage in a :class:`TopologyState` beside it.
 """
 
 from scheduler.core.explain import Decision, Explanation, NodeVerdict
@@ -10,6 +11,7 @@ from scheduler.core.profile import DEFAULT_PROFILE, Profile, ScoringStrategy
 from scheduler.core.registry import DuplicatePluginError, Registry, default_registry
 from scheduler.core.schedule import Framework, schedule
 from scheduler.core.snapshot import Snapshot
+from scheduler.core.topology import TopologyState
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -26,6 +28,7 @@ __all__ = [
     "Registry",
     "ScoringStrategy",
     "Snapshot",
+    "TopologyState",
     "default_registry",
     "schedule",
 ]

@@ -17,6 +17,7 @@ status. A successful decision uses the same format with the feasible count in fr
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
@@ -46,7 +47,7 @@ class ScoreRecord:
     plugin: str
     weight: int
     scores: IntArray
-    """Normalised 0..100 scores aligned with the feasible rows."""
+    """Normalised 0..100 scores per node row (meaningful on feasible rows only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,19 +104,15 @@ class Explanation:
     def _row_of(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.node_names)}
 
-    @cached_property
-    def _feasible_pos(self) -> dict[int, int]:
-        return {row: pos for pos, row in enumerate(self.feasible_rows.tolist())}
-
     def node(self, name: str) -> NodeVerdict:
         row = self._row_of[name]
         by = int(self.rejected_by[row])
         if by == FEASIBLE:
-            pos = self._feasible_pos[row]
-            scores = {r.plugin: int(r.scores[pos]) for r in self.scores}
-            weighted = {r.plugin: int(r.scores[pos]) * r.weight for r in self.scores}
+            # Score arrays and totals are row-aligned (only feasible rows are meaningful).
+            scores = {r.plugin: int(r.scores[row]) for r in self.scores}
+            weighted = {r.plugin: int(r.scores[row]) * r.weight for r in self.scores}
             return NodeVerdict(
-                name, None, (), Code.SUCCESS, scores, weighted, int(self.totals[pos])
+                name, None, (), Code.SUCCESS, scores, weighted, int(self.totals[row])
             )
         if by in (ABSENT, PREFILTER_REJECTED):
             status = self.absent if by == ABSENT else self.prefilter_rejection
@@ -237,6 +234,9 @@ class Decision:
     selected: str | None
     explanation: Explanation
     seed: int = 0
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Annotations to put on the pod with its binding (Binding ``metadata.annotations``),
+    e.g. ``lattice.dev/devices``: the devices the Topology plugin chose on ``selected``."""
 
     @property
     def feasible(self) -> tuple[str, ...]:
@@ -259,5 +259,6 @@ class Decision:
             "pod": f"{self.pod.namespace}/{self.pod.name}",
             "selected": self.selected,
             "seed": self.seed,
+            "annotations": dict(self.annotations),
             **body,
         }

@@ -15,6 +15,9 @@ extension over *all candidate nodes at once*, then Score over all feasible nodes
 * Score returns normalised integer scores 0..100 per node row, computed over whole columns
   with only the feasible rows mattering (no gathers), or None to skip (kube-scheduler's
   PreScore Skip); the framework multiplies by the profile weight.
+* Annotate (Lattice's, after selection) returns pod annotations for the chosen node row,
+  which the binder writes with the binding: the Topology plugin records the devices it
+  picked this way, so the choice survives a scheduler restart.
 
 Outcomes are values; exceptions are for bugs. :class:`Code` keeps kube-scheduler's numbering
 so Unschedulable (may pass after preemption/cluster change) and UnschedulableAndUnresolvable
@@ -23,10 +26,10 @@ so Unschedulable (may pass after preemption/cluster change) and UnschedulableAnd
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +37,9 @@ import numpy.typing as npt
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.model.node import Taint, TaintEffect
 from scheduler.model.pod import UNSCHEDULABLE_TAINT_KEY, Pod, tolerates
+
+if TYPE_CHECKING:
+    from scheduler.core.topology.state import TopologyState
 
 CodeArray = npt.NDArray[np.int8]
 T = TypeVar("T")
@@ -102,11 +108,15 @@ class Cycle:
     memoised here so several plugins can reuse them.
     """
 
-    __slots__ = ("_memo", "pod", "snapshot", "state")
+    __slots__ = ("_memo", "pod", "snapshot", "state", "topology")
 
-    def __init__(self, snapshot: Snapshot, pod: Pod) -> None:
+    def __init__(
+        self, snapshot: Snapshot, pod: Pod, *, topology: TopologyState | None = None
+    ) -> None:
         self.snapshot = snapshot
         self.pod = pod
+        # Node topologies and device usage, kept by the controller next to the snapshot.
+        self.topology = topology
         self.state: dict[str, Any] = {}
         self._memo: dict[str, Any] = {}
 
@@ -200,6 +210,14 @@ class ScorePlugin(Plugin, Protocol):
         ...
 
 
+@runtime_checkable
+class AnnotatePlugin(Plugin, Protocol):
+    def annotate(self, cycle: Cycle, row: int) -> Mapping[str, str]:
+        """Pod annotations to write with the binding to the selected node row (e.g. the
+        devices chosen for the pod); empty when the plugin has nothing to record."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class PluginSet:
     """Plugins instantiated for one profile, in execution order."""
@@ -207,3 +225,4 @@ class PluginSet:
     pre_filters: tuple[PreFilterPlugin, ...]
     filters: tuple[FilterPlugin, ...]
     scores: tuple[tuple[ScorePlugin, int], ...] = field(default=())
+    annotators: tuple[AnnotatePlugin, ...] = field(default=())

@@ -4,6 +4,10 @@ The defaults reproduce kube-scheduler v1.34's default profile restricted to the 
 core implements (no volume plugins, DynamicResources, ImageLocality or preemption). Filter
 order matters: a node is attributed to the first filter that rejects it, and that is what
 FailedScheduling messages count.
+
+Lattice adds one plugin of its own, Topology (device and NUMA alignment), last among the
+filters; it skips every pod that asks for no GPUs, RDMA NICs or pinned CPUs, so for those
+the profile still behaves exactly like kube-scheduler's.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from enum import StrEnum
 from typing import Final
 
 from scheduler.model.names import CPU, MEMORY
+from scheduler.model.topology import GPU_RESOURCE, RDMA_RESOURCE
 
 
 def _check_weights(what: str, pairs: tuple[tuple[str, int], ...]) -> None:
@@ -62,6 +67,29 @@ class InterPodAffinityArgs:
             raise ValueError("hard_pod_affinity_weight must be within 0..100")
 
 
+class GpuAlignment(StrEnum):
+    """How hard a pod asks for its devices to sit together (``lattice.dev/gpu-alignment``)."""
+
+    STRICT = "strict"
+    """The tightest domain the node's hardware offers for the request: one PCIe switch when
+    some switch holds that many GPUs (and the NICs), else one NUMA node; nodes that cannot
+    hold the request on one NUMA node at all do not fit."""
+    NUMA = "numa"
+    """One NUMA node (what a kubelet with topology policy single-numa-node admits)."""
+    PREFERRED = "preferred"
+    """Any node with enough free devices; alignment is only scored."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyArgs:
+    gpu_resource: str = GPU_RESOURCE
+    """Extended resource of GPUs; must match the agent's ``--gpu-resource``."""
+    rdma_resource: str = RDMA_RESOURCE
+    """Extended resource of RDMA NICs (one unit per NIC); the agent's ``--rdma-resource``."""
+    default_alignment: GpuAlignment = GpuAlignment.PREFERRED
+    """Alignment of pods that do not carry the annotation."""
+
+
 NODE_UNSCHEDULABLE: Final = "NodeUnschedulable"
 NODE_NAME: Final = "NodeName"
 TAINT_TOLERATION: Final = "TaintToleration"
@@ -71,6 +99,7 @@ NODE_RESOURCES_FIT: Final = "NodeResourcesFit"
 POD_TOPOLOGY_SPREAD: Final = "PodTopologySpread"
 INTER_POD_AFFINITY: Final = "InterPodAffinity"
 BALANCED_ALLOCATION: Final = "NodeResourcesBalancedAllocation"
+TOPOLOGY: Final = "Topology"
 
 DEFAULT_FILTERS: Final = (
     NODE_UNSCHEDULABLE,
@@ -81,6 +110,7 @@ DEFAULT_FILTERS: Final = (
     NODE_RESOURCES_FIT,
     POD_TOPOLOGY_SPREAD,
     INTER_POD_AFFINITY,
+    TOPOLOGY,
 )
 DEFAULT_SCORES: Final = (
     (TAINT_TOLERATION, 3),
@@ -89,6 +119,7 @@ DEFAULT_SCORES: Final = (
     (POD_TOPOLOGY_SPREAD, 2),
     (INTER_POD_AFFINITY, 2),
     (BALANCED_ALLOCATION, 1),
+    (TOPOLOGY, 5),
 )
 
 
@@ -104,6 +135,7 @@ class Profile:
     node_resources_fit: NodeResourcesFitArgs = field(default_factory=NodeResourcesFitArgs)
     balanced_allocation: BalancedAllocationArgs = field(default_factory=BalancedAllocationArgs)
     inter_pod_affinity: InterPodAffinityArgs = field(default_factory=InterPodAffinityArgs)
+    topology: TopologyArgs = field(default_factory=TopologyArgs)
 
     def __post_init__(self) -> None:
         if len(set(self.filters)) != len(self.filters):

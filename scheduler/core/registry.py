@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from scheduler.core.framework import FilterPlugin, Plugin, PluginSet, PreFilterPlugin, ScorePlugin
+from scheduler.core.framework import (
+    AnnotatePlugin,
+    FilterPlugin,
+    Plugin,
+    PluginSet,
+    PreFilterPlugin,
+    ScorePlugin,
+)
 from scheduler.core.plugins import (
     balanced_allocation,
     inter_pod_affinity,
@@ -21,6 +28,7 @@ from scheduler.core.plugins import (
     node_unschedulable,
     pod_topology_spread,
     taint_toleration,
+    topology,
 )
 from scheduler.core.profile import Profile
 
@@ -36,6 +44,7 @@ IN_TREE: Final[tuple[tuple[str, PluginFactory], ...]] = (
     (pod_topology_spread.NAME, pod_topology_spread.new),
     (inter_pod_affinity.NAME, inter_pod_affinity.new),
     (balanced_allocation.NAME, balanced_allocation.new),
+    (topology.NAME, topology.new),
 )
 
 
@@ -85,7 +94,8 @@ class Registry:
             if not isinstance(plugin, ScorePlugin):
                 raise UnknownPluginError(f"profile {profile.name!r}: {name!r} does not score")
             scores.append((plugin, weight))
-        return PluginSet(tuple(pre_filters), tuple(filters), tuple(scores))
+        annotators = tuple(p for p in instances.values() if isinstance(p, AnnotatePlugin))
+        return PluginSet(tuple(pre_filters), tuple(filters), tuple(scores), annotators)
 
 
 def default_registry() -> Registry:

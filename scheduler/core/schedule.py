@@ -11,6 +11,8 @@ Theory of operation, following kube-scheduler's ``schedulePod``:
    candidates at the first plugin that rejects it and is attributed to that plugin.
 4. Score plugins score the feasible rows (0..100 each); totals are weighted sums; the
    highest total wins, ties broken by ``random.Random(seed)`` over rows in snapshot order.
+5. Annotate plugins name the pod annotations the binder writes for the chosen node
+   (:attr:`Decision.annotations`).
 
 kube-scheduler stops filtering once it has found enough feasible nodes in large clusters
 (percentageOfNodesToScore) and may bind a nominated node first; we always evaluate every
@@ -38,6 +40,7 @@ from scheduler.core.framework import Code, Cycle, PluginSet
 from scheduler.core.profile import DEFAULT_PROFILE, Profile
 from scheduler.core.registry import Registry, default_registry
 from scheduler.core.snapshot import Snapshot
+from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
 
 SCHEDULING_GATES = "SchedulingGates"
@@ -52,7 +55,14 @@ class Framework:
         self.profile = profile
         self.plugins: PluginSet = (registry or default_registry()).build(profile)
 
-    def schedule(self, snapshot: Snapshot, pod: Pod, *, seed: int = 0) -> Decision:
+    def schedule(
+        self,
+        snapshot: Snapshot,
+        pod: Pod,
+        *,
+        seed: int = 0,
+        topology: TopologyState | None = None,
+    ) -> Decision:
         names = snapshot.node_names
         n = len(names)
         rejected_by = np.full(n, FEASIBLE, dtype=np.int16)
@@ -67,7 +77,7 @@ class Framework:
         if n == 0:
             return Decision(pod, None, Explanation(names, rejected_by), seed)
 
-        cycle = Cycle(snapshot, pod)
+        cycle = Cycle(snapshot, pod, topology=topology)
         skipped: list[str] = []
         rejection: Rejection | None = None
         allowed: frozenset[str] | None = None
@@ -131,6 +141,7 @@ class Framework:
         skipped_scores: list[str] = []
         totals = np.zeros(n, dtype=np.int64)
         selected: str | None = None
+        annotations: dict[str, str] = {}
         if len(feasible):
             for scorer, weight in self.plugins.scores:
                 scores = scorer.score(cycle, candidates)
@@ -143,6 +154,8 @@ class Framework:
             best = np.flatnonzero(ranked == ranked.max())
             row = best[0] if len(best) == 1 else best[random.Random(seed).randrange(len(best))]
             selected = names[int(row)]
+            for annotator in self.plugins.annotators:
+                annotations.update(annotator.annotate(cycle, int(row)))
         explanation = Explanation(
             names,
             rejected_by,
@@ -154,7 +167,7 @@ class Framework:
             skipped_filters=tuple(skipped),
             skipped_scores=tuple(skipped_scores),
         )
-        return Decision(pod, selected, explanation, seed)
+        return Decision(pod, selected, explanation, seed, annotations)
 
 
 def _empty_intersection(plugins: list[str]) -> Rejection:
@@ -173,7 +186,12 @@ def framework_for(profile: Profile) -> Framework:
 
 
 def schedule(
-    snapshot: Snapshot, pod: Pod, profile: Profile = DEFAULT_PROFILE, seed: int = 0
+    snapshot: Snapshot,
+    pod: Pod,
+    profile: Profile = DEFAULT_PROFILE,
+    seed: int = 0,
+    *,
+    topology: TopologyState | None = None,
 ) -> Decision:
     """Filter and score every node of ``snapshot`` for ``pod`` and pick one."""
-    return framework_for(profile).schedule(snapshot, pod, seed=seed)
+    return framework_for(profile).schedule(snapshot, pod, seed=seed, topology=topology)

@@ -172,6 +172,10 @@ class Pod:
     """``metadata.deletionTimestamp`` is set; PodTopologySpread does not count such pods."""
     phase: str = ""
     nominated_node_name: str = ""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """``metadata.annotations``: Lattice's topology plugin reads its ``lattice.dev/`` keys."""
+    exclusive_cpus: int = 0
+    """Whole CPUs a kubelet with the static CPU manager pins for this pod (0 if none)."""
 
     @property
     def key(self) -> str:
@@ -295,6 +299,10 @@ def _parse_pod(body: Mapping[str, Any]) -> Pod:
         terminating=metadata.get("deletionTimestamp") is not None,
         phase=string(status.get("phase"), "status.phase"),
         nominated_node_name=string(status.get("nominatedNodeName"), "status.nominatedNodeName"),
+        annotations=MappingProxyType(
+            string_map(metadata.get("annotations"), "metadata.annotations")
+        ),
+        exclusive_cpus=_exclusive_cpus(spec, containers, init_containers),
     )
 
 
@@ -449,6 +457,49 @@ def _container_requests(container: Mapping[str, Any], field: str) -> dict[str, A
     for name, q in limits.items():
         requests.setdefault(name, q)  # SetDefaults_Pod: requests default to limits
     return requests
+
+
+def _exclusive_cpus(
+    spec: Mapping[str, Any],
+    containers: list[Mapping[str, Any]],
+    init_containers: list[Mapping[str, Any]],
+) -> int:
+    """CPUs the kubelet's static CPU manager would pin: whole-CPU containers of a Guaranteed pod.
+
+    Guaranteed means every container sets cpu and memory limits and requests equal to them
+    (``GetPodQOS``). App containers and sidecars hold their CPUs for the pod's life; an init
+    container holds its CPUs only while it runs (next to the sidecars started before it), so
+    the pod needs the larger of the two phases. Pods with pod-level resources are not pinned
+    per container and count as 0.
+    """
+    if spec.get("resources"):
+        return 0
+    for body in (*init_containers, *containers):
+        res = body.get("resources")
+        limits = res.get("limits") if isinstance(res, Mapping) else None
+        if not isinstance(limits, Mapping) or CPU not in limits or MEMORY not in limits:
+            return 0  # not Guaranteed: the common case, decided without parsing quantities
+    app = peak_init = sidecars = 0
+    for index, body in enumerate((*init_containers, *containers)):
+        is_init = index < len(init_containers)
+        where = f"spec.{'initContainers' if is_init else 'containers'}[*]"
+        requests = _container_requests(body, where)
+        limits = parse_resource_list(
+            mapping(body.get("resources"), f"{where}.resources").get("limits"),
+            field=f"{where}.resources.limits",
+        )
+        for resource in (CPU, MEMORY):
+            if resource not in limits or requests.get(resource) != limits[resource]:
+                return 0
+        millis = limits[CPU].milli_value()
+        whole = millis // 1000 if millis % 1000 == 0 else 0
+        if not is_init:
+            app += whole
+        elif body.get("restartPolicy") == "Always":
+            sidecars += whole
+        else:
+            peak_init = max(peak_init, sidecars + whole)
+    return max(app + sidecars, peak_init)
 
 
 def _resources(

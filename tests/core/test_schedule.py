@@ -210,7 +210,11 @@ def test_profile_validation(kwargs: dict[str, object]) -> None:
 
 
 def test_default_profile_order_matches_kube_scheduler() -> None:
-    assert DEFAULT_PROFILE.filters == (
+    """kube-scheduler's plugins in its order; Lattice's Topology (a no-op for pods without
+    devices or pinned CPUs) comes last."""
+    assert DEFAULT_PROFILE.filters[-1] == "Topology"
+    assert dict(DEFAULT_PROFILE.scores)["Topology"] == 5
+    assert DEFAULT_PROFILE.filters[:-1] == (
         "NodeUnschedulable",
         "NodeName",
         "TaintToleration",
@@ -220,7 +224,7 @@ def test_default_profile_order_matches_kube_scheduler() -> None:
         "PodTopologySpread",
         "InterPodAffinity",
     )
-    assert dict(DEFAULT_PROFILE.scores) == {
+    assert {k: w for k, w in DEFAULT_PROFILE.scores if k != "Topology"} == {
         "TaintToleration": 3,
         "NodeAffinity": 2,
         "NodeResourcesFit": 1,
