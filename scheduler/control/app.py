@@ -34,7 +34,13 @@ from scheduler.control.queue import PENDING_QUEUES
 from scheduler.control.ratelimit import TokenBucket
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.server import start_server
-from scheduler.control.settings import SchedulerSettings, SettingsError, parse_spec
+from scheduler.control.settings import (
+    API_GROUP,
+    API_VERSION,
+    SchedulerSettings,
+    SettingsError,
+    parse_spec,
+)
 from scheduler.control.status import build_status, ensure_object, write_status
 from scheduler.control.watch import build_registry, operator_settings
 from scheduler.obs.metrics import Metrics
@@ -142,9 +148,43 @@ class App:
                 key = f"{queued.namespace}/{queued.name}"
                 if key not in live and self.scheduler.queued_before(key, list_rv):
                     self.scheduler.queue.delete(queued)
+        for report in await self._list_topologies():
+            self.scheduler.topology_upserted(report)
         if any(removed.values()):
             log.warning("cache_reconciled", reason=json.dumps(removed))
         self.synced = True
+
+    async def _list_topologies(self) -> list[dict[str, Any]]:
+        objects = client.CustomObjectsApi(self.api)
+        try:
+            found: dict[str, Any] = await objects.list_cluster_custom_object(
+                API_GROUP, API_VERSION, "nodetopologies"
+            )
+        except client.ApiException as exc:
+            # 404: the CRD is not installed (no topology-aware placement); anything else
+            # (a CRD whose storage is still initialising answers 429) is left to the watch.
+            if exc.status != 404:
+                log.warning("topology_list_failed", reason=f"{exc.status} {exc.reason}")
+            return []
+        items: list[dict[str, Any]] = found.get("items", [])
+        return items
+
+    async def _initial_sync(self) -> None:
+        """The first full list, retried on transient API errors (a busy or starting
+        API server answers 429/5xx): readiness waits for it, the process does not die."""
+        delay = 0.5
+        for attempt in range(1, 11):
+            try:
+                await self.sync()
+                return
+            except (client.ApiException, OSError) as exc:
+                status = getattr(exc, "status", None)
+                if isinstance(exc, client.ApiException) and status not in (429, 500, 503, 504):
+                    raise
+                log.warning("initial_sync_retry", attempt=attempt, reason=str(exc)[:200])
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+        await self.sync()
 
     def _on_relist(self) -> None:
         if not self._relist_pending:
@@ -214,7 +254,7 @@ class App:
         )
         self.scheduler = Scheduler(settings, writer=writer, metrics=self.metrics)
         self._apply_object(obj)
-        await self.sync()
+        await self._initial_sync()
         runner, port = await start_server(
             self.metrics.registry,
             lambda: self.synced,

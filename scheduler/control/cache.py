@@ -28,6 +28,7 @@ import structlog
 from scheduler.control.lifecycle import IllegalTransitionError, PodLifecycle, PodState
 from scheduler.control.queue import PodKey, pod_key
 from scheduler.core.snapshot import Snapshot
+from scheduler.core.topology.state import TopologyState
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.node import Namespace, Node
 from scheduler.model.pod import Pod
@@ -61,8 +62,12 @@ class CachedPod:
 class SchedulerCache:
     """Snapshot plus the pod lifecycle; every method is one watch event or decision."""
 
-    def __init__(self, *, assumed_ttl: float | None = 30.0) -> None:
+    def __init__(
+        self, *, assumed_ttl: float | None = 30.0, topology: TopologyState | None = None
+    ) -> None:
         self.snapshot = Snapshot()
+        self.topology = topology or TopologyState()
+        """Per-node devices in use, fed from the same pod events as the snapshot."""
         self.lifecycle = PodLifecycle(assumed_ttl=assumed_ttl)
         self._pods: dict[PodKey, CachedPod] = {}
         self._node_rv: dict[str, int | None] = {}
@@ -95,11 +100,20 @@ class SchedulerCache:
 
     def delete_node(self, name: str) -> bool:
         self._node_rv.pop(name, None)
+        self.topology.remove_node(name)
         self.broken.pop(f"node/{name}", None)
         if self.snapshot.get_node(name) is None:
             return False
         self.snapshot.remove_node(name)
         return True
+
+    def _placed(self, pod: Pod, node: str, annotations: Mapping[str, str] | None = None) -> None:
+        self.snapshot.add_pod(pod, node)
+        self.topology.pod_placed(pod, node, annotations)
+
+    def _removed(self, pod: Pod) -> None:
+        self.snapshot.remove_pod(pod)
+        self.topology.pod_removed(pod.key)
 
     def node_names(self) -> set[str]:
         return set(self._node_rv)
@@ -167,8 +181,8 @@ class SchedulerCache:
             self.lifecycle.remove(key)
             self.lifecycle.add(key, node)
         if known is not None:
-            self.snapshot.remove_pod(known.pod)
-        self.snapshot.add_pod(pod, node)
+            self._removed(known.pod)
+        self._placed(pod, node)
         self._pods[key] = CachedPod(pod, node, rv, meta.get("generation"))
         return pod
 
@@ -186,11 +200,12 @@ class SchedulerCache:
             and dict(known.pod.labels) == (meta.get("labels") or {})
         )
 
-    def assume(self, pod: Pod, node: str) -> None:
-        """Count the pod on ``node`` now, before the binding is even sent."""
+    def assume(self, pod: Pod, node: str, annotations: Mapping[str, str] | None = None) -> None:
+        """Count the pod (and the devices chosen for it) on ``node`` now, before the
+        binding is even sent."""
         key = pod_key(pod.namespace, pod.name)
         self.lifecycle.assume(key, node)
-        self.snapshot.add_pod(pod, node)
+        self._placed(pod, node, annotations)
         self._pods[key] = CachedPod(pod, node, None)
 
     def finish_binding(self, pod: Pod, now: float) -> None:
@@ -205,7 +220,7 @@ class SchedulerCache:
             self.lifecycle.forget(key)
             cached = self._pods.pop(key, None)
             if cached is not None:
-                self.snapshot.remove_pod(cached.pod)
+                self._removed(cached.pod)
 
     def expire(self, now: float) -> list[PodKey]:
         """Assumed pods whose binding finished but never showed up in the watch."""
@@ -213,7 +228,7 @@ class SchedulerCache:
         for key in gone:
             cached = self._pods.pop(key, None)
             if cached is not None:
-                self.snapshot.remove_pod(cached.pod)
+                self._removed(cached.pod)
         return gone
 
     def remove_pod(self, key: PodKey) -> bool:
@@ -223,7 +238,7 @@ class SchedulerCache:
             self.lifecycle.remove(key)
         if cached is None:
             return False
-        self.snapshot.remove_pod(cached.pod)
+        self._removed(cached.pod)
         return True
 
     def pod_keys(self) -> set[PodKey]:

@@ -21,9 +21,11 @@ from kubernetes_asyncio import client
 from scheduler.core.explain import Decision
 from scheduler.core.from_api import as_pending, snapshot_from_api
 from scheduler.core.schedule import schedule
+from scheduler.core.topology.state import TopologyState
 from scheduler.devcluster.kube import api_client
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.pod import Pod
+from scheduler.model.topology import NodeTopology, TopologyParseError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,12 +80,31 @@ async def _explain(args: argparse.Namespace) -> tuple[Decision, list[str]]:
             _list(core.list_pod_for_all_namespaces),
             _list(core.list_namespace),
         )
+        try:
+            reports: dict[str, Any] = await client.CustomObjectsApi(api).list_cluster_custom_object(
+                "lattice.dev", "v1alpha1", "nodetopologies"
+            )
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            reports = {"items": []}
     meta = body["metadata"]
     built = snapshot_from_api(
         nodes, pods, namespaces, exclude_pod=(meta.get("namespace"), meta.get("name"))
     )
+    topology = TopologyState()
+    for report in reports.get("items", []):
+        try:
+            topology.set_node_topology(
+                report["metadata"]["name"], NodeTopology.from_spec(report.get("spec") or {})
+            )
+        except (TopologyParseError, ValueError) as exc:
+            built.skipped.append(f"nodetopology/{report['metadata']['name']}: {exc}")
+    for row in range(built.snapshot.num_nodes):
+        for placed in built.snapshot.pods_on(row):
+            topology.pod_placed(placed, built.snapshot.node_names[row])
     pod = Pod.from_api(as_pending(body))
-    return schedule(built.snapshot, pod, seed=args.seed), built.skipped
+    return schedule(built.snapshot, pod, seed=args.seed, topology=topology), built.skipped
 
 
 def render_table(decision: Decision) -> str:

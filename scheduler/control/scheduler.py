@@ -41,9 +41,11 @@ from scheduler.control.queue import (
 )
 from scheduler.control.settings import SchedulerSettings
 from scheduler.core.schedule import Framework
+from scheduler.core.topology.state import TopologyState
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.node import Node
 from scheduler.model.pod import Pod
+from scheduler.model.topology import NodeTopology, TopologyParseError
 from scheduler.obs.logging import attempt_logger, new_trace_id
 from scheduler.obs.metrics import AttemptResult, Metrics
 
@@ -110,7 +112,7 @@ class Scheduler:
     ) -> None:
         self.settings = settings
         self.framework = Framework(settings.profile)
-        self.cache = SchedulerCache()
+        self.cache = SchedulerCache(topology=TopologyState(settings.profile.topology))
         self.queue: SchedulingQueue[QueuedPod] = SchedulingQueue(
             is_relevant_update=_relevant_update
         )
@@ -212,6 +214,23 @@ class Scheduler:
                 ClusterEvent(ClusterEventType.NODE_CHANGED, node_changes=changes, subject=name)
             )
 
+    def topology_upserted(self, body: Body) -> None:
+        """A node agent's NodeTopology report (or its heartbeat: unchanged specs are cheap)."""
+        name = str((body.get("metadata") or {}).get("name", ""))
+        try:
+            report = NodeTopology.from_spec(body.get("spec") or {})
+        except (TopologyParseError, InvalidObjectError, ValueError) as exc:
+            self.log.warning("topology_unreadable", node=name, reason=str(exc))
+            self.cache.topology.remove_node_topology(name)
+            return
+        self.cache.topology.set_node_topology(name, report)
+        self.queue.move_all_on_event(
+            ClusterEvent(ClusterEventType.NODE_TOPOLOGY_CHANGED, subject=name)
+        )
+
+    def topology_deleted(self, body: Body) -> None:
+        self.cache.topology.remove_node_topology(str((body.get("metadata") or {}).get("name", "")))
+
     def node_deleted(self, body: Body) -> None:
         self.cache.delete_node(str((body.get("metadata") or {}).get("name", "")))
 
@@ -253,7 +272,9 @@ class Scheduler:
             self._failed(info, log, trace_id, pod.error, started, AttemptResult.ERROR)
             return
         try:
-            decision = self.framework.schedule(self.cache.snapshot, pod, seed=self.settings.seed)
+            decision = self.framework.schedule(
+                self.cache.snapshot, pod, seed=self.settings.seed, topology=self.cache.topology
+            )
         except Exception as exc:  # a bug in a plugin must not stop the scheduler
             log.exception("cycle_failed", reason=str(exc))
             self._failed(
@@ -266,11 +287,12 @@ class Scheduler:
             )
             return
         node = decision.selected
-        self.cache.assume(pod, node)
+        annotations = dict(decision.annotations)
+        self.cache.assume(pod, node, annotations)
         elapsed = time.perf_counter() - started
         self.metrics.observe_attempt(AttemptResult.SCHEDULED, elapsed)
         log.info("pod_assumed", node=node, duration_ms=round(elapsed * 1000, 3))
-        self._spawn(self._bind(info, pod, node, log, trace_id))
+        self._spawn(self._bind(info, pod, node, annotations, log, trace_id))
 
     def _failed(
         self,
@@ -313,13 +335,21 @@ class Scheduler:
             log.warning("report_failed", reason=str(exc))
 
     async def _bind(
-        self, info: QueuedPodInfo[QueuedPod], pod: Pod, node: str, log: Any, trace_id: str
+        self,
+        info: QueuedPodInfo[QueuedPod],
+        pod: Pod,
+        node: str,
+        annotations: dict[str, str],
+        log: Any,
+        trace_id: str,
     ) -> None:
         assert self.writer is not None
         ref = PodRef(pod.namespace, pod.name, pod.uid)
         async with self._bind_slots:
             started = time.perf_counter()
-            outcome = await self.writer.bind(ref, node)
+            # Annotations on a Binding are copied onto the pod: the chosen devices travel
+            # with the binding itself, so no second write can be lost in between.
+            outcome = await self.writer.bind(ref, node, annotations or None)
             self.metrics.bind_duration.observe(time.perf_counter() - started)
         if outcome.result is BindResult.BOUND:
             self.cache.finish_binding(pod, self.clock())

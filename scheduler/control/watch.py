@@ -99,6 +99,13 @@ def build_registry(
         else:
             scheduler.namespace_upserted(event["object"])
 
+    @kopf.on.event(API_GROUP, API_VERSION, "nodetopologies", registry=registry)
+    async def _topology(*, event: kopf.RawEvent, **_: Any) -> None:
+        if event.get("type") == "DELETED":
+            scheduler.topology_deleted(event["object"])
+        else:
+            scheduler.topology_upserted(event["object"])
+
     @kopf.on.event(API_GROUP, API_VERSION, PLURAL, registry=registry)
     async def _settings(*, event: kopf.RawEvent, **_: Any) -> None:
         on_settings(event.get("type"), event["object"])

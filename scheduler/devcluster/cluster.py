@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import ssl
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -169,6 +170,7 @@ class DevCluster:
             self._start_controller_manager(state, bins)
             self._start_kwok(state, bins)
             asyncio.run(self._create_nodes(config))
+            self._simulate_agents(state, bins, config)
             if config.with_kube_scheduler:
                 self._start_kube_scheduler(state, bins, config)
             asyncio.run(self._wait_nodes_ready(config))
@@ -471,6 +473,38 @@ class DevCluster:
         bodies = [profile.node_body(node_name(i), i) for i in range(config.nodes)]
         async with api_client(self.kubeconfig) as api:
             await create_nodes(api, bodies)
+
+    def _simulate_agents(self, state: ClusterState, bins: Binaries, config: ClusterConfig) -> None:
+        """For profiles with hardware (gpu-8x), publish each node's NodeTopology by
+        running the real agent reader and publisher on a fixture tree."""
+        from scheduler.devcluster.agents import fixture_for_profile
+
+        fixture = fixture_for_profile(config.node_profile)
+        if fixture is None or config.nodes == 0:
+            return
+        crd = Path(__file__).resolve().parents[2] / "crds" / "nodetopology.yaml"
+        kubectl = [str(bins.kubectl), f"--kubeconfig={self.kubeconfig}"]
+        for args in (
+            ["apply", "--server-side", "-f", str(crd)],
+            [
+                "wait",
+                "--for=condition=Established",
+                "crd/nodetopologies.lattice.dev",
+                "--timeout=60s",
+            ],
+        ):
+            out = subprocess.run([*kubectl, *args], capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                raise DevClusterError(f"kubectl {' '.join(args)}: {out.stderr.strip()}")
+        asyncio.run(self._publish_topologies(config, fixture))
+
+    async def _publish_topologies(self, config: ClusterConfig, fixture: Path) -> None:
+        from scheduler.devcluster.agents import publish_simulated_topologies
+        from scheduler.devcluster.kube import api_client
+
+        names = [node_name(i) for i in range(config.nodes)]
+        async with api_client(self.kubeconfig) as api:
+            await publish_simulated_topologies(api, names, fixture)
 
     async def _wait_nodes_ready(self, config: ClusterConfig) -> None:
         from scheduler.devcluster.kube import api_client, wait_nodes_ready
