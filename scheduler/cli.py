@@ -202,6 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_agent(sub)
     _add_explain(sub)
     _add_run(sub)
+    from scheduler.graph.cli import add_arguments as graph_arguments
+
+    graph_arguments(
+        sub.add_parser("graph", help="DOT of the affinity graph around a pod or namespace")
+    )
     demo = sub.add_parser("demo", help="control plane + Lattice + a sample workload, shown")
     demo.add_argument("--nodes", type=int, default=12)
     return parser
@@ -211,6 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "devcluster":
         return _devcluster(args)
+    if args.command == "graph":
+        from scheduler.graph.cli import run as graph
+
+        return graph(args)
     if args.command == "demo":
         from scheduler.demo import main as demo
 

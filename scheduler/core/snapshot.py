@@ -13,6 +13,10 @@ kept exactly as accounted at insertion so removal subtracts the same integers. A
 node is unknown (not yet added, or removed) is parked and re-attached when the node appears,
 like kube-scheduler's cache keeps pods of absent nodes.
 
+The snapshot also owns the :class:`~scheduler.graph.AffinityGraph` and feeds it every node,
+pod and namespace change it receives, so the inter-pod plugins read counts that are kept
+incrementally instead of looping over pods (:attr:`Snapshot.affinity_graph`).
+
 The snapshot is not thread-safe; the controller owns it and the core reads it. Nothing here
 does I/O.
 """
@@ -27,6 +31,7 @@ from typing import Any, Final, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+from scheduler.graph.affinity import AffinityGraph
 from scheduler.model.names import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 from scheduler.model.node import Namespace, Node, Taint, TaintEffect
 from scheduler.model.pod import HostPort, Pod
@@ -123,6 +128,7 @@ class Snapshot:
         self._with_affinity: dict[str, Pod] = {}
         self._with_required_anti: dict[str, Pod] = {}
         self._namespaces: dict[str, Mapping[str, str]] = {}
+        self._affinity = AffinityGraph()
         self.generation = 0
         """Bumped on every change; lets callers cache derived data per snapshot state."""
         for node in nodes:
@@ -244,6 +250,11 @@ class Snapshot:
     def namespaces(self) -> Mapping[str, Mapping[str, str]]:
         return MappingProxyType(self._namespaces)
 
+    @property
+    def affinity_graph(self) -> AffinityGraph:
+        """Pods, nodes, domains and affinity terms, patched with every change made here."""
+        return self._affinity
+
     def label_column(self, key: str) -> LabelColumn | None:
         return self._labels.get(key)
 
@@ -316,6 +327,30 @@ class Snapshot:
             return np.zeros(self._n, dtype=np.bool_)
         return col.ids[: self._n] >= 0
 
+    def per_label_value(self, key: str, values: Mapping[str, int]) -> IntArray:
+        """Per node row, ``values[node's value of key]`` (0 if absent): domain counts to rows."""
+        col = self._labels.get(key)
+        if col is None or not values:
+            return np.zeros(self._n, dtype=np.int64)
+        lookup = np.zeros(len(col.values) + 1, dtype=np.int64)  # the last entry serves id -1
+        vocab = col.vocab
+        for value, amount in values.items():
+            vid = vocab.get(value)
+            if vid is not None:
+                lookup[vid] = amount
+        out: IntArray = lookup[col.ids[: self._n]]
+        return out
+
+    def per_node_name(self, values: Mapping[str, int]) -> IntArray:
+        """Per node row, ``values[node name]`` (0 if absent)."""
+        out = np.zeros(self._n, dtype=np.int64)
+        index = self._index
+        for name, amount in values.items():
+            row = index.get(name)
+            if row is not None:
+                out[row] = amount
+        return out
+
     # ------------------------------------------------------------- node updates
     def add_node(self, node: Node) -> None:
         """Add a node; an existing name is updated in place (pods stay)."""
@@ -339,6 +374,7 @@ class Snapshot:
         self.generation += 1
         for pod in self._orphans.pop(node.name, {}).values():
             self._place(pod, i)
+        self._affinity.on_node_upserted(node)
 
     def update_node(self, node: Node) -> None:
         i = self._index.get(node.name)
@@ -348,6 +384,7 @@ class Snapshot:
         self._nodes[i] = node
         self._write_node_row(i, node)
         self.generation += 1
+        self._affinity.on_node_upserted(node)
 
     def remove_node(self, name: str) -> None:
         """Remove a node; its pods are parked until a node of that name returns."""
@@ -369,12 +406,12 @@ class Snapshot:
         self._ports.pop()
         self._n -= 1
         self.generation += 1
+        self._affinity.on_node_removed(name)
 
     # -------------------------------------------------------------- pod updates
     def add_pod(self, pod: Pod, node_name: str) -> None:
         """Place (or assume) a pod on a node; a pod already known by key is moved."""
-        if pod.key in self._pod_node:
-            self.remove_pod(pod.key)
+        self._detach_pod(pod.key)
         i = self._index.get(node_name)
         self._pod_node[pod.key] = node_name
         if i is None:
@@ -382,13 +419,35 @@ class Snapshot:
         else:
             self._place(pod, i)
         self.generation += 1
+        # One upsert, so a relabelled or moved pod patches its edges instead of being rebuilt.
+        if node_name:
+            self._affinity.on_pod_placed(pod, node_name)
+        else:  # parked under no node, it never counts: to the graph it is pending
+            self._affinity.on_pod_pending(pod)
 
     def remove_pod(self, pod: Pod | str) -> None:
         """Remove a pod by record or key; unknown pods are ignored."""
         key = pod if isinstance(pod, str) else pod.key
+        self._affinity.on_pod_removed(key)
+        if self._detach_pod(key):
+            self.generation += 1
+
+    def set_namespace(self, namespace: Namespace) -> None:
+        self._namespaces[namespace.name] = namespace.labels
+        self.generation += 1
+        self._affinity.on_namespace(namespace)
+
+    def remove_namespace(self, name: str) -> None:
+        self._namespaces.pop(name, None)
+        self.generation += 1
+        self._affinity.on_namespace_removed(name)
+
+    # ---------------------------------------------------------------- internals
+    def _detach_pod(self, key: str) -> bool:
+        """Take a pod off its row (or out of the parked pods); False if it was unknown."""
         node_name = self._pod_node.pop(key, None)
         if node_name is None:
-            return
+            return False
         i = self._index.get(node_name)
         if i is None:
             parked = self._orphans.get(node_name, {})
@@ -399,17 +458,8 @@ class Snapshot:
             placed = self._pods[i].pop(key)
             self._account(placed, i, -1)
             self._forget_pod_indexes(key)
-        self.generation += 1
+        return True
 
-    def set_namespace(self, namespace: Namespace) -> None:
-        self._namespaces[namespace.name] = namespace.labels
-        self.generation += 1
-
-    def remove_namespace(self, name: str) -> None:
-        self._namespaces.pop(name, None)
-        self.generation += 1
-
-    # ---------------------------------------------------------------- internals
     def _located(self, pods: Mapping[str, Pod]) -> list[tuple[Pod, int]]:
         out = []
         for key, pod in pods.items():

@@ -1,14 +1,26 @@
 """InterPodAffinity: required pod affinity / anti-affinity filter, preferred terms score.
 
-The semantics live in :mod:`scheduler.core.oracle.inter_pod_affinity` (plain loops over
-pods); this module adapts them to the vectorised framework. The cheap path matters: a pod
-without required terms, in a cluster without pods carrying required anti-affinity, skips
-the filter at once, and the score is skipped when neither the pod nor any placed pod has
-pod (anti-)affinity.
+The semantics are kube-scheduler 1.34's, written out plainly in
+:mod:`scheduler.core.oracle.inter_pod_affinity`, which stays as the test oracle. This module
+gets the same numbers from the snapshot's :class:`~scheduler.graph.AffinityGraph` instead of
+looping over pods:
+
+* the incoming pod's terms: matching placed pods per topology domain are the term vertex's
+  index (one pod must match *all* required affinity terms, which the graph intersects);
+* placed pods' terms that select the incoming pod: declarations per domain, aggregated per
+  distinct term, so a thousand replicas with one anti-affinity term cost one check.
+
+PreFilter and PreScore therefore cost time proportional to the domains and distinct terms
+involved, and Filter and Score are whole-column lookups of each node's domain. The cheap
+paths are unchanged: a pod without required terms, in a cluster without pods carrying
+required anti-affinity, skips the filter, and the score is skipped when neither the pod nor
+any placed pod has pod (anti-)affinity.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from typing import Final
 
 import numpy as np
@@ -22,9 +34,17 @@ from scheduler.core.framework import (
     PreFilterResult,
 )
 from scheduler.core.oracle import inter_pod_affinity as oracle
-from scheduler.core.plugins._normalize import scatter
 from scheduler.core.profile import INTER_POD_AFFINITY, InterPodAffinityArgs, Profile
-from scheduler.core.snapshot import BoolArray, IntArray
+from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
+from scheduler.graph.affinity import (
+    PREFERRED_AFFINITY,
+    PREFERRED_ANTI_AFFINITY,
+    REQUIRED_AFFINITY,
+    REQUIRED_ANTI_AFFINITY,
+    AffinityGraph,
+)
+from scheduler.graph.terms import TermKey
+from scheduler.model.pod import Pod
 
 NAME: Final = INTER_POD_AFFINITY
 REASON_AFFINITY: Final = oracle.AFFINITY_RULES_NOT_MATCH
@@ -35,6 +55,85 @@ _CODES: Final = {
     REASON_ANTI_AFFINITY: Code.UNSCHEDULABLE,
     REASON_EXISTING_ANTI_AFFINITY: Code.UNSCHEDULABLE,
 }
+_EXISTING_ANTI: Final = frozenset({REQUIRED_ANTI_AFFINITY})
+_PREFERRED: Final = frozenset({PREFERRED_AFFINITY, PREFERRED_ANTI_AFFINITY})
+_PREFERRED_AND_HARD: Final = _PREFERRED | {REQUIRED_AFFINITY}
+
+TopologyPair = oracle.TopologyPair
+
+
+def required_state(graph: AffinityGraph, pod: Pod) -> oracle.RequiredState:
+    """kube's PreFilter state (``topologyToMatchedTermCount`` x3) from the graph's indexes."""
+    affinity: Counter[TopologyPair] = Counter()
+    anti: Counter[TopologyPair] = Counter()
+    existing: Counter[TopologyPair] = Counter()
+    for declared in graph.declared_selecting(pod, _EXISTING_ANTI):
+        key = declared.term.topology_key
+        for value, count in declared.by_domain.items():
+            existing[(key, value)] += count
+    affinity_terms = [TermKey.of_affinity(t) for t in pod.required_affinity]
+    if len(affinity_terms) == 1:
+        term = affinity_terms[0]
+        for value, count in graph.term_counts(term).by_domain.items():
+            affinity[(term.topology_key, value)] += count
+    elif affinity_terms:
+        per_term = graph.count_selecting_all(affinity_terms)
+        for term, counts in zip(affinity_terms, per_term, strict=True):
+            for value, count in counts.items():
+                affinity[(term.topology_key, value)] += count
+    for t in pod.required_anti_affinity:
+        term = TermKey.of_affinity(t)
+        for value, count in graph.term_counts(term).by_domain.items():
+            anti[(term.topology_key, value)] += count
+    self_match = bool(affinity_terms) and all(graph.selects_pod(t, pod) for t in affinity_terms)
+    has_terms = bool(pod.required_affinity or pod.required_anti_affinity)
+    return oracle.RequiredState(affinity, anti, existing, self_match, has_terms)
+
+
+def topology_scores(
+    graph: AffinityGraph,
+    pod: Pod,
+    *,
+    hard_pod_affinity_weight: int,
+    ignore_preferred_terms_of_existing_pods: bool,
+) -> dict[str, Counter[str]] | None:
+    """kube's PreScore ``topologyScore`` (see the oracle's ``preferred_topology_scores``)."""
+    has_constraints = bool(pod.preferred_affinity or pod.preferred_anti_affinity)
+    if ignore_preferred_terms_of_existing_pods and not has_constraints:
+        return None
+    scores: dict[str, Counter[str]] = {}
+
+    def add(key: str, counts: Mapping[str, int], delta: int) -> None:
+        for value, count in counts.items():
+            scores.setdefault(key, Counter())[value] += delta * count
+
+    for weighted in pod.preferred_affinity:
+        term = TermKey.of_affinity(weighted.term)
+        add(term.topology_key, graph.term_counts(term).by_domain, weighted.weight)
+    for weighted in pod.preferred_anti_affinity:
+        term = TermKey.of_affinity(weighted.term)
+        add(term.topology_key, graph.term_counts(term).by_domain, -weighted.weight)
+    kinds = _PREFERRED_AND_HARD if hard_pod_affinity_weight > 0 else _PREFERRED
+    for declared in graph.declared_selecting(pod, kinds):
+        if declared.kind == REQUIRED_AFFINITY:
+            delta = hard_pod_affinity_weight
+        elif declared.kind == PREFERRED_AFFINITY:
+            delta = declared.weight
+        else:
+            delta = -declared.weight
+        add(declared.term.topology_key, declared.by_domain, delta)
+    return scores or None
+
+
+def _positive_domains(
+    snapshot: Snapshot, counts: Counter[TopologyPair], keys: set[str]
+) -> dict[str, BoolArray]:
+    """Per topology key, the nodes whose domain has a positive count."""
+    by_key: dict[str, dict[str, int]] = {key: {} for key in keys}
+    for (key, value), count in counts.items():
+        if key in by_key and count > 0:
+            by_key[key][value] = count
+    return {key: snapshot.per_label_value(key, values) > 0 for key, values in by_key.items()}
 
 
 class InterPodAffinity:
@@ -51,7 +150,7 @@ class InterPodAffinity:
             or snapshot.has_pods_with_required_anti_affinity
         ):
             return PREFILTER_SKIP
-        state = oracle.required_state(snapshot, pod)
+        state = required_state(snapshot.affinity_graph, pod)
         if not state.has_work:
             return PREFILTER_SKIP
         cycle.state[NAME] = state
@@ -59,18 +158,44 @@ class InterPodAffinity:
 
     def filter(self, cycle: Cycle, candidates: BoolArray) -> FilterResult | None:
         state: oracle.RequiredState = cycle.state[NAME]
-        n = cycle.num_nodes
-        masks = {reason: np.zeros(n, dtype=np.bool_) for reason in _CODES}
-        for i in np.flatnonzero(candidates).tolist():
-            reason = oracle.filter_node(state, cycle.pod, cycle.snapshot.node(i).labels)
-            if reason is not None:
-                masks[reason][i] = True
+        pod, snapshot, n = cycle.pod, cycle.snapshot, cycle.num_nodes
+        undecided = candidates.copy()
+        masks: dict[str, BoolArray] = {}
+        if pod.required_affinity:
+            keys = {t.topology_key for t in pod.required_affinity}
+            positive = _positive_domains(snapshot, state.affinity_counts, keys)
+            has_keys = np.ones(n, dtype=np.bool_)
+            pods_exist = np.ones(n, dtype=np.bool_)
+            for key in keys:
+                has_keys &= snapshot.has_label_mask(key)
+                pods_exist &= positive[key]
+            # No matching pod anywhere yet: the pod may start the group if it matches itself.
+            first_of_group = not state.affinity_counts and state.pod_matches_own_affinity
+            satisfied = has_keys & (pods_exist | first_of_group)
+            masks[REASON_AFFINITY] = undecided & ~satisfied
+            undecided &= satisfied
+        if state.anti_affinity_counts:
+            keys = {t.topology_key for t in pod.required_anti_affinity}
+            rejected = np.zeros(n, dtype=np.bool_)
+            for mask in _positive_domains(snapshot, state.anti_affinity_counts, keys).values():
+                rejected |= mask
+            masks[REASON_ANTI_AFFINITY] = undecided & rejected
+            undecided &= ~rejected
+        if state.existing_anti_affinity_counts:
+            keys = {key for key, _ in state.existing_anti_affinity_counts}
+            rejected = np.zeros(n, dtype=np.bool_)
+            for mask in _positive_domains(
+                snapshot, state.existing_anti_affinity_counts, keys
+            ).values():
+                rejected |= mask
+            masks[REASON_EXISTING_ANTI_AFFINITY] = undecided & rejected
         codes = np.zeros(n, dtype=np.int8)
         reasons: list[tuple[str, BoolArray]] = []
-        for reason, mask in masks.items():
-            if mask.any():
-                codes[mask] = _CODES[reason]
-                reasons.append((reason, mask))
+        for reason, code in _CODES.items():
+            hit = masks.get(reason)
+            if hit is not None and hit.any():
+                codes[hit] = code
+                reasons.append((reason, hit))
         return FilterResult(codes, tuple(reasons)) if reasons else None
 
     def score(self, cycle: Cycle, feasible: BoolArray) -> IntArray | None:
@@ -79,17 +204,32 @@ class InterPodAffinity:
             self.args.ignore_preferred_terms_of_existing_pods or not snapshot.has_pods_with_affinity
         ):
             return None
-        scores = oracle.preferred_topology_scores(
-            snapshot,
+        scores = topology_scores(
+            snapshot.affinity_graph,
             pod,
             hard_pod_affinity_weight=self.args.hard_pod_affinity_weight,
             ignore_preferred_terms_of_existing_pods=self.args.ignore_preferred_terms_of_existing_pods,
         )
         if scores is None:
             return None
-        rows = np.flatnonzero(feasible)
-        raw = [oracle.node_score(scores, snapshot.node(i).labels) for i in rows.tolist()]
-        return scatter(oracle.normalize(raw), rows, cycle.num_nodes)
+        raw = np.zeros(cycle.num_nodes, dtype=np.int64)
+        for key, values in scores.items():
+            raw += snapshot.per_label_value(key, values)
+        return _normalize(raw, feasible)
+
+
+def _normalize(raw: IntArray, feasible: BoolArray) -> IntArray:
+    """The oracle's min-max scaling to 0..100 (Go's float rounding) over feasible rows."""
+    out = np.zeros(raw.shape, dtype=np.int64)
+    rows = np.flatnonzero(feasible)
+    if not len(rows):
+        return out
+    kept = raw[rows]
+    low, high = int(kept.min()), int(kept.max())
+    spread = high - low
+    if spread > 0:
+        out[rows] = (100.0 * ((kept - low).astype(np.float64) / float(spread))).astype(np.int64)
+    return out
 
 
 def new(profile: Profile) -> InterPodAffinity:
