@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import signal
 import subprocess
@@ -65,11 +66,12 @@ class Plane:
         )
 
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
-    tmp = tmp_path_factory.mktemp("schedplane")
+@contextlib.contextmanager
+def lattice_plane(tmp: Path, config: ClusterConfig) -> Iterator[Plane]:
+    """A control plane of its own with our CRDs and the shipped scheduler RBAC
+    (bound to a token user as well, so `lattice run` runs with exactly those rights)."""
     cluster = DevCluster(tmp / "state")
-    cluster.up(ClusterConfig(nodes=NODES))
+    cluster.up(config)
     try:
         p = Plane(cluster, tmp)
         p.run("apply", "--server-side", "-f", str(REPO / "crds"))
@@ -81,6 +83,12 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
         yield p
     finally:
         cluster.down()
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    with lattice_plane(tmp_path_factory.mktemp("schedplane"), ClusterConfig(nodes=NODES)) as p:
+        yield p
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.cluster import LATTICE_USER, ClusterConfig, DevCluster
+from scheduler.devcluster.cluster import ClusterConfig
 from scheduler.devcluster.kube import api_client
-from tests.e2e.lattice_proc import least_privilege_rbac
-from tests.e2e.test_scheduler import LEASE_NS, REPO, Plane, create_pods, wait_bound
+from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, wait_bound
 
 NODES = 4
 # 32 GPUs in all; big pods first would be the easy order, so mix them.
@@ -25,20 +23,9 @@ STREAM = [2, 1, 8, 4, 1, 2, 4, 2, 1, 1, 4, 2]
 
 @pytest.fixture(scope="module")
 def gpu_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
-    tmp = tmp_path_factory.mktemp("gpuplane")
-    cluster = DevCluster(tmp / "state")
-    cluster.up(ClusterConfig(nodes=NODES, node_profile="gpu-8x"))
-    try:
-        p = Plane(cluster, tmp)
-        p.run("apply", "--server-side", "-f", str(REPO / "crds"))
-        p.run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        rbac = least_privilege_rbac(
-            REPO / "manifests" / "scheduler.yaml", LATTICE_USER.name, LEASE_NS
-        )
-        p.run("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(rbac))
+    config = ClusterConfig(nodes=NODES, node_profile="gpu-8x")
+    with lattice_plane(tmp_path_factory.mktemp("gpuplane"), config) as p:
         yield p
-    finally:
-        cluster.down()
 
 
 @pytest.fixture(scope="module")
