@@ -1,0 +1,70 @@
+"""Bad input never stops the scheduler: a broken spec keeps the old settings, a broken
+pod waits in the queue with its error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler.control.queue import QueueName, pod_key
+from scheduler.control.scheduler import BrokenPod, Scheduler
+from scheduler.control.settings import SettingsError, default_spec, parse_spec
+from scheduler.core.profile import ScoringStrategy
+from scheduler.obs.metrics import Metrics
+from tests.builders import make_node, make_pod
+
+
+def test_default_spec_round_trips() -> None:
+    settings = parse_spec(default_spec("lattice"), "lattice")
+    assert settings.bind_concurrency == 16
+    assert dict(settings.profile.scores)["TaintToleration"] == 3
+
+
+def test_plugins_are_applied() -> None:
+    spec = {
+        "plugins": [
+            {"name": "NodeResourcesFit", "weight": 5, "args": {"scoringStrategy": "MostAllocated"}},
+            {"name": "NodePorts", "enabled": False},
+        ]
+    }
+    settings = parse_spec(spec, "lattice")
+    assert dict(settings.profile.scores)["NodeResourcesFit"] == 5
+    assert settings.profile.node_resources_fit.strategy is ScoringStrategy.MOST_ALLOCATED
+    assert "NodePorts" not in settings.profile.filters
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        pytest.param({"plugins": [{"name": "Nope"}]}, "unknown plugin 'Nope'", id="unknown"),
+        pytest.param({"plugins": [{"name": "NodeAffinity", "weight": 500}]}, "weight", id="weight"),
+        pytest.param({"bindConcurrency": 0}, "bindConcurrency", id="concurrency"),
+        pytest.param({"clientQPS": "fast"}, "clientQPS", id="qps"),
+        pytest.param({"schedulerName": "other"}, "differs", id="name"),
+        pytest.param(
+            {"plugins": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": "Random"}}]},
+            "scoringStrategy",
+            id="strategy",
+        ),
+    ],
+)
+def test_invalid_specs_say_why(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        parse_spec(spec, "lattice")
+
+
+def test_unparsable_pod_waits_with_its_error() -> None:
+    sched = Scheduler(parse_spec({}, "lattice"), writer=None, metrics=Metrics.create())
+    sched.node_upserted(make_node("n1").obj())
+    body = make_pod("bad", "1").obj()
+    body["spec"]["schedulerName"] = "lattice"
+    body["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    sched.pod_upserted(body)
+    info = sched.queue.try_pop()
+    assert info is not None
+    assert isinstance(info.pod, BrokenPod)
+    assert "lots" in info.pod.error
+    sched.schedule_one(info)  # no exception: it is reported and parked
+    assert sched.queue.where(pod_key("default", "bad")) is QueueName.UNSCHEDULABLE
+    assert sched.counters.errors == 1
