@@ -39,6 +39,7 @@ from scheduler.model.node import Taint, TaintEffect
 from scheduler.model.pod import UNSCHEDULABLE_TAINT_KEY, Pod, tolerates
 
 if TYPE_CHECKING:
+    from scheduler.core.load import LoadView
     from scheduler.core.topology.state import TopologyState
 
 CodeArray = npt.NDArray[np.int8]
@@ -108,15 +109,22 @@ class Cycle:
     memoised here so several plugins can reuse them.
     """
 
-    __slots__ = ("_memo", "pod", "snapshot", "state", "topology")
+    __slots__ = ("_memo", "load", "pod", "snapshot", "state", "topology")
 
     def __init__(
-        self, snapshot: Snapshot, pod: Pod, *, topology: TopologyState | None = None
+        self,
+        snapshot: Snapshot,
+        pod: Pod,
+        *,
+        topology: TopologyState | None = None,
+        load: LoadView | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.pod = pod
         # Node topologies and device usage, kept by the controller next to the snapshot.
         self.topology = topology
+        # Predicted node load (None: no predictor, LoadAware stays out of the way).
+        self.load = load
         self.state: dict[str, Any] = {}
         self._memo: dict[str, Any] = {}
 

@@ -5,9 +5,11 @@ core implements (no volume plugins, DynamicResources, ImageLocality or preemptio
 order matters: a node is attributed to the first filter that rejects it, and that is what
 FailedScheduling messages count.
 
-Lattice adds one plugin of its own, Topology (device and NUMA alignment), last among the
-filters; it skips every pod that asks for no GPUs, RDMA NICs or pinned CPUs, so for those
-the profile still behaves exactly like kube-scheduler's.
+Lattice adds two plugins of its own, last among the filters. Topology (device and NUMA
+alignment) skips every pod that asks for no GPUs, RDMA NICs or pinned CPUs. LoadAware
+(measured and predicted node load) filters only when a threshold is configured (none is by
+default) and scores only when some node has a fresh load report. Without GPUs and without
+node agents the profile therefore behaves exactly like kube-scheduler's.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Final
 
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.topology import GPU_RESOURCE, RDMA_RESOURCE
+from scheduler.predict import PredictConfig
 
 
 def _check_weights(what: str, pairs: tuple[tuple[str, int], ...]) -> None:
@@ -90,6 +93,22 @@ class TopologyArgs:
     """Alignment of pods that do not carry the annotation."""
 
 
+class LoadScoreMode(StrEnum):
+    LEAST_LOADED = "LeastLoaded"
+    """Prefer the node with the lowest predicted utilisation after the pod (spreading)."""
+    TARGET_PACKING = "TargetPacking"
+    """Fill nodes up to a target utilisation, then prefer nodes still below it (Trimaran's
+    TargetLoadPacking): fewer, busier nodes with headroom for spikes."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadAwareArgs:
+    mode: LoadScoreMode = LoadScoreMode.LEAST_LOADED
+    predict: PredictConfig = field(default_factory=PredictConfig)
+    """Smoothing, staleness, in-flight estimates, thresholds (filter) and resource weights
+    and targets (score); the controller hands the same config to its predictor."""
+
+
 NODE_UNSCHEDULABLE: Final = "NodeUnschedulable"
 NODE_NAME: Final = "NodeName"
 TAINT_TOLERATION: Final = "TaintToleration"
@@ -100,6 +119,7 @@ POD_TOPOLOGY_SPREAD: Final = "PodTopologySpread"
 INTER_POD_AFFINITY: Final = "InterPodAffinity"
 BALANCED_ALLOCATION: Final = "NodeResourcesBalancedAllocation"
 TOPOLOGY: Final = "Topology"
+LOAD_AWARE: Final = "LoadAware"
 
 DEFAULT_FILTERS: Final = (
     NODE_UNSCHEDULABLE,
@@ -111,6 +131,7 @@ DEFAULT_FILTERS: Final = (
     POD_TOPOLOGY_SPREAD,
     INTER_POD_AFFINITY,
     TOPOLOGY,
+    LOAD_AWARE,
 )
 DEFAULT_SCORES: Final = (
     (TAINT_TOLERATION, 3),
@@ -120,7 +141,12 @@ DEFAULT_SCORES: Final = (
     (INTER_POD_AFFINITY, 2),
     (BALANCED_ALLOCATION, 1),
     (TOPOLOGY, 5),
+    (LOAD_AWARE, 3),
 )
+"""LoadAware's weight 3 lets a 20-point load difference (a node at 70 % against one at 50 %)
+outweigh the requests-based scores (NodeResourcesFit and BalancedAllocation, weight 1 each),
+which cannot see load placed by others: diluting the load score is how load-aware schedulers
+end up placing on hot nodes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +162,7 @@ class Profile:
     balanced_allocation: BalancedAllocationArgs = field(default_factory=BalancedAllocationArgs)
     inter_pod_affinity: InterPodAffinityArgs = field(default_factory=InterPodAffinityArgs)
     topology: TopologyArgs = field(default_factory=TopologyArgs)
+    load_aware: LoadAwareArgs = field(default_factory=LoadAwareArgs)
 
     def __post_init__(self) -> None:
         if len(set(self.filters)) != len(self.filters):

@@ -21,6 +21,7 @@ from scheduler.core.framework import (
 from scheduler.core.plugins import (
     balanced_allocation,
     inter_pod_affinity,
+    load_aware,
     node_affinity,
     node_name,
     node_ports,
@@ -45,6 +46,7 @@ IN_TREE: Final[tuple[tuple[str, PluginFactory], ...]] = (
     (inter_pod_affinity.NAME, inter_pod_affinity.new),
     (balanced_allocation.NAME, balanced_allocation.new),
     (topology.NAME, topology.new),
+    (load_aware.NAME, load_aware.new),
 )
 
 

@@ -37,6 +37,7 @@ from scheduler.core.explain import (
     ScoreRecord,
 )
 from scheduler.core.framework import Code, Cycle, PluginSet
+from scheduler.core.load import LoadView
 from scheduler.core.profile import DEFAULT_PROFILE, Profile
 from scheduler.core.registry import Registry, default_registry
 from scheduler.core.snapshot import Snapshot
@@ -62,6 +63,7 @@ class Framework:
         *,
         seed: int = 0,
         topology: TopologyState | None = None,
+        load: LoadView | None = None,
     ) -> Decision:
         names = snapshot.node_names
         n = len(names)
@@ -77,7 +79,7 @@ class Framework:
         if n == 0:
             return Decision(pod, None, Explanation(names, rejected_by), seed)
 
-        cycle = Cycle(snapshot, pod, topology=topology)
+        cycle = Cycle(snapshot, pod, topology=topology, load=load)
         skipped: list[str] = []
         rejection: Rejection | None = None
         allowed: frozenset[str] | None = None
@@ -192,6 +194,7 @@ def schedule(
     seed: int = 0,
     *,
     topology: TopologyState | None = None,
+    load: LoadView | None = None,
 ) -> Decision:
     """Filter and score every node of ``snapshot`` for ``pod`` and pick one."""
-    return framework_for(profile).schedule(snapshot, pod, seed=seed, topology=topology)
+    return framework_for(profile).schedule(snapshot, pod, seed=seed, topology=topology, load=load)

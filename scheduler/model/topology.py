@@ -202,9 +202,31 @@ class PressureReadingsSpec(TypedDict, total=False):
     io: PressureSpec
 
 
+class CpuLoadSpec(TypedDict):
+    usedMillicores: int
+    capacityMillicores: int
+    peakMillicores: NotRequired[int]
+
+
+class MemoryLoadSpec(TypedDict):
+    usedBytes: int
+    capacityBytes: int
+
+
+class NodeLoadSpec(TypedDict):
+    sampleTime: str
+    windowSeconds: float
+    samples: int
+    cpu: CpuLoadSpec
+    memory: MemoryLoadSpec
+    cpuPercent: int
+    memoryPercent: int
+
+
 class NodeTopologyStatusSpec(TypedDict):
     lastReportTime: str
     pressure: NotRequired[PressureReadingsSpec]
+    load: NotRequired[NodeLoadSpec]
     warnings: NotRequired[list[str]]
 
 
@@ -532,6 +554,85 @@ class PressureReadings:
     io: Pressure | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeLoad:
+    """Measured use of a whole node over the agent's last report window.
+
+    Absolute units (millicores, bytes) with the capacity they were measured against, so the
+    scheduler can add the requests of pods it just placed. CPU is the mean over the window
+    (busy jiffies of all online CPUs), memory the last sample (MemTotal - MemAvailable): a
+    mean would hide growth that ends in an OOM kill. ``sample_time`` is when the window
+    ended, with sub-second precision so consecutive reports never collide.
+    """
+
+    sample_time: datetime
+    window_seconds: float
+    samples: int
+    cpu_used_milli: int
+    cpu_capacity_milli: int
+    mem_used_bytes: int
+    mem_capacity_bytes: int
+    cpu_peak_milli: int | None = None
+    """Highest single sample in the window, when more than one sample was taken."""
+
+    def __post_init__(self) -> None:
+        if self.sample_time.tzinfo is None:
+            raise ValueError("sample_time must be timezone-aware")
+        if self.cpu_capacity_milli <= 0 or self.mem_capacity_bytes <= 0:
+            raise ValueError("load capacities must be positive")
+        if min(self.cpu_used_milli, self.mem_used_bytes, self.samples) < 0:
+            raise ValueError("load figures must not be negative")
+        if not self.window_seconds >= 0:
+            raise ValueError("window_seconds must be >= 0")
+
+    @property
+    def cpu_fraction(self) -> float:
+        return self.cpu_used_milli / self.cpu_capacity_milli
+
+    @property
+    def memory_fraction(self) -> float:
+        return self.mem_used_bytes / self.mem_capacity_bytes
+
+    def to_spec(self) -> NodeLoadSpec:
+        cpu: CpuLoadSpec = {
+            "usedMillicores": self.cpu_used_milli,
+            "capacityMillicores": self.cpu_capacity_milli,
+        }
+        if self.cpu_peak_milli is not None:
+            cpu["peakMillicores"] = self.cpu_peak_milli
+        return {
+            "sampleTime": format_micro_time(self.sample_time),
+            "windowSeconds": round(float(self.window_seconds), 3),
+            "samples": self.samples,
+            "cpu": cpu,
+            "memory": {"usedBytes": self.mem_used_bytes, "capacityBytes": self.mem_capacity_bytes},
+            "cpuPercent": round(100 * self.cpu_fraction),
+            "memoryPercent": round(100 * self.memory_fraction),
+        }
+
+    @classmethod
+    def from_spec(cls, raw: Any) -> NodeLoad:
+        """Parse ``status.load``; the percentages are derived, so they are not read back."""
+        try:
+            m = _as_mapping(raw, "load")
+            cpu = _mapping(m, "cpu")
+            mem = _mapping(m, "memory")
+            return cls(
+                sample_time=parse_time(_str(m, "sampleTime")),
+                window_seconds=_float(m, "windowSeconds"),
+                samples=_int(m, "samples"),
+                cpu_used_milli=_int(cpu, "usedMillicores"),
+                cpu_capacity_milli=_int(cpu, "capacityMillicores"),
+                cpu_peak_milli=_opt_int(cpu, "peakMillicores"),
+                mem_used_bytes=_int(mem, "usedBytes"),
+                mem_capacity_bytes=_int(mem, "capacityBytes"),
+            )
+        except TopologyParseError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TopologyParseError(f"invalid NodeTopology status.load: {exc}") from exc
+
+
 @dataclass(frozen=True, slots=True)
 class NodeTopologyStatus:
     """What the agent observed at its last report; the heartbeat the scheduler ages."""
@@ -539,6 +640,7 @@ class NodeTopologyStatus:
     last_report_time: datetime
     pressure: PressureReadings | None = None
     warnings: tuple[str, ...] = ()
+    load: NodeLoad | None = None
 
     def to_status(self) -> NodeTopologyStatusSpec:
         out: NodeTopologyStatusSpec = {"lastReportTime": format_time(self.last_report_time)}
@@ -551,6 +653,8 @@ class NodeTopologyStatus:
             if self.pressure.io is not None:
                 readings["io"] = _pressure_to_spec(self.pressure.io)
             out["pressure"] = readings
+        if self.load is not None:
+            out["load"] = self.load.to_spec()
         if self.warnings:
             out["warnings"] = list(self.warnings)
         return out
@@ -570,6 +674,7 @@ class NodeTopologyStatus:
                 last_report_time=parse_time(_str(status, "lastReportTime")),
                 pressure=pressure,
                 warnings=tuple(_str_list(status, "warnings")),
+                load=NodeLoad.from_spec(status["load"]) if "load" in status else None,
             )
         except TopologyParseError:
             raise
@@ -582,6 +687,13 @@ def format_time(t: datetime) -> str:
     if t.tzinfo is None:
         raise ValueError("report times must be timezone-aware")
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_micro_time(t: datetime) -> str:
+    """RFC 3339 in UTC with microseconds, as ``metav1.MicroTime`` writes."""
+    if t.tzinfo is None:
+        raise ValueError("sample times must be timezone-aware")
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_time(text: str) -> datetime:

@@ -150,6 +150,7 @@ class LoadPredictor:
         self._config = config if config is not None else PredictConfig()
         self._nodes: dict[str, _NodeState] = {}
         self._pod_node: dict[str, str] = {}
+        self._table = _RowTable()
 
     @property
     def config(self) -> PredictConfig:
@@ -162,6 +163,8 @@ class LoadPredictor:
         (estimates are kept as raw requests), new staleness at the next query.
         """
         self._config = config
+        for name in self._nodes:
+            self._refresh(name)
 
     # --- inputs ----------------------------------------------------------
 
@@ -228,6 +231,7 @@ class LoadPredictor:
             )
         state.reported = _Reported(report=report, cpu=cpu, mem=mem)
         self._fade_covered(state, report.sample_time, a_cpu, a_mem)
+        self._refresh(report.node)
         return ObserveOutcome.ACCEPTED
 
     def note_placement(
@@ -254,6 +258,7 @@ class LoadPredictor:
             placed_at=now, cpu_request_milli=cpu_request_milli, mem_request_bytes=mem_request_bytes
         )
         self._pod_node[pod_key] = node
+        self._refresh(node)
 
     def forget_pod(self, pod_key: str) -> bool:
         """Drop a pod's estimate (pod deleted, or binding failed); True if there was one."""
@@ -264,6 +269,7 @@ class LoadPredictor:
         del state.inflight[pod_key]
         if state.reported is None and not state.inflight:
             del self._nodes[node]
+        self._refresh(node)
         return True
 
     def forget_node(self, node: str) -> bool:
@@ -273,7 +279,22 @@ class LoadPredictor:
             return False
         for pod_key in state.inflight:
             del self._pod_node[pod_key]
+        self._refresh(node)
         return True
+
+    def _refresh(self, node: str) -> None:
+        """Bring `node`'s row of the prediction table in line with its state (O(its pods))."""
+        state = self._nodes.get(node)
+        if state is None:
+            self._table.drop(node)
+            return
+        cfg = self._config
+        inflight_cpu = inflight_mem = 0.0
+        for entry in state.inflight.values():
+            est = estimate_pod(cfg, entry.cpu_request_milli, entry.mem_request_bytes)
+            inflight_cpu += est.cpu_milli * entry.cpu_weight
+            inflight_mem += est.memory_bytes * entry.mem_weight
+        self._table.set(node, state.reported, inflight_cpu, inflight_mem)
 
     def _fade_covered(
         self, state: _NodeState, sample_time: float, a_cpu: float, a_mem: float
@@ -328,7 +349,7 @@ class LoadPredictor:
         not fresh.
         """
         n = len(nodes)
-        columns = [
+        req_cpu, req_mem, alloc_cpu, alloc_mem = (
             _column(name, values, n)
             for name, values in (
                 ("requested_cpu_milli", requested_cpu_milli),
@@ -336,24 +357,30 @@ class LoadPredictor:
                 ("allocatable_cpu_milli", allocatable_cpu_milli),
                 ("allocatable_mem_bytes", allocatable_mem_bytes),
             )
-        ]
-        req_cpu, req_mem, alloc_cpu, alloc_mem = (c.tolist() for c in columns)
-        used_cpu = np.empty(n, dtype=np.float64)
-        used_mem = np.empty(n, dtype=np.float64)
-        cap_cpu = np.empty(n, dtype=np.float64)
-        cap_mem = np.empty(n, dtype=np.float64)
-        status = np.empty(n, dtype=np.int8)
-        age = np.empty(n, dtype=np.float64)
-        cpu_psi = np.full(n, np.nan, dtype=np.float64)
-        mem_psi = np.full(n, np.nan, dtype=np.float64)
-        for i, name in enumerate(nodes):
-            v = self._view(name, req_cpu[i], req_mem[i], alloc_cpu[i], alloc_mem[i], now)
-            used_cpu[i], used_mem[i] = v.used_cpu, v.used_mem
-            cap_cpu[i], cap_mem[i] = v.cap_cpu, v.cap_mem
-            status[i] = v.status
-            age[i] = v.age_s
-            if v.psi is not None:
-                cpu_psi[i], mem_psi[i] = v.psi.cpu_some, v.psi.memory_some
+        )
+        cfg = self._config
+        t = self._table.gather(nodes)
+        has = ~np.isnan(t.sample_time)
+        with np.errstate(invalid="ignore"):
+            age = np.maximum(now - t.sample_time, 0.0)  # NaN stays NaN for unknown nodes
+            fresh = has & (age <= cfg.stale_after_s)
+        lead = np.nan_to_num(age) + cfg.horizon_s
+        # The trend may overshoot; use stays within [0, capacity] (or the level, if above).
+        pred_cpu = np.clip(
+            t.cpu_level + t.cpu_trend * lead, 0.0, np.maximum(t.cpu_cap, t.cpu_level)
+        )
+        pred_mem = np.clip(
+            t.mem_level + t.mem_trend * lead, 0.0, np.maximum(t.mem_cap, t.mem_level)
+        )
+        used_cpu = np.where(fresh, pred_cpu + t.inflight_cpu, req_cpu)
+        used_mem = np.where(fresh, pred_mem + t.inflight_mem, req_mem)
+        cap_cpu = np.where(fresh, t.cpu_cap, alloc_cpu)
+        cap_mem = np.where(fresh, t.mem_cap, alloc_mem)
+        status = np.where(
+            fresh, np.int8(LoadStatus.FRESH), np.where(has, np.int8(LoadStatus.STALE), np.int8(2))
+        ).astype(np.int8)
+        cpu_psi = np.where(fresh, t.cpu_psi, np.nan)
+        mem_psi = np.where(fresh, t.mem_psi, np.nan)
         for array in (used_cpu, used_mem, cap_cpu, cap_mem, status, age, cpu_psi, mem_psi):
             array.flags.writeable = False  # a cycle's snapshot: scores derive, never edit
         return PredictionBatch(
@@ -480,3 +507,109 @@ def _column(name: str, values: ArrayLike, n: int) -> NDArray[np.float64]:
     if array.shape != (n,):
         raise ValueError(f"{name} has shape {array.shape}, expected ({n},) to match nodes")
     return array
+
+
+_FIELDS: tuple[str, ...] = (
+    "sample_time",
+    "cpu_level",
+    "cpu_trend",
+    "mem_level",
+    "mem_trend",
+    "cpu_cap",
+    "mem_cap",
+    "cpu_psi",
+    "mem_psi",
+    "inflight_cpu",
+    "inflight_mem",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    sample_time: NDArray[np.float64]
+    """NaN where the node never reported (or is unknown)."""
+    cpu_level: NDArray[np.float64]
+    cpu_trend: NDArray[np.float64]
+    mem_level: NDArray[np.float64]
+    mem_trend: NDArray[np.float64]
+    cpu_cap: NDArray[np.float64]
+    mem_cap: NDArray[np.float64]
+    cpu_psi: NDArray[np.float64]
+    mem_psi: NDArray[np.float64]
+    inflight_cpu: NDArray[np.float64]
+    inflight_mem: NDArray[np.float64]
+
+
+class _RowTable:
+    """Per-node prediction inputs as columns, so a cycle over all nodes is pure numpy.
+
+    Row 0 is the sentinel every unknown node gathers from (never reported, nothing in
+    flight). Rows are updated one node at a time when its state changes; the name -> row
+    gather for a node list is memoised on the list object (the snapshot hands out the same
+    tuple until its node set changes) and on the table's layout version.
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[str, int] = {}
+        self._free: list[int] = []
+        self._size = 1
+        self._data = np.zeros((len(_FIELDS), 16), dtype=np.float64)
+        self._data[0, 0] = np.nan
+        self._layout = 0
+        self._gather_key: tuple[Sequence[str], int] | None = None
+        self._gather_index: NDArray[np.intp] = np.zeros(0, dtype=np.intp)
+
+    def set(
+        self, node: str, reported: _Reported | None, inflight_cpu: float, inflight_mem: float
+    ) -> None:
+        row = self._rows.get(node)
+        if row is None:
+            row = self._free.pop() if self._free else self._append()
+            self._rows[node] = row
+            self._layout += 1
+        col = self._data[:, row]
+        if reported is None:
+            col[:] = 0.0
+            col[0] = np.nan
+        else:
+            r = reported.report
+            col[0:9] = (
+                r.sample_time,
+                reported.cpu.level,
+                reported.cpu.trend,
+                reported.mem.level,
+                reported.mem.trend,
+                r.cpu_capacity_milli,
+                r.mem_capacity_bytes,
+                r.psi.cpu_some,
+                r.psi.memory_some,
+            )
+        col[9] = inflight_cpu
+        col[10] = inflight_mem
+
+    def drop(self, node: str) -> None:
+        row = self._rows.pop(node, None)
+        if row is not None:
+            self._data[:, row] = 0.0
+            self._data[0, row] = np.nan
+            self._free.append(row)
+            self._layout += 1
+
+    def _append(self) -> int:
+        if self._size == self._data.shape[1]:
+            grown = np.zeros((len(_FIELDS), 2 * self._size), dtype=np.float64)
+            grown[:, : self._size] = self._data
+            self._data = grown
+        self._size += 1
+        return self._size - 1
+
+    def gather(self, nodes: Sequence[str]) -> _Columns:
+        key = self._gather_key
+        if key is None or key[0] is not nodes or key[1] != self._layout:
+            rows = self._rows
+            self._gather_index = np.fromiter(
+                (rows.get(name, 0) for name in nodes), dtype=np.intp, count=len(nodes)
+            )
+            self._gather_key = (nodes, self._layout)
+        taken = self._data[:, self._gather_index]
+        return _Columns(*taken)

@@ -211,10 +211,11 @@ def test_profile_validation(kwargs: dict[str, object]) -> None:
 
 def test_default_profile_order_matches_kube_scheduler() -> None:
     """kube-scheduler's plugins in its order; Lattice's Topology (a no-op for pods without
-    devices or pinned CPUs) comes last."""
-    assert DEFAULT_PROFILE.filters[-1] == "Topology"
+    devices or pinned CPUs) and LoadAware (a no-op without load reports) come last."""
+    assert DEFAULT_PROFILE.filters[-2:] == ("Topology", "LoadAware")
     assert dict(DEFAULT_PROFILE.scores)["Topology"] == 5
-    assert DEFAULT_PROFILE.filters[:-1] == (
+    assert dict(DEFAULT_PROFILE.scores)["LoadAware"] == 3
+    assert DEFAULT_PROFILE.filters[:-2] == (
         "NodeUnschedulable",
         "NodeName",
         "TaintToleration",
@@ -224,7 +225,7 @@ def test_default_profile_order_matches_kube_scheduler() -> None:
         "PodTopologySpread",
         "InterPodAffinity",
     )
-    assert {k: w for k, w in DEFAULT_PROFILE.scores if k != "Topology"} == {
+    assert {k: w for k, w in DEFAULT_PROFILE.scores if k not in ("Topology", "LoadAware")} == {
         "TaintToleration": 3,
         "NodeAffinity": 2,
         "NodeResourcesFit": 1,

@@ -1,0 +1,134 @@
+"""LoadAware: keep pods off nodes that are busy now, not just full on paper.
+
+Requests are promises; nodes run hot from pods that under-request, from other schedulers'
+pods and from system daemons. This plugin reads the cycle's :class:`~scheduler.core.load.
+LoadView` (the controller's EWMA predictor: smoothed measured use plus an estimate for every
+pod placed since the last report; requests over allocatable for nodes whose agent is silent)
+and judges each node by its utilisation *after* the incoming pod's estimate is added.
+
+* **Filter** (off unless a threshold is set): rejects nodes whose predicted CPU or memory
+  utilisation would exceed the threshold, or whose CPU/memory pressure (PSI some avg10) is
+  above its threshold. Code Unschedulable: load falls, so the pod is retried.
+* **Score** 0..100: LeastLoaded (free fraction, CPU and memory weighted) or TargetPacking
+  (Trimaran's curve: fill to a target, then prefer nodes under it). Skipped when no feasible
+  node has a fresh report - with nothing measured the plugin would only repeat, less well,
+  what NodeResourcesFit already says about requests.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+
+from scheduler.core.framework import (
+    PREFILTER_SKIP,
+    PREFILTER_SUCCESS,
+    Code,
+    Cycle,
+    FilterResult,
+    PreFilterResult,
+)
+from scheduler.core.profile import LOAD_AWARE, LoadAwareArgs, LoadScoreMode, Profile
+from scheduler.core.snapshot import BoolArray, IntArray
+from scheduler.model.names import CPU, MEMORY
+from scheduler.predict import (
+    LoadStatus,
+    PodEstimate,
+    PredictionBatch,
+    estimate_pod,
+    least_loaded_scores,
+    target_packing_scores,
+    threshold_verdict,
+)
+
+NAME: Final = LOAD_AWARE
+_UNSCHEDULABLE: Final = np.int8(Code.UNSCHEDULABLE)
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:g}%"
+
+
+class LoadAware:
+    name: Final = NAME
+
+    def __init__(self, args: LoadAwareArgs) -> None:
+        self.args = args
+        c = args.predict
+        self._reasons = (
+            f"node(s) would exceed the CPU load threshold ({_pct(c.cpu_threshold or 0)})",
+            f"node(s) would exceed the memory load threshold ({_pct(c.memory_threshold or 0)})",
+            "node(s) had CPU pressure",
+            "node(s) had memory pressure",
+        )
+
+    def _thresholds_set(self) -> bool:
+        c = self.args.predict
+        return any(
+            t is not None
+            for t in (
+                c.cpu_threshold,
+                c.memory_threshold,
+                c.cpu_pressure_threshold,
+                c.memory_pressure_threshold,
+            )
+        )
+
+    def _batch(self, cycle: Cycle) -> PredictionBatch:
+        view = cycle.load
+        assert view is not None
+        return cycle.memo("load_batch", lambda: view.batch(cycle.snapshot))
+
+    def _estimate(self, cycle: Cycle) -> PodEstimate:
+        requests = cycle.pod.resources.requests
+        return estimate_pod(self.args.predict, requests.get(CPU, 0), requests.get(MEMORY, 0))
+
+    def pre_filter(self, cycle: Cycle) -> PreFilterResult:
+        if cycle.load is None or not self._thresholds_set():
+            return PREFILTER_SKIP
+        return PREFILTER_SUCCESS
+
+    def filter(self, cycle: Cycle, candidates: BoolArray) -> FilterResult | None:
+        c = self.args.predict
+        verdict = threshold_verdict(
+            self._batch(cycle),
+            self._estimate(cycle),
+            cpu_threshold=c.cpu_threshold,
+            memory_threshold=c.memory_threshold,
+            cpu_pressure_threshold=c.cpu_pressure_threshold,
+            memory_pressure_threshold=c.memory_pressure_threshold,
+        )
+        masks = (verdict.cpu, verdict.memory, verdict.cpu_pressure, verdict.memory_pressure)
+        reasons = tuple(
+            (reason, mask) for reason, mask in zip(self._reasons, masks, strict=True) if mask.any()
+        )
+        if not reasons:
+            return None
+        codes = np.where(verdict.rejected, _UNSCHEDULABLE, np.int8(0)).astype(np.int8)
+        return FilterResult(codes, reasons)
+
+    def score(self, cycle: Cycle, feasible: BoolArray) -> IntArray | None:
+        if cycle.load is None:
+            return None
+        batch = self._batch(cycle)
+        if not (batch.status[feasible] == LoadStatus.FRESH).any():
+            return None
+        c = self.args.predict
+        pod = self._estimate(cycle)
+        if self.args.mode is LoadScoreMode.TARGET_PACKING:
+            return target_packing_scores(
+                batch,
+                pod,
+                cpu_target=c.cpu_target,
+                memory_target=c.memory_target,
+                cpu_weight=c.cpu_weight,
+                memory_weight=c.memory_weight,
+            )
+        return least_loaded_scores(
+            batch, pod, cpu_weight=c.cpu_weight, memory_weight=c.memory_weight
+        )
+
+
+def new(profile: Profile) -> LoadAware:
+    return LoadAware(profile.load_aware)
