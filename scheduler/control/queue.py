@@ -135,6 +135,9 @@ class ClusterEventType(enum.StrEnum):
     NODE_CHANGED = "NodeChanged"
     """Only relevant with a non-empty :class:`NodeChange`."""
     NODE_TOPOLOGY_CHANGED = "NodeTopologyChanged"
+    NODE_LOAD_DECREASED = "NodeLoadDecreased"
+    """A node's measured load fell (or it reported again): only sent while a load filter
+    is configured, since only that filter rejects pods for load."""
     POD_BOUND = "AssignedPodAdded"
     """A pod was bound (by anyone): affinity and spread constraints may now be satisfiable."""
     POD_CHANGED = "AssignedPodChanged"

@@ -40,14 +40,23 @@ from scheduler.control.queue import (
     pod_key,
 )
 from scheduler.control.settings import SchedulerSettings
+from scheduler.core.load import LoadView
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
 from scheduler.model.errors import InvalidObjectError
+from scheduler.model.names import CPU, MEMORY
 from scheduler.model.node import Node
 from scheduler.model.pod import Pod
-from scheduler.model.topology import NodeTopology, TopologyParseError
+from scheduler.model.topology import (
+    NodeLoad,
+    NodeTopology,
+    NodeTopologyStatus,
+    PressureReadings,
+    TopologyParseError,
+)
 from scheduler.obs.logging import attempt_logger, new_trace_id
 from scheduler.obs.metrics import AttemptResult, Metrics
+from scheduler.predict import LoadPredictor, ObserveOutcome, PsiSample
 
 Body = Mapping[str, Any]
 
@@ -86,6 +95,18 @@ def _relevant_update(old: QueuedPod, new: QueuedPod) -> bool:
     return old != new
 
 
+def _psi(pressure: PressureReadings | None) -> PsiSample | None:
+    """The PSI figures the predictor uses: cpu some, memory some and full, avg10."""
+    if pressure is None:
+        return None
+    memory = pressure.memory
+    return PsiSample(
+        cpu_some=pressure.cpu.some.avg10 if pressure.cpu is not None else 0.0,
+        memory_some=memory.some.avg10 if memory is not None else 0.0,
+        memory_full=memory.full.avg10 if memory is not None and memory.full is not None else 0.0,
+    )
+
+
 def _node_changes(old: Node, new: Node) -> NodeChange:
     changes = NodeChange.NONE
     if old.allocatable != new.allocatable:
@@ -109,10 +130,17 @@ class Scheduler:
         writer: KubeWriter | None,
         metrics: Metrics,
         clock: Any = time.monotonic,
+        wall_clock: Any = time.time,
     ) -> None:
         self.settings = settings
         self.framework = Framework(settings.profile)
         self.cache = SchedulerCache(topology=TopologyState(settings.profile.topology))
+        self.load = LoadPredictor(settings.profile.load_aware.predict)
+        """Predicted node load, fed by agents' reports and our own placements."""
+        self.wall_clock = wall_clock
+        """Unix time: agents date their samples with it, so report ages are measured on it."""
+        self._topology_specs: dict[str, Any] = {}
+        self._last_cpu: dict[str, float] = {}
         self.queue: SchedulingQueue[QueuedPod] = SchedulingQueue(
             is_relevant_update=_relevant_update
         )
@@ -132,6 +160,8 @@ class Scheduler:
         """New profile from the next cycle on; in-flight bindings keep their slots."""
         if settings.profile != self.settings.profile:
             self.framework = Framework(settings.profile)
+        if settings.profile.load_aware.predict != self.load.config:
+            self.load.replace_config(settings.profile.load_aware.predict)
         if settings.bind_concurrency != self.settings.bind_concurrency:
             self._bind_slots = asyncio.Semaphore(settings.bind_concurrency)
         if self.writer is not None:
@@ -185,6 +215,7 @@ class Scheduler:
         meta = body.get("metadata") or {}
         key = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
         self._drop_from_queue(key)
+        self.load.forget_pod(key)
         if self.cache.remove_pod(key):
             self.queue.move_all_on_event(ClusterEvent(ClusterEventType.POD_DELETED, subject=key))
 
@@ -215,24 +246,89 @@ class Scheduler:
             )
 
     def topology_upserted(self, body: Body) -> None:
-        """A node agent's NodeTopology report (or its heartbeat: unchanged specs are cheap)."""
+        """A node agent's NodeTopology: hardware (spec) and heartbeat with load (status).
+
+        The spec is parsed only when it changed (agents rewrite the status every report
+        interval, the spec almost never); a broken status loses the load sample only.
+        """
         name = str((body.get("metadata") or {}).get("name", ""))
-        try:
-            report = NodeTopology.from_spec(body.get("spec") or {})
-        except (TopologyParseError, InvalidObjectError, ValueError) as exc:
-            self.log.warning("topology_unreadable", node=name, reason=str(exc))
-            self.cache.topology.remove_node_topology(name)
+        spec = body.get("spec") or {}
+        if self._topology_specs.get(name) != spec:
+            try:
+                report = NodeTopology.from_spec(spec)
+            except (TopologyParseError, InvalidObjectError, ValueError) as exc:
+                self.log.warning("topology_unreadable", node=name, reason=str(exc))
+                self._topology_specs.pop(name, None)
+                self.cache.topology.remove_node_topology(name)
+            else:
+                self._topology_specs[name] = spec
+                self.cache.topology.set_node_topology(name, report)
+                self.queue.move_all_on_event(
+                    ClusterEvent(ClusterEventType.NODE_TOPOLOGY_CHANGED, subject=name)
+                )
+        raw_status = body.get("status")
+        if not raw_status:
             return
-        self.cache.topology.set_node_topology(name, report)
-        self.queue.move_all_on_event(
-            ClusterEvent(ClusterEventType.NODE_TOPOLOGY_CHANGED, subject=name)
+        try:
+            status = NodeTopologyStatus.from_status(raw_status)
+        except (TopologyParseError, ValueError) as exc:
+            self.log.warning("load_report_unreadable", node=name, reason=str(exc))
+            self.metrics.load_reports.labels(outcome="unreadable").inc()
+            return
+        if status.load is not None:
+            self._observe_load(name, status.load, status.pressure)
+
+    def _observe_load(self, node: str, load: NodeLoad, pressure: PressureReadings | None) -> None:
+        before = self.load.status(node, self.wall_clock())
+        outcome = self.load.observe(
+            node,
+            load.sample_time.timestamp(),
+            float(load.cpu_used_milli),
+            float(load.mem_used_bytes),
+            load.cpu_capacity_milli,
+            load.mem_capacity_bytes,
+            psi=_psi(pressure),
+            now=self.wall_clock(),
+        )
+        self.metrics.load_reports.labels(outcome=outcome.name.lower()).inc()
+        if outcome is not ObserveOutcome.ACCEPTED:
+            if outcome is not ObserveOutcome.DUPLICATE:
+                self.log.warning("load_report_ignored", node=node, reason=outcome.name.lower())
+            return
+        # Only a load filter can have rejected a pod for load; without thresholds new
+        # samples never make an unschedulable pod schedulable, so they move nothing.
+        if self._load_filter_on() and (
+            load.cpu_fraction < self._last_cpu.get(node, 1.0) or before.name != "FRESH"
+        ):
+            self.queue.move_all_on_event(
+                ClusterEvent(ClusterEventType.NODE_LOAD_DECREASED, subject=node)
+            )
+        self._last_cpu[node] = load.cpu_fraction
+
+    def _load_filter_on(self) -> bool:
+        c = self.settings.profile.load_aware.predict
+        return any(
+            t is not None
+            for t in (
+                c.cpu_threshold,
+                c.memory_threshold,
+                c.cpu_pressure_threshold,
+                c.memory_pressure_threshold,
+            )
         )
 
     def topology_deleted(self, body: Body) -> None:
-        self.cache.topology.remove_node_topology(str((body.get("metadata") or {}).get("name", "")))
+        name = str((body.get("metadata") or {}).get("name", ""))
+        self._topology_specs.pop(name, None)
+        self.cache.topology.remove_node_topology(name)
+        self.load.forget_node(name)
+        self._last_cpu.pop(name, None)
 
     def node_deleted(self, body: Body) -> None:
-        self.cache.delete_node(str((body.get("metadata") or {}).get("name", "")))
+        name = str((body.get("metadata") or {}).get("name", ""))
+        self.cache.delete_node(name)
+        self.load.forget_node(name)
+        self._last_cpu.pop(name, None)
 
     def namespace_upserted(self, body: Body) -> None:
         self.cache.upsert_namespace(body)
@@ -273,7 +369,11 @@ class Scheduler:
             return
         try:
             decision = self.framework.schedule(
-                self.cache.snapshot, pod, seed=self.settings.seed, topology=self.cache.topology
+                self.cache.snapshot,
+                pod,
+                seed=self.settings.seed,
+                topology=self.cache.topology,
+                load=LoadView(self.load, self.wall_clock()),
             )
         except Exception as exc:  # a bug in a plugin must not stop the scheduler
             log.exception("cycle_failed", reason=str(exc))
@@ -289,6 +389,10 @@ class Scheduler:
         node = decision.selected
         annotations = dict(decision.annotations)
         self.cache.assume(pod, node, annotations)
+        requests = pod.resources.requests
+        self.load.note_placement(
+            node, key, requests.get(CPU, 0), requests.get(MEMORY, 0), self.wall_clock()
+        )
         elapsed = time.perf_counter() - started
         self.metrics.observe_attempt(AttemptResult.SCHEDULED, elapsed)
         log.info("pod_assumed", node=node, duration_ms=round(elapsed * 1000, 3))
@@ -371,6 +475,7 @@ class Scheduler:
                 log.warning("report_failed", reason=str(exc))
             return
         self.cache.forget(pod)
+        self.load.forget_pod(f"{pod.namespace}/{pod.name}")
         if outcome.result in (BindResult.BOUND_ELSEWHERE, BindResult.GONE):
             self.queue.done(info)
             log.info("binding_superseded", reason=outcome.detail)
@@ -398,6 +503,15 @@ class Scheduler:
             self.log.warning("assumed_pod_expired", pod=key)
         self.metrics.set_pending(self.queue.counts())
         self.metrics.set_cache_size(self.cache.snapshot.num_nodes, self.cache.lifecycle.counts())
+        self.metrics.set_load_nodes(self.load_status_counts())
+
+    def load_status_counts(self) -> dict[str, int]:
+        """Cached nodes by load status (fresh/stale/unknown), for metrics and status."""
+        counts = collections.Counter(
+            self.load.status(name, self.wall_clock()).name.lower()
+            for name in self.cache.snapshot.node_names
+        )
+        return dict(counts)
 
     def queue_counts(self) -> dict[str, int]:
         counts = self.queue.counts()

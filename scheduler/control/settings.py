@@ -12,8 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.core.profile import DEFAULT_PROFILE, Profile, ScoringStrategy
+from scheduler.core.profile import (
+    DEFAULT_PROFILE,
+    LoadAwareArgs,
+    LoadScoreMode,
+    Profile,
+    ScoringStrategy,
+)
 from scheduler.core.registry import default_registry
+from scheduler.predict import ConfigError, PredictConfig
 
 API_GROUP = "lattice.dev"
 API_VERSION = "v1alpha1"
@@ -40,6 +47,7 @@ class SchedulerSettings:
 def default_spec(scheduler_name: str) -> dict[str, Any]:
     """The object `lattice run` creates when none exists."""
     s = SchedulerSettings(scheduler_name=scheduler_name)
+    load = s.profile.load_aware.predict
     return {
         "schedulerName": scheduler_name,
         "bindConcurrency": s.bind_concurrency,
@@ -48,7 +56,88 @@ def default_spec(scheduler_name: str) -> dict[str, Any]:
         "percentageOfNodesToScore": s.percentage_of_nodes_to_score,
         "seed": s.seed,
         "plugins": [{"name": n, "enabled": True, "weight": w} for n, w in s.profile.scores],
+        "loadAware": {
+            "mode": s.profile.load_aware.mode.value,
+            "cpuAlpha": load.cpu_alpha,
+            "memoryAlpha": load.memory_alpha,
+            "reportIntervalSeconds": load.report_interval_s,
+            "staleAfterSeconds": load.stale_after_s,
+            "settleDelaySeconds": load.settle_delay_s,
+        },
     }
+
+
+_LOAD_KEYS: dict[str, str] = {
+    "cpuAlpha": "cpu_alpha",
+    "memoryAlpha": "memory_alpha",
+    "reportIntervalSeconds": "report_interval_s",
+    "trendBeta": "trend_beta",
+    "horizonSeconds": "horizon_s",
+    "staleAfterSeconds": "stale_after_s",
+    "maxFutureSkewSeconds": "max_future_skew_s",
+    "settleDelaySeconds": "settle_delay_s",
+    "cpuRequestScale": "cpu_request_scale",
+    "memoryRequestScale": "memory_request_scale",
+    "defaultCPUMillicores": "default_cpu_milli",
+    "defaultMemoryBytes": "default_memory_bytes",
+    "inflightMinWeight": "inflight_min_weight",
+    "cpuThreshold": "cpu_threshold",
+    "memoryThreshold": "memory_threshold",
+    "cpuPressureThreshold": "cpu_pressure_threshold",
+    "memoryPressureThreshold": "memory_pressure_threshold",
+    "cpuWeight": "cpu_weight",
+    "memoryWeight": "memory_weight",
+    "cpuTarget": "cpu_target",
+    "memoryTarget": "memory_target",
+}
+"""spec.loadAware keys -> PredictConfig fields (the spec speaks Kubernetes camelCase)."""
+_INT_FIELDS = frozenset(
+    {"default_cpu_milli", "default_memory_bytes", "cpu_weight", "memory_weight"}
+)
+
+
+def parse_load_aware(raw: object) -> LoadAwareArgs:
+    """spec.loadAware into LoadAware's arguments; every bad key is reported at once."""
+    if raw is None:
+        return LoadAwareArgs()
+    if not isinstance(raw, Mapping):
+        raise SettingsError("spec.loadAware must be an object")
+    problems: list[str] = []
+    mode = LoadScoreMode.LEAST_LOADED
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "mode":
+            try:
+                mode = LoadScoreMode(value)
+            except ValueError:
+                known = " or ".join(m.value for m in LoadScoreMode)
+                problems.append(f"spec.loadAware.mode: {value!r} is not {known}")
+            continue
+        name = _LOAD_KEYS.get(key)
+        if name is None:
+            problems.append(f"spec.loadAware: unknown key {key!r}")
+            continue
+        if value is None:
+            values[name] = None
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            problems.append(f"spec.loadAware.{key}: {value!r} is not a number")
+        elif name in _INT_FIELDS:
+            if value != int(value):
+                problems.append(f"spec.loadAware.{key}: {value!r} is not an integer")
+            values[name] = int(value)
+        else:
+            values[name] = float(value)
+    if not problems:
+        try:
+            predict = PredictConfig(**values)
+        except ConfigError as exc:
+            reverse = {v: k for k, v in _LOAD_KEYS.items()}
+            for problem in exc.problems:
+                field_name, _, rest = problem.partition(" ")
+                problems.append(f"spec.loadAware.{reverse.get(field_name, field_name)} {rest}")
+    if problems:
+        raise SettingsError("; ".join(problems))
+    return LoadAwareArgs(mode=mode, predict=predict)
 
 
 def _int(spec: Mapping[str, Any], key: str, default: int, lo: int, hi: int) -> int:
@@ -114,6 +203,7 @@ def parse_spec(spec: Mapping[str, Any], scheduler_name: str) -> SchedulerSetting
             node_resources_fit=dataclasses.replace(
                 DEFAULT_PROFILE.node_resources_fit, strategy=strategy
             ),
+            load_aware=parse_load_aware(spec.get("loadAware")),
         )
     except ValueError as exc:
         raise SettingsError(str(exc)) from exc

@@ -36,6 +36,15 @@ QUEUE_LABELS: Final = ("active", "backoff", "unschedulable", "gated")
 """Values of ``queue`` on the pending-pods gauge (the scheduling queue's waiting places)."""
 
 CACHE_POD_STATES: Final = ("assumed", "bound", "added")
+LOAD_REPORT_OUTCOMES: Final = (
+    "accepted",
+    "duplicate",
+    "out_of_order",
+    "from_future",
+    "invalid",
+    "unreadable",
+)
+LOAD_STATUSES: Final = ("fresh", "stale", "unknown")
 """Values of ``state`` on the cached-pods gauge (the cache lifecycle's counted states)."""
 
 
@@ -75,6 +84,12 @@ class Metrics:
     """Nodes in the scheduler cache."""
     cache_pods: Gauge
     """Pods in the scheduler cache, by lifecycle ``state``."""
+    load_reports: Counter
+    """Node load reports by ``outcome`` (accepted, duplicate, out_of_order, from_future,
+    invalid, unreadable): a rising non-accepted count is an agent or clock problem."""
+    load_nodes: Gauge
+    """Cached nodes by load ``status`` (fresh, stale, unknown): stale nodes are scored by
+    requests."""
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -152,6 +167,20 @@ class Metrics:
                 namespace=NAMESPACE,
                 registry=reg,
             ),
+            load_reports=Counter(
+                "load_reports",
+                "Node load reports by outcome.",
+                ["outcome"],
+                namespace=NAMESPACE,
+                registry=reg,
+            ),
+            load_nodes=Gauge(
+                "load_nodes",
+                "Cached nodes by load report status.",
+                ["status"],
+                namespace=NAMESPACE,
+                registry=reg,
+            ),
         )
         for result in AttemptResult:
             metrics.schedule_attempts.labels(result=result)
@@ -160,7 +189,15 @@ class Metrics:
             metrics.pending_pods.labels(queue=queue)
         for state in CACHE_POD_STATES:
             metrics.cache_pods.labels(state=state)
+        for outcome in LOAD_REPORT_OUTCOMES:
+            metrics.load_reports.labels(outcome=outcome)
+        for status in LOAD_STATUSES:
+            metrics.load_nodes.labels(status=status)
         return metrics
+
+    def set_load_nodes(self, counts: Mapping[str, int]) -> None:
+        for status in LOAD_STATUSES:
+            self.load_nodes.labels(status=status).set(counts.get(status, 0))
 
     def observe_attempt(self, result: AttemptResult, seconds: float) -> None:
         """One finished scheduling cycle: count it and time it."""

@@ -11,7 +11,7 @@ from scheduler.control.lifecycle import PodState
 from scheduler.control.queue import QueueName
 from scheduler.obs.metrics import CACHE_POD_STATES, QUEUE_LABELS, AttemptResult, Metrics
 
-NAME = re.compile(r"^lattice_(scheduling|framework|queue|binding|graph|cache)_[a-z0-9_]+$")
+NAME = re.compile(r"^lattice_(scheduling|framework|queue|binding|graph|cache|load)_[a-z0-9_]+$")
 UNIT_BY_TYPE = {
     "counter": ("_total",),
     "histogram": ("_seconds",),
@@ -33,7 +33,7 @@ def _families(metrics: Metrics) -> dict[str, str]:
 
 def test_every_metric_follows_the_naming_convention() -> None:
     families = _families(Metrics.create())
-    assert len(families) == 10
+    assert len(families) == 12
     for name, kind in families.items():
         assert NAME.match(name), name
         assert name.endswith(UNIT_BY_TYPE[kind]), (name, kind)
@@ -51,6 +51,8 @@ def test_expected_names() -> None:
         "lattice_graph_patches_total",
         "lattice_cache_size_nodes",
         "lattice_cache_size_pods",
+        "lattice_load_reports_total",
+        "lattice_load_nodes",
     }
 
 
