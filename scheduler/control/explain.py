@@ -4,6 +4,15 @@ Reads nodes, pods and namespaces once, builds a snapshot the way the running
 scheduler sees the cluster, and prints why each node was rejected or how it
 scored. A pod that is already bound is explained as if it were pending again
 (its own capacity taken out), which answers "why did it land there".
+
+Load: the profile and loadAware settings come from the LatticeScheduler object
+(defaults if there is none). Each node's latest NodeTopology load report seeds
+a predictor (one sample, so predicted = measured; the running scheduler's EWMA
+has more history), and pods bound since that sample minus the settle delay
+(their PodScheduled time) are added as in-flight estimates, as the scheduler
+counts them. The load table shows, per node, the report's status and age, and
+CPU / memory as measured, predicted and estimated in flight, and the total the
+LoadAware plugin scored against.
 """
 
 from __future__ import annotations
@@ -12,20 +21,33 @@ import argparse
 import asyncio
 import json
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes_asyncio import client
 
+from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL, parse_spec
 from scheduler.core.explain import Decision
 from scheduler.core.from_api import as_pending, snapshot_from_api
+from scheduler.core.load import LoadView, load_report
+from scheduler.core.profile import DEFAULT_PROFILE, Profile
 from scheduler.core.schedule import schedule
+from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
 from scheduler.devcluster.kube import api_client
 from scheduler.model.errors import InvalidObjectError
+from scheduler.model.names import CPU, MEMORY
 from scheduler.model.pod import Pod
-from scheduler.model.topology import NodeTopology, TopologyParseError
+from scheduler.model.topology import (
+    NodeTopology,
+    NodeTopologyStatus,
+    TopologyParseError,
+    parse_time,
+)
+from scheduler.predict import CpuMem, LoadPredictor, NodeLoadBreakdown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,23 +57,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("-f", "--filename", type=Path, help="a pod manifest (YAML or JSON)")
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
     parser.add_argument("--seed", type=int, default=0, help="tie-break seed (default 0)")
+    parser.add_argument(
+        "--scheduler-name",
+        default="lattice",
+        help="LatticeScheduler whose profile and loadAware settings to use (default lattice)",
+    )
+
+
+@dataclass(frozen=True)
+class Explained:
+    decision: Decision
+    load: dict[str, NodeLoadBreakdown]
+    skipped: list[str]
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        decision, skipped = asyncio.run(_explain(args))
+        explained = asyncio.run(_explain(args))
     except (InvalidObjectError, ValueError, FileNotFoundError) as exc:
         print(f"lattice explain: {exc}", file=sys.stderr)
         return 2
     except client.ApiException as exc:
         print(f"lattice explain: API error {exc.status}: {exc.reason}", file=sys.stderr)
         return 2
-    for line in skipped:
+    for line in explained.skipped:
         print(f"warning: skipped unreadable {line}", file=sys.stderr)
     if args.output == "json":
-        print(json.dumps(decision.to_json(), indent=2))
+        data = explained.decision.to_json()
+        data["load"] = {name: load_json(b) for name, b in explained.load.items()}
+        print(json.dumps(data, indent=2))
     else:
-        print(render_table(decision))
+        print(render_table(explained.decision))
+        if any(b.status.name != "UNKNOWN" for b in explained.load.values()):
+            print()
+            print(render_load_table(explained.decision, explained.load))
     return 0
 
 
@@ -61,7 +100,7 @@ async def _list(call: Any) -> list[dict[str, Any]]:
     return items
 
 
-async def _explain(args: argparse.Namespace) -> tuple[Decision, list[str]]:
+async def _explain(args: argparse.Namespace) -> Explained:
     async with api_client(args.kubeconfig) as api:
         core = client.CoreV1Api(api)
         if args.filename is not None:
@@ -80,14 +119,25 @@ async def _explain(args: argparse.Namespace) -> tuple[Decision, list[str]]:
             _list(core.list_pod_for_all_namespaces),
             _list(core.list_namespace),
         )
+        custom = client.CustomObjectsApi(api)
         try:
-            reports: dict[str, Any] = await client.CustomObjectsApi(api).list_cluster_custom_object(
+            reports: dict[str, Any] = await custom.list_cluster_custom_object(
                 "lattice.dev", "v1alpha1", "nodetopologies"
             )
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
             reports = {"items": []}
+        profile = DEFAULT_PROFILE
+        try:
+            obj: dict[str, Any] = await custom.get_cluster_custom_object(
+                API_GROUP, API_VERSION, PLURAL, args.scheduler_name
+            )
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+        else:
+            profile = parse_spec(obj.get("spec") or {}, args.scheduler_name).profile
     meta = body["metadata"]
     built = snapshot_from_api(
         nodes, pods, namespaces, exclude_pod=(meta.get("namespace"), meta.get("name"))
@@ -104,7 +154,174 @@ async def _explain(args: argparse.Namespace) -> tuple[Decision, list[str]]:
         for placed in built.snapshot.pods_on(row):
             topology.pod_placed(placed, built.snapshot.node_names[row])
     pod = Pod.from_api(as_pending(body))
-    return schedule(built.snapshot, pod, seed=args.seed, topology=topology), built.skipped
+    now = time.time()
+    predictor = seed_predictor(
+        profile,
+        reports.get("items", []),
+        pods,
+        exclude=f"{meta.get('namespace')}/{meta.get('name')}",
+        skipped=built.skipped,
+    )
+    decision = schedule(
+        built.snapshot,
+        pod,
+        profile,
+        seed=args.seed,
+        topology=topology,
+        load=LoadView(predictor, now),
+    )
+    return Explained(decision, load_breakdowns(predictor, built.snapshot, now), built.skipped)
+
+
+def seed_predictor(
+    profile: Profile,
+    reports: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    *,
+    exclude: str = "",
+    skipped: list[str] | None = None,
+) -> LoadPredictor:
+    """A predictor holding each node's latest report and the pods bound since (see module)."""
+    config = profile.load_aware.predict
+    predictor = LoadPredictor(config)
+    sample_times: dict[str, float] = {}
+    for report in reports:
+        name = str(report.get("metadata", {}).get("name", ""))
+        raw = report.get("status")
+        if not raw:
+            continue
+        try:
+            status = NodeTopologyStatus.from_status(raw)
+        except (TopologyParseError, ValueError) as exc:
+            if skipped is not None:
+                skipped.append(f"nodetopology/{name} status: {exc}")
+            continue
+        load = status.load
+        if load is None:
+            continue
+        predictor.observe_report(load_report(name, load, status.pressure))
+        sample_times[name] = load.sample_time.timestamp()
+    for body in pods:
+        meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+        node = spec.get("nodeName")
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if not node or node not in sample_times or key == exclude:
+            continue
+        placed = _scheduled_at(body)
+        if placed is None or placed < sample_times[node] - config.settle_delay_s:
+            continue  # the report already shows this pod
+        try:
+            requests = Pod.from_api(body).resources.requests
+        except InvalidObjectError:
+            continue
+        predictor.note_placement(
+            node, key, requests.get(CPU, 0), requests.get(MEMORY, 0), now=placed
+        )
+    return predictor
+
+
+def _scheduled_at(body: dict[str, Any]) -> float | None:
+    for cond in (body.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
+            stamp = cond.get("lastTransitionTime")
+            if isinstance(stamp, str):
+                try:
+                    return parse_time(stamp).timestamp()
+                except ValueError:
+                    return None
+    return None
+
+
+def load_breakdowns(
+    predictor: LoadPredictor, snapshot: Snapshot, now: float
+) -> dict[str, NodeLoadBreakdown]:
+    cpu, mem = snapshot.resource_column(CPU), snapshot.resource_column(MEMORY)
+    out: dict[str, NodeLoadBreakdown] = {}
+    for row, name in enumerate(snapshot.node_names):
+        req = CpuMem(
+            float(snapshot.requested[cpu, row]) if cpu is not None else 0.0,
+            float(snapshot.requested[mem, row]) if mem is not None else 0.0,
+        )
+        alloc = CpuMem(
+            float(snapshot.allocatable[cpu, row]) if cpu is not None else 0.0,
+            float(snapshot.allocatable[mem, row]) if mem is not None else 0.0,
+        )
+        out[name] = predictor.explain(name, requested=req, allocatable=alloc, now=now)
+    return out
+
+
+def load_json(b: NodeLoadBreakdown) -> dict[str, Any]:
+    def pair(v: CpuMem | None) -> dict[str, float] | None:
+        return (
+            None
+            if v is None
+            else {"cpuMillicores": round(v.cpu, 1), "memoryBytes": round(v.memory)}
+        )
+
+    return {
+        "status": b.status.name.lower(),
+        "ageSeconds": None if b.age_s is None else round(b.age_s, 1),
+        "measured": pair(b.measured),
+        "predicted": pair(b.predicted),
+        "inflight": pair(b.inflight),
+        "inflightPods": list(b.inflight_pods),
+        "requested": pair(b.requested),
+        "total": pair(b.total),
+        "capacity": pair(b.capacity),
+        "utilisation": {
+            "cpu": round(b.utilisation.cpu, 4),
+            "memory": round(b.utilisation.memory, 4),
+        },
+    }
+
+
+def render_load_table(decision: Decision, load: dict[str, NodeLoadBreakdown]) -> str:
+    """Per node: what LoadAware saw. Percentages of the capacity the total is measured by."""
+
+    def pct(v: float, cap: float) -> str:
+        return "-" if cap <= 0 or v != v else f"{100 * v / cap:.0f}%"
+
+    header = [
+        "",
+        "NODE",
+        "LOAD",
+        "AGE",
+        "CPU MEASURED",
+        "CPU PREDICTED",
+        "CPU IN-FLIGHT",
+        "CPU TOTAL",
+        "MEM MEASURED",
+        "MEM PREDICTED",
+        "MEM IN-FLIGHT",
+        "MEM TOTAL",
+        "PODS IN-FLIGHT",
+    ]
+    rows = [header]
+    for name in sorted(load, key=lambda n: (load[n].utilisation.cpu, n)):
+        b = load[name]
+        cap = b.capacity
+        rows.append(
+            [
+                "*" if name == decision.selected else "",
+                name,
+                b.status.name.lower() + ("" if b.status.name == "FRESH" else " (by requests)"),
+                "-" if b.age_s is None else f"{b.age_s:.0f}s",
+                "-" if b.measured is None else pct(b.measured.cpu, cap.cpu),
+                "-" if b.predicted is None else pct(b.predicted.cpu, cap.cpu),
+                pct(b.inflight.cpu, cap.cpu),
+                pct(b.total.cpu, cap.cpu),
+                "-" if b.measured is None else pct(b.measured.memory, cap.memory),
+                "-" if b.predicted is None else pct(b.predicted.memory, cap.memory),
+                pct(b.inflight.memory, cap.memory),
+                pct(b.total.memory, cap.memory),
+                str(len(b.inflight_pods)),
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(
+        ["load (what LoadAware scored: total = predicted + in-flight when fresh)", *lines]
+    )
 
 
 def render_table(decision: Decision) -> str:

@@ -40,7 +40,7 @@ from scheduler.control.queue import (
     pod_key,
 )
 from scheduler.control.settings import SchedulerSettings
-from scheduler.core.load import LoadView
+from scheduler.core.load import LoadView, load_report
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
 from scheduler.model.errors import InvalidObjectError
@@ -56,7 +56,7 @@ from scheduler.model.topology import (
 )
 from scheduler.obs.logging import attempt_logger, new_trace_id
 from scheduler.obs.metrics import AttemptResult, Metrics
-from scheduler.predict import LoadPredictor, ObserveOutcome, PsiSample
+from scheduler.predict import LoadPredictor, ObserveOutcome
 
 Body = Mapping[str, Any]
 
@@ -93,18 +93,6 @@ def _relevant_update(old: QueuedPod, new: QueuedPod) -> bool:
         )
         return masked != old
     return old != new
-
-
-def _psi(pressure: PressureReadings | None) -> PsiSample | None:
-    """The PSI figures the predictor uses: cpu some, memory some and full, avg10."""
-    if pressure is None:
-        return None
-    memory = pressure.memory
-    return PsiSample(
-        cpu_some=pressure.cpu.some.avg10 if pressure.cpu is not None else 0.0,
-        memory_some=memory.some.avg10 if memory is not None else 0.0,
-        memory_full=memory.full.avg10 if memory is not None and memory.full is not None else 0.0,
-    )
 
 
 def _node_changes(old: Node, new: Node) -> NodeChange:
@@ -280,16 +268,7 @@ class Scheduler:
 
     def _observe_load(self, node: str, load: NodeLoad, pressure: PressureReadings | None) -> None:
         before = self.load.status(node, self.wall_clock())
-        outcome = self.load.observe(
-            node,
-            load.sample_time.timestamp(),
-            float(load.cpu_used_milli),
-            float(load.mem_used_bytes),
-            load.cpu_capacity_milli,
-            load.mem_capacity_bytes,
-            psi=_psi(pressure),
-            now=self.wall_clock(),
-        )
+        outcome = self.load.observe_report(load_report(node, load, pressure), now=self.wall_clock())
         self.metrics.load_reports.labels(outcome=outcome.name.lower()).inc()
         if outcome is not ObserveOutcome.ACCEPTED:
             if outcome is not ObserveOutcome.DUPLICATE:

@@ -16,7 +16,8 @@ import numpy as np
 
 from scheduler.core.snapshot import IntArray, Snapshot
 from scheduler.model.names import CPU, MEMORY
-from scheduler.predict import LoadPredictor, PredictionBatch
+from scheduler.model.topology import NodeLoad, PressureReadings
+from scheduler.predict import LoadPredictor, LoadReport, PredictionBatch, PsiSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,3 +40,28 @@ def _column(snapshot: Snapshot, resource: str) -> tuple[IntArray, IntArray]:
         zeros = np.zeros(snapshot.num_nodes, dtype=np.int64)
         return zeros, zeros
     return snapshot.requested[col], snapshot.allocatable[col]
+
+
+def psi_sample(pressure: PressureReadings | None) -> PsiSample:
+    """The PSI figures the predictor uses: cpu some, memory some and full, avg10."""
+    if pressure is None:
+        return PsiSample()
+    memory = pressure.memory
+    return PsiSample(
+        cpu_some=pressure.cpu.some.avg10 if pressure.cpu is not None else 0.0,
+        memory_some=memory.some.avg10 if memory is not None else 0.0,
+        memory_full=memory.full.avg10 if memory is not None and memory.full is not None else 0.0,
+    )
+
+
+def load_report(node: str, load: NodeLoad, pressure: PressureReadings | None) -> LoadReport:
+    """A NodeTopology status's load (and PSI) in the predictor's shape."""
+    return LoadReport(
+        node=node,
+        sample_time=load.sample_time.timestamp(),
+        cpu_used_milli=float(load.cpu_used_milli),
+        mem_used_bytes=float(load.mem_used_bytes),
+        cpu_capacity_milli=load.cpu_capacity_milli,
+        mem_capacity_bytes=load.mem_capacity_bytes,
+        psi=psi_sample(pressure),
+    )
