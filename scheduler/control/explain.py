@@ -31,7 +31,7 @@ from kubernetes_asyncio import client
 
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL, parse_spec
 from scheduler.core.explain import Decision
-from scheduler.core.from_api import as_pending, snapshot_from_api
+from scheduler.core.from_api import as_pending, scheduled_at, snapshot_from_api
 from scheduler.core.load import LoadView, load_report
 from scheduler.core.profile import DEFAULT_PROFILE, Profile
 from scheduler.core.schedule import schedule
@@ -41,12 +41,7 @@ from scheduler.devcluster.kube import api_client
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.pod import Pod
-from scheduler.model.topology import (
-    NodeTopology,
-    NodeTopologyStatus,
-    TopologyParseError,
-    parse_time,
-)
+from scheduler.model.topology import NodeTopology, NodeTopologyStatus, TopologyParseError
 from scheduler.predict import CpuMem, LoadPredictor, NodeLoadBreakdown
 
 
@@ -207,7 +202,7 @@ def seed_predictor(
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         if not node or node not in sample_times or key == exclude:
             continue
-        placed = _scheduled_at(body)
+        placed = scheduled_at(body)
         if placed is None or placed < sample_times[node] - config.settle_delay_s:
             continue  # the report already shows this pod
         try:
@@ -218,18 +213,6 @@ def seed_predictor(
             node, key, requests.get(CPU, 0), requests.get(MEMORY, 0), now=placed
         )
     return predictor
-
-
-def _scheduled_at(body: dict[str, Any]) -> float | None:
-    for cond in (body.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
-            stamp = cond.get("lastTransitionTime")
-            if isinstance(stamp, str):
-                try:
-                    return parse_time(stamp).timestamp()
-                except ValueError:
-                    return None
-    return None
 
 
 def load_breakdowns(

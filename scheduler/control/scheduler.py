@@ -40,6 +40,7 @@ from scheduler.control.queue import (
     pod_key,
 )
 from scheduler.control.settings import SchedulerSettings
+from scheduler.core.from_api import scheduled_at
 from scheduler.core.load import LoadView, load_report
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
@@ -165,6 +166,8 @@ class Scheduler:
             known = self.cache.cached_pod(key)
             pod = self.cache.observe_bound_pod(body)
             self._drop_from_queue(key)
+            if pod is not None and known is None:
+                self._note_foreign_placement(pod, str(spec["nodeName"]), body)
             if pod is not None and known is None and pod.has_pod_affinity:
                 self.queue.move_all_on_event(ClusterEvent(ClusterEventType.POD_BOUND, subject=key))
             return
@@ -198,6 +201,28 @@ class Scheduler:
             self.queue.update(queued)
         else:
             self.queue.add(queued)
+
+    def _note_foreign_placement(self, pod: Pod, node: str, body: Body) -> None:
+        """A pod bound by someone else (or by us before a restart) that agents' samples may
+        not show yet counts as in flight, like our own placements: another scheduler's
+        burst must not make a node look idle."""
+        placed = scheduled_at(body)
+        if placed is None:
+            return
+        cfg = self.load.config
+        last = self.load.sample_time(node)
+        if self.wall_clock() - placed > cfg.settle_delay_s + cfg.stale_after_s:
+            return  # long running: the samples show it
+        if last is not None and placed < last - cfg.settle_delay_s:
+            return  # the newest sample already covers it
+        requests = pod.resources.requests
+        self.load.note_placement(
+            node,
+            f"{pod.namespace}/{pod.name}",
+            requests.get(CPU, 0),
+            requests.get(MEMORY, 0),
+            placed,
+        )
 
     def pod_deleted(self, body: Body) -> None:
         meta = body.get("metadata") or {}

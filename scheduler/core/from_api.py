@@ -17,6 +17,7 @@ from scheduler.core.snapshot import Snapshot
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.node import Namespace, Node
 from scheduler.model.pod import Pod
+from scheduler.model.topology import parse_time
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 Body = Mapping[str, Any]
@@ -79,3 +80,28 @@ def as_pending(body: Body) -> dict[str, Any]:
     spec.pop("nodeName", None)
     pending["spec"] = spec
     return pending
+
+
+def scheduled_at(body: Body) -> float | None:
+    """Unix time of the pod's PodScheduled=True condition (when it was bound), if readable.
+
+    The load predictor counts a pod bound shortly before as "in flight" (not yet in the
+    agents' samples); this is how it learns about pods bound by another scheduler or
+    before a restart.
+    """
+    conditions = (body.get("status") or {}).get("conditions") or []
+    if not isinstance(conditions, list):
+        return None
+    for cond in conditions:
+        if (
+            isinstance(cond, Mapping)
+            and cond.get("type") == "PodScheduled"
+            and cond.get("status") == "True"
+        ):
+            stamp = cond.get("lastTransitionTime")
+            if isinstance(stamp, str):
+                try:
+                    return parse_time(stamp).timestamp()
+                except ValueError:
+                    return None
+    return None

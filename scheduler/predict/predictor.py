@@ -328,6 +328,13 @@ class LoadPredictor:
             return LoadStatus.STALE
         return LoadStatus.FRESH
 
+    def sample_time(self, node: str) -> float | None:
+        """Time of the node's newest accepted sample; None if it never reported."""
+        state = self._nodes.get(node)
+        if state is None or state.reported is None:
+            return None
+        return state.reported.report.sample_time
+
     def inflight_pods(self, node: str) -> tuple[str, ...]:
         state = self._nodes.get(node)
         return tuple(sorted(state.inflight)) if state is not None else ()

@@ -177,3 +177,27 @@ def test_load_reports_move_nothing_without_a_load_filter() -> None:
     assert sched.queue.where(key) is QueueName.UNSCHEDULABLE
     sched.topology_upserted(topology_body("n0", 0.1, at=NOW - 1))  # same spec, lower load
     assert sched.queue.where(key) is QueueName.UNSCHEDULABLE
+
+
+def _bound_body(name: str, node: str, scheduled: float | None) -> dict[str, Any]:
+    body = make_pod(name, "1").obj()
+    body["spec"]["nodeName"] = node
+    body["metadata"]["uid"] = f"uid-{name}"
+    if scheduled is not None:
+        stamp = datetime.fromtimestamp(scheduled, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body["status"] = {
+            "phase": "Running",
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp}],
+        }
+    return body
+
+
+def test_pods_bound_by_others_count_until_samples_cover_them() -> None:
+    sched = scheduler()
+    sched.topology_upserted(topology_body("n0", 0.2, at=NOW - 5))
+    sched.pod_upserted(_bound_body("fresh", "n0", NOW - 2))  # after the sample
+    sched.pod_upserted(_bound_body("covered", "n0", NOW - 100))  # long before it
+    sched.pod_upserted(_bound_body("no-condition", "n0", None))
+    assert sched.load.inflight_pods("n0") == ("default/fresh",)
+    sched.pod_deleted(_bound_body("fresh", "n0", NOW - 2))
+    assert sched.load.inflight_pods("n0") == ()
