@@ -1,24 +1,30 @@
 """``lattice agent``: the node agent's command line.
 
-``--dry-run`` reads and prints the NodeTopology object (YAML or JSON) instead of publishing
-it; with ``--once`` it does so a single time, which is how to see what the agent would report
-on a machine (``lattice agent --once --dry-run``). Without ``--dry-run`` the agent connects
-to the API server (in-cluster config, else kubeconfig) and publishes every ``--interval``
-seconds until SIGTERM/SIGINT. The node name comes from ``--node-name`` or ``NODE_NAME`` (the
-downward API's ``spec.nodeName``); a dry run falls back to the host name.
+The agent samples CPU and memory use every ``--sample-interval`` seconds (5), writes the
+status (heartbeat, PSI, load over the window) every ``--report-interval`` seconds (15; at
+least 1, and below 15 it warns, since every report is an API write from every node) and
+re-reads the hardware every ``--topology-interval`` seconds (60; ``--interval`` is its old
+name); see :mod:`scheduler.agent.runner`. Without ``--dry-run`` it connects to the API server
+(in-cluster config, else kubeconfig) and publishes until SIGTERM/SIGINT.
+
+``--dry-run`` prints the NodeTopology object (YAML or JSON) at each report instead of
+publishing it; with ``--once`` a single time, which is how to see what the agent would report
+on a machine (``lattice agent --once --dry-run``). The first report comes one sample interval
+after start, from two samples, so even a single one includes the load; pass a small
+``--sample-interval`` for a quicker answer. The node name comes from ``--node-name`` or
+``NODE_NAME`` (the downward API's ``spec.nodeName``); a dry run falls back to the host name.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import signal
 import socket
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -26,9 +32,9 @@ import structlog
 import yaml
 
 from scheduler.agent.pci import ResourceNaming
-from scheduler.agent.publisher import AgentSettings
-from scheduler.agent.reader import DEFAULT_PROCFS, DEFAULT_SYSFS
+from scheduler.agent.reader import DEFAULT_PROCFS, DEFAULT_SYSFS, NodeReading
 from scheduler.agent.resource import node_topology_object
+from scheduler.agent.runner import ADVISED_REPORT_INTERVAL, AgentSettings, run_agent
 from scheduler.model.topology import GPU_RESOURCE, RDMA_RESOURCE
 
 NODE_NAME_ENV = "NODE_NAME"
@@ -53,7 +59,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-resource", default=GPU_RESOURCE, help="GPU resource name")
     parser.add_argument("--rdma-resource", default=RDMA_RESOURCE, help="RDMA NIC resource name")
     parser.add_argument(
-        "--interval", type=float, default=60.0, help="seconds between reports (default: 60)"
+        "--topology-interval",
+        "--interval",
+        dest="topology_interval",
+        type=float,
+        default=60.0,
+        help="seconds between readings of the hardware (default: 60; --interval is the old name)",
+    )
+    parser.add_argument(
+        "--report-interval",
+        type=float,
+        default=15.0,
+        help="seconds between status writes: heartbeat, PSI, load (default: 15; at least 1)",
+    )
+    parser.add_argument(
+        "--sample-interval",
+        type=float,
+        default=5.0,
+        help="seconds between CPU/memory samples, at most --report-interval (default: 5)",
     )
     parser.add_argument("--once", action="store_true", help="report once and exit")
     parser.add_argument(
@@ -72,29 +95,35 @@ def run(args: argparse.Namespace) -> int:
     if not node_name:
         log.error(f"no node name: pass --node-name or set {NODE_NAME_ENV}")
         return 2
-    if args.interval <= 0:
-        log.error("--interval must be positive", interval=args.interval)
+    try:
+        settings = AgentSettings(
+            node_name=node_name,
+            sysfs_root=args.sysfs_root,
+            procfs_root=args.procfs_root,
+            kubelet_config=args.kubelet_config,
+            naming=ResourceNaming(gpu=args.gpu_resource, rdma_nic=args.rdma_resource),
+            topology_interval_seconds=args.topology_interval,
+            report_interval_seconds=args.report_interval,
+            sample_interval_seconds=args.sample_interval,
+        )
+    except ValueError as exc:
+        log.error(f"invalid intervals: {exc}")
         return 2
-    settings = AgentSettings(
-        node_name=node_name,
-        sysfs_root=args.sysfs_root,
-        procfs_root=args.procfs_root,
-        kubelet_config=args.kubelet_config,
-        naming=ResourceNaming(gpu=args.gpu_resource, rdma_nic=args.rdma_resource),
-        interval_seconds=args.interval,
-    )
+    if settings.report_interval_seconds < ADVISED_REPORT_INTERVAL and not args.dry_run:
+        log.warning(
+            "report interval below the advised minimum: every report is an API write per node",
+            report_interval=settings.report_interval_seconds,
+            advised=ADVISED_REPORT_INTERVAL,
+        )
     if args.dry_run:
         return asyncio.run(_dry_run(settings, once=args.once, output=args.output, out=sys.stdout))
     return asyncio.run(_publish(settings, once=args.once))
 
 
-def render(settings: AgentSettings, *, output: str, now: datetime) -> str:
-    """One reading as the document ``--dry-run`` prints."""
-    reading = settings.read()
-    for warning in reading.warnings:
-        log.warning("topology reading degraded", node=settings.node_name, reason=warning)
+def render(node_name: str, reading: NodeReading, *, output: str, now: datetime) -> str:
+    """One reading as the document ``--dry-run`` prints: what would be published."""
     body: dict[str, Any] = dict(
-        node_topology_object(settings.node_name, reading.topology, reading.status(now))
+        node_topology_object(node_name, reading.topology, reading.status(now))
     )
     if output == "json":
         return json.dumps(body, indent=2) + "\n"
@@ -102,19 +131,17 @@ def render(settings: AgentSettings, *, output: str, now: datetime) -> str:
 
 
 async def _dry_run(settings: AgentSettings, *, once: bool, output: str, out: TextIO) -> int:
-    stop = _stop_on_signals()
-    first = True
-    while not stop.is_set():
-        text = render(settings, output=output, now=datetime.now(UTC))
-        if not first and output == "yaml":
+    printed = 0
+
+    async def show(reading: NodeReading, now: datetime) -> None:
+        nonlocal printed
+        if printed and output == "yaml":
             out.write("---\n")
-        out.write(text)
+        out.write(render(settings.node_name, reading, output=output, now=now))
         out.flush()
-        first = False
-        if once:
-            break
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=settings.interval_seconds)
+        printed += 1
+
+    await run_agent(settings, show, _stop_on_signals(), once=once)
     return 0
 
 

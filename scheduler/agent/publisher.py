@@ -1,12 +1,19 @@
 """Publishing a node's NodeTopology: create it, patch it when the hardware changed, heartbeat.
 
-Each cycle compares the spec on the server with the one just read (:func:`plan_spec`, pure:
-exact equality of the JSON values, which holds because the CRD schema declares no defaults, so
-the server stores what the agent wrote). Only a different spec is written, so hardware that
-does not change causes no spec writes and no watch events for the scheduler's cache beyond
-the heartbeat. The status (report time, PSI, warnings) is written every cycle through the
-status subresource: its ``lastReportTime`` is how the scheduler tells a live agent from a
+The spec is compared with the one on the server (:func:`plan_spec`, pure: exact equality of
+the JSON values, which holds because the CRD schema declares no defaults, so the server
+stores what the agent wrote). Only a different spec is written, so hardware that does not
+change causes no spec writes and no watch events for the scheduler's cache beyond the
+heartbeat. The status (report time, PSI, load, warnings) is written at every report through
+the status subresource: its ``lastReportTime`` is how the scheduler tells a live agent from a
 dead one.
+
+:func:`publish_once` reads the object every call (the dev cluster's simulated agents use it,
+seldom). The agent itself reports every 15 s, where a GET per report would double its API
+traffic, so :class:`Publisher` remembers the spec it last wrote or saw and reads the object
+again only at the first report, after a failed one (the object may have been deleted or
+edited meanwhile), or when the hardware reading changed. A steady node therefore costs one
+status patch per report.
 
 Writes are JSON patches (the client sends ``application/json-patch+json`` for a list body)
 that ``add`` the whole ``/spec`` or ``/status``: unlike a merge patch this drops fields that
@@ -20,22 +27,19 @@ Kubernetes client; :class:`TopologyApi` is the seam tests replace.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Final, Protocol
 
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from scheduler.agent.pci import DEFAULT_NAMING, ResourceNaming
-from scheduler.agent.reader import DEFAULT_PROCFS, DEFAULT_SYSFS, NodeReading, read_node
+from scheduler.agent.reader import NodeReading
 from scheduler.agent.resource import node_topology_object
-from scheduler.model.topology import GROUP, PLURAL, VERSION, NodeTopologySpec
+from scheduler.agent.runner import SYSTEM_CLOCK, AgentSettings, Clock, run_agent
+from scheduler.model.topology import GROUP, PLURAL, VERSION, NodeTopology, NodeTopologySpec
 
 FIELD_MANAGER: Final = "lattice-agent"
 
@@ -70,25 +74,6 @@ class TopologyApi(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class AgentSettings:
-    node_name: str
-    sysfs_root: Path = DEFAULT_SYSFS
-    procfs_root: Path = DEFAULT_PROCFS
-    kubelet_config: Path | None = None
-    naming: ResourceNaming = DEFAULT_NAMING
-    interval_seconds: float = 60.0
-    """Time between readings; also the heartbeat period of ``status.lastReportTime``."""
-
-    def read(self) -> NodeReading:
-        return read_node(
-            sysfs_root=self.sysfs_root,
-            procfs_root=self.procfs_root,
-            kubelet_config=self.kubelet_config,
-            naming=self.naming,
-        )
-
-
 def plan_spec(existing: Mapping[str, Any] | None, desired: NodeTopologySpec) -> SpecAction:
     """What to do with the spec, given the stored object (``None`` when absent)."""
     if existing is None:
@@ -100,18 +85,50 @@ async def publish_once(
     api: TopologyApi, node_name: str, reading: NodeReading, now: datetime
 ) -> SpecAction:
     """Bring the server's object in line with one reading; returns what was done to the spec."""
-    desired = reading.topology.to_spec()
+    action = await sync_spec(api, node_name, reading.topology)
+    await api.replace_status(node_name, reading.status(now).to_status())
+    return action
+
+
+async def sync_spec(api: TopologyApi, node_name: str, topology: NodeTopology) -> SpecAction:
+    """Read the object and create it or replace its spec if it differs from ``topology``."""
+    desired = topology.to_spec()
     action = plan_spec(await api.get(node_name), desired)
     if action is SpecAction.CREATE:
         uid = await api.node_uid(node_name)
         try:
-            await api.create(node_topology_object(node_name, reading.topology, node_uid=uid))
+            await api.create(node_topology_object(node_name, topology, node_uid=uid))
         except ConflictError:
             action = plan_spec(await api.get(node_name), desired)
     if action is SpecAction.UPDATE:
         await api.replace_spec(node_name, desired)
-    await api.replace_status(node_name, reading.status(now).to_status())
     return action
+
+
+class Publisher:
+    """Publishes one node's readings, reading the object back only when it has to."""
+
+    def __init__(self, api: TopologyApi, node_name: str) -> None:
+        self._api = api
+        self._node_name = node_name
+        # The spec the server holds, as far as we know; None: go and look.
+        self._known_spec: NodeTopologySpec | None = None
+
+    async def publish(self, reading: NodeReading, now: datetime) -> SpecAction:
+        desired = reading.topology.to_spec()
+        action = SpecAction.NONE
+        try:
+            if desired != self._known_spec:
+                self._known_spec = None
+                action = await sync_spec(self._api, self._node_name, reading.topology)
+                self._known_spec = desired
+            await self._api.replace_status(self._node_name, reading.status(now).to_status())
+        except BaseException:
+            self._known_spec = None  # deleted, edited, or never created: look again next time
+            raise
+        if action is not SpecAction.NONE:
+            log.info("topology published", node=self._node_name, action=action.value)
+        return action
 
 
 async def run_publisher(
@@ -120,36 +137,11 @@ async def run_publisher(
     stop: asyncio.Event,
     *,
     once: bool = False,
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    clock: Clock = SYSTEM_CLOCK,
 ) -> bool:
-    """Read and publish every interval until ``stop`` is set; False if the last cycle failed.
-
-    A failed cycle (API unreachable, forbidden, ...) is logged and retried at the next
-    interval rather than ending the agent: the DaemonSet should not crash-loop while the API
-    server restarts.
-    """
-    last_warnings: tuple[str, ...] = ()
-    ok = True
-    while not stop.is_set():
-        reading = await asyncio.to_thread(settings.read)
-        if reading.warnings != last_warnings:
-            for warning in reading.warnings:
-                log.warning("topology reading degraded", node=settings.node_name, reason=warning)
-            last_warnings = reading.warnings
-        try:
-            action = await publish_once(api, settings.node_name, reading, clock())
-        except Exception as exc:  # retried next cycle; see docstring
-            ok = False
-            log.error("publish failed", node=settings.node_name, error=repr(exc))
-        else:
-            ok = True
-            if action is not SpecAction.NONE:
-                log.info("topology published", node=settings.node_name, action=action.value)
-        if once:
-            break
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=settings.interval_seconds)
-    return ok
+    """Sample and publish (see :mod:`scheduler.agent.runner`); False if the last report failed."""
+    publisher = Publisher(api, settings.node_name)
+    return await run_agent(settings, publisher.publish, stop, once=once, clock=clock)
 
 
 class KubernetesTopologyApi:

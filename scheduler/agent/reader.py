@@ -1,4 +1,10 @@
-"""One reading of a node: NUMA nodes, the PCIe tree, PSI and kubelet hints.
+"""One reading of a node: NUMA nodes, the PCIe tree, kubelet hints, PSI (and load).
+
+The hardware (:func:`read_hardware`: sysfs and the kubelet configuration) changes rarely and
+is re-read at a slow interval; PSI (:func:`read_psi`) and the load samples
+(:mod:`scheduler.agent.load`) at every report. :func:`read_node` reads both parts at once
+for one-shot users (dry runs, the simulated agents of the dev cluster); it takes no load,
+which needs two samples over time.
 
 Pure file reading against a sysfs root and a procfs root (``/sys`` and ``/proc`` by default,
 a fixture tree in tests, ``/host/sys`` in a container that mounts the host's). It never
@@ -24,6 +30,7 @@ from scheduler.agent.sysfs import Notes
 from scheduler.model.topology import (
     LOCAL_NUMA_DISTANCE,
     KubeletHints,
+    NodeLoad,
     NodeTopology,
     NodeTopologyStatus,
     NumaNode,
@@ -40,10 +47,26 @@ _T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
+class HardwareReading:
+    topology: NodeTopology
+    warnings: tuple[str, ...]
+
+    def with_live(
+        self,
+        pressure: PressureReadings | None,
+        load: NodeLoad | None = None,
+        warnings: tuple[str, ...] = (),
+    ) -> NodeReading:
+        """The whole reading: this hardware, PSI and load; their warnings after the hardware's."""
+        return NodeReading(self.topology, pressure, (*self.warnings, *warnings), load)
+
+
+@dataclass(frozen=True, slots=True)
 class NodeReading:
     topology: NodeTopology
     pressure: PressureReadings | None
     warnings: tuple[str, ...]
+    load: NodeLoad | None = None
 
     def status(self, now: datetime, *, max_warnings: int = 32) -> NodeTopologyStatus:
         """The status to publish; warnings are capped so a sick node cannot bloat the object."""
@@ -52,7 +75,9 @@ class NodeReading:
             extra = len(warnings) - (max_warnings - 1)
             warnings = (*warnings[: max_warnings - 1], f"... and {extra} more warnings")
         warnings = tuple(w if len(w) <= 1024 else w[:1021] + "..." for w in warnings)
-        return NodeTopologyStatus(last_report_time=now, pressure=self.pressure, warnings=warnings)
+        return NodeTopologyStatus(
+            last_report_time=now, pressure=self.pressure, warnings=warnings, load=self.load
+        )
 
 
 def read_node(
@@ -62,27 +87,52 @@ def read_node(
     kubelet_config: Path | None = None,
     naming: ResourceNaming = DEFAULT_NAMING,
 ) -> NodeReading:
+    """Hardware and PSI, as one reading (no load: that takes two samples)."""
+    hardware = read_hardware(
+        sysfs_root=sysfs_root,
+        procfs_root=procfs_root,
+        kubelet_config=kubelet_config,
+        naming=naming,
+    )
+    pressure, warnings = read_psi(procfs_root)
+    return hardware.with_live(pressure, warnings=warnings)
+
+
+def read_hardware(
+    *,
+    sysfs_root: Path = DEFAULT_SYSFS,
+    procfs_root: Path = DEFAULT_PROCFS,
+    kubelet_config: Path | None = None,
+    naming: ResourceNaming = DEFAULT_NAMING,
+) -> HardwareReading:
+    """NUMA nodes, the PCIe tree and the kubelet's policies: what belongs in the spec."""
     notes = Notes()
     no_numa: tuple[NumaNode, ...] = (
         NumaNode(id=0, cpus=frozenset(), memory_bytes=0, distances=(LOCAL_NUMA_DISTANCE,)),
     )
-    numa = _guard("NUMA", notes, lambda: read_numa_nodes(sysfs_root, procfs_root, notes), no_numa)
+    numa = guard("NUMA", notes, lambda: read_numa_nodes(sysfs_root, procfs_root, notes), no_numa)
     numa_ids = [n.id for n in numa]
-    pcie = _guard("PCI", notes, lambda: read_pcie(sysfs_root, numa_ids, notes, naming), None)
+    pcie = guard("PCI", notes, lambda: read_pcie(sysfs_root, numa_ids, notes, naming), None)
     kubelet: KubeletHints | None = None
     if kubelet_config is not None:
-        kubelet = _guard("kubelet", notes, lambda: read_kubelet_hints(kubelet_config, notes), None)
-    pressure = _guard("PSI", notes, lambda: read_pressure(procfs_root, notes), None)
-    return NodeReading(
+        kubelet = guard("kubelet", notes, lambda: read_kubelet_hints(kubelet_config, notes), None)
+    return HardwareReading(
         topology=NodeTopology(
             numa_nodes=numa, pcie=pcie if pcie is not None else PcieTopology(), kubelet=kubelet
         ),
-        pressure=pressure,
         warnings=notes.items,
     )
 
 
-def _guard(part: str, notes: Notes, read: Callable[[], _T], fallback: _T) -> _T:
+def read_psi(procfs_root: Path = DEFAULT_PROCFS) -> tuple[PressureReadings | None, tuple[str, ...]]:
+    """Pressure stall information and the warnings reading it left."""
+    notes = Notes()
+    pressure = guard("PSI", notes, lambda: read_pressure(procfs_root, notes), None)
+    return pressure, notes.items
+
+
+def guard(part: str, notes: Notes, read: Callable[[], _T], fallback: _T) -> _T:
+    """``read()``, or ``fallback`` with an :data:`INTERNAL_ERROR` warning if it raised."""
     try:
         return read()
     except Exception as exc:  # the agent must keep reporting; the warning shows the bug

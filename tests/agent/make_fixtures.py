@@ -6,7 +6,8 @@ The trees are committed (git keeps the symlinks) so that a reader can browse the
 kernel would show them; ``test_fixtures_are_current`` regenerates them into a temporary
 directory and fails when the committed copy differs, so edit this script, not the trees.
 
-Each tree is ``<name>/sys`` and ``<name>/proc``. Like the kernel, every entry of
+Each tree is ``<name>/sys`` and ``<name>/proc`` (``meminfo`` and ``stat`` as the kernel
+writes them, PSI under ``pressure/``). Like the kernel, every entry of
 ``sys/bus/pci/devices`` is a relative symlink into ``sys/devices/pci<domain>:<bus>/...``
 whose path spells the bridges above the function. Git does not store empty directories,
 so every directory written here holds at least one file.
@@ -18,7 +19,8 @@ so every directory written here holds at least one file.
   SATA controller and uncore functions.
 * ``vm-single-numa``: an i440FX KVM guest: one NUMA node, everything on ``pci0000:00``,
   virtio devices, a passed-through T4, ``numa_node`` -1 everywhere.
-* ``broken``: what goes wrong in the field, one case per file (see ``_broken``).
+* ``broken``: what goes wrong in the field, one case per file (see ``_broken``); its
+  ``/proc/stat`` is garbage and its ``/proc/meminfo`` predates MemAvailable.
 * ``no-numa``: no ``node`` directory and no PCI bus (a kernel without CONFIG_NUMA in a
   container that does not mount ``/sys/bus``); no PSI.
 """
@@ -122,11 +124,9 @@ def _node_meminfo(node: int, mem_kb: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def _proc(tree: Tree, mem_kb: int, *, psi: bool = True) -> None:
-    tree.write(
-        "proc/meminfo",
-        f"MemTotal:       {mem_kb:>10} kB\nMemFree:        {mem_kb // 2:>10} kB\n",
-    )
+def _proc(tree: Tree, mem_kb: int, cpus: int, *, psi: bool = True) -> None:
+    tree.write("proc/meminfo", _meminfo(mem_kb))
+    tree.write("proc/stat", _stat(cpus))
     if psi:
         tree.write(
             "proc/pressure/cpu",
@@ -143,6 +143,46 @@ def _proc(tree: Tree, mem_kb: int, *, psi: bool = True) -> None:
             "some avg10=0.51 avg60=0.33 avg300=0.20 total=55443322\n"
             "full avg10=0.22 avg60=0.10 avg300=0.08 total=22334455\n",
         )
+
+
+def _meminfo(mem_kb: int) -> str:
+    lines = [
+        ("MemTotal", mem_kb),
+        ("MemFree", mem_kb // 2),
+        ("MemAvailable", mem_kb * 3 // 4),
+        ("Buffers", mem_kb // 100),
+        ("Cached", mem_kb // 5),
+        ("Active(anon)", mem_kb // 10),
+        ("HugePages_Total", 0),
+        ("Hugepagesize", 2048),
+    ]
+    out = []
+    for key, value in lines:
+        unit = "" if key.startswith("HugePages") else " kB"
+        out.append(f"{key + ':':<16}{value:>8}{unit}")
+    return "\n".join(out) + "\n"
+
+
+def _stat(cpus: int) -> str:
+    """Like the kernel's: the aggregate line (two spaces after ``cpu``), then one per CPU."""
+    # user nice system idle iowait irq softirq steal guest guest_nice, in USER_HZ ticks
+    rows = [
+        [40000 + 700 * i, 300, 9000 + 50 * i, 800000 - 900 * i, 1200, 0, 400, 0, 0, 0]
+        for i in range(cpus)
+    ]
+    total = [sum(column) for column in zip(*rows, strict=True)]
+    lines = ["cpu  " + " ".join(map(str, total))]
+    lines += [f"cpu{i} " + " ".join(map(str, row)) for i, row in enumerate(rows)]
+    lines += [
+        "intr 29226148 0 0 0",
+        "ctxt 70474020",
+        "btime 1740830400",
+        "processes 81234",
+        "procs_running 3",
+        "procs_blocked 0",
+        "softirq 1234567 0 1 2 3 4 5 6 7 8 9",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 # --- two-socket-8gpu -------------------------------------------------------------------------
@@ -193,7 +233,7 @@ def _two_socket(tree: Tree) -> None:
     tree.write("sys/devices/system/node/online", "0-1\n")
     tree.write("sys/devices/system/node/possible", "0-1\n")
     tree.write("sys/devices/system/cpu/online", "0-95\n")
-    _proc(tree, 1056403352)
+    _proc(tree, 1056403352, 96)
 
     chipset = [
         Fn("0000:00:00.0", "0x060000", INTEL, "0x09a2", "0"),
@@ -257,7 +297,7 @@ def _vm(tree: Tree) -> None:
     tree.numa_node(0, "0-7", 32866300, "10")
     tree.write("sys/devices/system/node/online", "0\n")
     tree.write("sys/devices/system/cpu/online", "0-7\n")
-    _proc(tree, 32866300)
+    _proc(tree, 32866300, 8)
     for fn in [
         Fn("0000:00:00.0", "0x060000", INTEL, "0x1237", "-1"),  # i440FX host bridge
         Fn("0000:00:01.0", "0x060100", INTEL, "0x7000", "-1"),  # PIIX3 ISA bridge
@@ -288,6 +328,8 @@ def _broken(tree: Tree) -> None:
     tree.write("sys/devices/system/node/node1/distance", "10 abc\n")  # and no meminfo
     tree.write("sys/devices/system/cpu/online", "0-7\n")
     tree.write("proc/pressure/cpu", "nonsense\n")
+    tree.write("proc/stat", "cpu  12 abc 7 9\ncpu0 12 abc 7 9\n")
+    tree.write("proc/meminfo", "MemTotal:       16384000 kB\nMemFree:         8000000 kB\n")
     tree.write(
         "proc/pressure/memory",
         "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
@@ -348,7 +390,7 @@ def _broken(tree: Tree) -> None:
 
 def _no_numa(tree: Tree) -> None:
     tree.write("sys/devices/system/cpu/online", "0-3\n")
-    _proc(tree, 8000000, psi=False)
+    _proc(tree, 8000000, 4, psi=False)
 
 
 TREES = {

@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from scheduler.agent.resource import node_topology_object
-from scheduler.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from scheduler.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION, NodeLoad
 from tests.agent.crd_schema import load_crd, object_schema, validate
 from tests.agent.trees import ALL, TWO_SOCKET, read_fixture
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+LOAD = NodeLoad(
+    sample_time=NOW - timedelta(microseconds=250_001),
+    window_seconds=15.000004,
+    samples=3,
+    cpu_used_milli=41_250,
+    cpu_capacity_milli=96_000,
+    cpu_peak_milli=60_000,
+    mem_used_bytes=300 << 30,
+    mem_capacity_bytes=1007 << 30,
+)
 
 
 def _object(name: str) -> dict[str, Any]:
-    reading = read_fixture(name)
+    reading = replace(read_fixture(name), load=LOAD)
     return dict(node_topology_object("node-a", reading.topology, reading.status(NOW), node_uid="u"))
 
 
@@ -79,6 +90,8 @@ def test_printer_columns_point_at_real_fields() -> None:
         "GPUs": 8,
         "NICs": 5,
         "Switches": 4,
+        "CPU%": 43,
+        "Mem%": 30,
         "Last-Report": "2025-03-01T12:00:00Z",
         "Age": "2025-03-01T11:00:00Z",
     }
@@ -86,7 +99,39 @@ def test_printer_columns_point_at_real_fields() -> None:
 
 @pytest.mark.parametrize("name", ALL)
 def test_agent_objects_fit_the_schema(name: str) -> None:
-    assert validate(_object(name), object_schema()) == []
+    obj = _object(name)
+    assert obj["status"]["load"]["sampleTime"] == "2025-03-01T11:59:59.749999Z"
+    assert validate(obj, object_schema()) == []
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        pytest.param(replace(LOAD, cpu_peak_milli=None), id="no-peak"),
+        pytest.param(
+            replace(LOAD, cpu_used_milli=96_000, cpu_peak_milli=96_000, mem_used_bytes=1007 << 30),
+            id="full",
+        ),
+        pytest.param(
+            replace(LOAD, cpu_used_milli=0, mem_used_bytes=0, window_seconds=0), id="idle"
+        ),
+    ],
+)
+def test_extreme_loads_fit_the_schema(load: NodeLoad) -> None:
+    reading = replace(read_fixture(TWO_SOCKET), load=load)
+    obj = node_topology_object("n", reading.topology, reading.status(NOW))
+    assert validate(dict(obj), object_schema()) == []
+
+
+def test_load_schema_declares_every_field() -> None:
+    """Every key NodeLoad writes is in the schema and every schema key is written."""
+    load_schema = object_schema()["properties"]["status"]["properties"]["load"]
+    spec = LOAD.to_spec()
+    assert set(load_schema["properties"]) == set(spec)
+    assert set(load_schema["required"]) == set(spec)
+    properties = load_schema["properties"]
+    assert set(properties["cpu"]["properties"]) == set(spec["cpu"])
+    assert set(properties["memory"]["properties"]) == set(spec["memory"])
 
 
 def _mutated(path: str, value: Any) -> dict[str, Any]:
@@ -118,6 +163,17 @@ def _mutated(path: str, value: Any) -> dict[str, Any]:
         pytest.param("spec.surprise", 1, id="unknown-field"),
         pytest.param("status.lastReportTime", 5, id="time-not-string"),
         pytest.param("status.pressure.cpu.some.avg10", 101, id="psi-over-100"),
+        pytest.param("status.load.cpuPercent", 101, id="cpu-percent-over-100"),
+        pytest.param("status.load.memoryPercent", -1, id="memory-percent-negative"),
+        pytest.param("status.load.cpu.usedMillicores", -5, id="negative-cpu"),
+        pytest.param("status.load.cpu.capacityMillicores", 0, id="zero-cpu-capacity"),
+        pytest.param("status.load.memory.capacityBytes", 0, id="zero-memory-capacity"),
+        pytest.param("status.load.memory.usedBytes", "12Gi", id="memory-as-quantity"),
+        pytest.param("status.load.sampleTime", 1740830400, id="sample-time-not-string"),
+        pytest.param("status.load.windowSeconds", -1.0, id="negative-window"),
+        pytest.param("status.load.samples", 2.5, id="fractional-samples"),
+        pytest.param("status.load.memory", {"usedBytes": 1}, id="memory-without-capacity"),
+        pytest.param("status.load.loadAverage", 1.5, id="unknown-load-field"),
     ],
 )
 def test_schema_rejects_garbage(path: str, value: Any) -> None:

@@ -1,73 +1,28 @@
-"""Publishing: pure change detection, and the create/patch/heartbeat flow on a fake API."""
+"""Publishing: pure change detection, the create/patch/heartbeat flow, and fewer GETs."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from scheduler.agent.publisher import (
-    AgentSettings,
-    ConflictError,
+    Publisher,
     SpecAction,
     plan_spec,
     publish_once,
     run_publisher,
 )
 from scheduler.agent.resource import MANAGED_BY, MANAGED_BY_LABEL
+from scheduler.agent.runner import AgentSettings
 from scheduler.model.topology import NodeTopology
+from tests.agent.fakes import FakeApi, FakeClock
 from tests.agent.trees import TWO_SOCKET, VM, read_fixture, roots
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-
-
-@dataclass
-class FakeApi:
-    """An in-memory TopologyApi that records calls."""
-
-    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
-    calls: list[str] = field(default_factory=list)
-    node_uids: dict[str, str] = field(default_factory=dict)
-    race_on_create: dict[str, Any] | None = None
-    fail_get: bool = False
-    second_get: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def get(self, name: str) -> Mapping[str, Any] | None:
-        self.calls.append("get")
-        if self.calls.count("get") >= 2:
-            self.second_get.set()
-        if self.fail_get:
-            raise ConnectionError("api server down")
-        obj = self.objects.get(name)
-        return copy.deepcopy(obj) if obj is not None else None
-
-    async def create(self, body: Mapping[str, Any]) -> None:
-        self.calls.append("create")
-        name = body["metadata"]["name"]
-        if self.race_on_create is not None:
-            self.objects[name] = self.race_on_create
-            raise ConflictError("already exists")
-        stored = copy.deepcopy(dict(body))
-        stored.pop("status", None)  # the status subresource ignores status on create
-        self.objects[name] = stored
-
-    async def replace_spec(self, name: str, spec: Mapping[str, Any]) -> None:
-        self.calls.append("replace_spec")
-        self.objects[name]["spec"] = copy.deepcopy(dict(spec))
-
-    async def replace_status(self, name: str, status: Mapping[str, Any]) -> None:
-        self.calls.append("replace_status")
-        self.objects[name]["status"] = copy.deepcopy(dict(status))
-
-    async def node_uid(self, name: str) -> str | None:
-        self.calls.append("node_uid")
-        return self.node_uids.get(name)
 
 
 def test_plan_spec() -> None:
@@ -122,27 +77,69 @@ async def test_create_race_falls_back_to_patch() -> None:
     assert api.objects["n1"]["spec"] == reading.topology.to_spec()
 
 
-def _settings() -> AgentSettings:
-    sysfs, procfs = roots(TWO_SOCKET)
-    return AgentSettings(
-        node_name="n1", sysfs_root=sysfs, procfs_root=procfs, interval_seconds=0.01
-    )
+async def test_publisher_reads_the_object_only_the_first_time() -> None:
+    api = FakeApi()
+    publisher = Publisher(api, "n1")
+    reading = read_fixture(TWO_SOCKET)
+    assert await publisher.publish(reading, NOW) is SpecAction.CREATE
+    for minute in (1, 2, 3):
+        assert await publisher.publish(reading, NOW.replace(minute=minute)) is SpecAction.NONE
+    assert api.calls == ["get", "node_uid", "create", *["replace_status"] * 4]
+    assert api.objects["n1"]["status"]["lastReportTime"] == "2025-03-01T12:03:00Z"
+
+
+async def test_publisher_reads_again_when_the_hardware_changed() -> None:
+    api = FakeApi()
+    publisher = Publisher(api, "n1")
+    await publisher.publish(read_fixture(TWO_SOCKET), NOW)
+    api.calls.clear()
+    vm = read_fixture(VM)
+    assert await publisher.publish(vm, NOW) is SpecAction.UPDATE
+    assert await publisher.publish(vm, NOW) is SpecAction.NONE
+    assert api.calls == ["get", "replace_spec", "replace_status", "replace_status"]
+    assert NodeTopology.from_spec(api.objects["n1"]["spec"]) == vm.topology
+
+
+async def test_publisher_reads_again_after_a_failure() -> None:
+    api = FakeApi()
+    publisher = Publisher(api, "n1")
+    reading = read_fixture(TWO_SOCKET)
+    await publisher.publish(reading, NOW)
+    del api.objects["n1"]  # deleted behind the agent's back: the status write fails
+    with pytest.raises(LookupError):
+        await publisher.publish(reading, NOW)
+    api.calls.clear()
+    assert await publisher.publish(reading, NOW) is SpecAction.CREATE
+    assert api.calls == ["get", "node_uid", "create", "replace_status"]
+
+    api.fail_status = 1  # a failed status write alone also means: look again
+    with pytest.raises(ConnectionError):
+        await publisher.publish(reading, NOW)
+    api.calls.clear()
+    assert await publisher.publish(reading, NOW) is SpecAction.NONE
+    assert api.calls == ["get", "replace_status"]
+
+
+def _settings(procfs: Path | None = None) -> AgentSettings:
+    sysfs, fixture_procfs = roots(TWO_SOCKET)
+    return AgentSettings(node_name="n1", sysfs_root=sysfs, procfs_root=procfs or fixture_procfs)
 
 
 async def test_run_publisher_once() -> None:
     api = FakeApi()
-    ok = await run_publisher(_settings(), api, asyncio.Event(), once=True, clock=lambda: NOW)
-    assert ok
+    clock = FakeClock()
+    assert await run_publisher(_settings(), api, asyncio.Event(), once=True, clock=clock)
     assert "n1" in api.objects
+    assert clock.elapsed == 5.0  # two samples, one sample interval apart
+    assert api.calls == ["get", "node_uid", "create", "replace_status"]
 
 
 async def test_run_publisher_survives_api_errors_until_stopped() -> None:
     api = FakeApi(fail_get=True)
     stop = asyncio.Event()
-    task = asyncio.create_task(run_publisher(_settings(), api, stop, clock=lambda: NOW))
-    await asyncio.wait_for(api.second_get.wait(), timeout=5)  # failed cycle retried, loop lives
-    stop.set()
-    assert await asyncio.wait_for(task, timeout=5) is False
+    clock = FakeClock(stop_at=60)
+    assert await run_publisher(_settings(), api, stop, clock=clock) is False
+    assert api.calls == ["get"] * 4  # every report retried (and read again), the loop lived
 
 
 @pytest.mark.parametrize("missing", ["sys", "proc"])
@@ -154,10 +151,14 @@ async def test_run_publisher_with_missing_roots(tmp_path: Path, missing: str) ->
         procfs_root=tmp_path if missing == "proc" else procfs,
     )
     api = FakeApi()
-    assert await run_publisher(settings, api, asyncio.Event(), once=True, clock=lambda: NOW)
+    clock = FakeClock()
+    assert await run_publisher(settings, api, asyncio.Event(), once=True, clock=clock)
     status = api.objects["n1"]["status"]
-    if missing == "sys":
-        assert status["warnings"]
-    else:  # a kernel without PSI is normal: no readings, no warning
+    assert status["warnings"]
+    if missing == "proc":  # a kernel without PSI is normal; a /proc without stat is not
         assert "pressure" not in status
-        assert "warnings" not in status
+        assert "load" not in status
+        assert [w.rsplit("/", 1)[-1] for w in status["warnings"]] == [
+            "stat: missing",
+            "meminfo: missing",
+        ]
