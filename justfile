@@ -32,6 +32,10 @@ build:
 bench *ARGS:
     python -m scheduler.benchmarks.scheduling {{ARGS}}
 
+# Load-aware placement on 60 kwok nodes, 20 % hot from foreign load: kube-scheduler vs Lattice, α table.
+bench-load *ARGS:
+    python -m scheduler.benchmarks.loadaware {{ARGS}}
+
 # The pure core's cycle time at 1000 and 5000 nodes against a per-node Python loop.
 bench-core:
     python -m scheduler.core.bench

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -33,6 +32,9 @@ from typing import Any, cast
 import numpy as np
 from kubernetes_asyncio import client
 
+from scheduler.benchmarks.common import Watcher
+from scheduler.benchmarks.common import create_pods as _create
+from scheduler.benchmarks.common import wait_all as _wait_all
 from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client
 
@@ -156,81 +158,6 @@ def _peak_rss_mib(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-class Watcher:
-    """Records when each pod of a namespace is first seen bound (raw watch, no models)."""
-
-    def __init__(self, api: client.ApiClient, ns: str) -> None:
-        self.core = client.CoreV1Api(api)
-        self.ns = ns
-        self.bound: dict[str, float] = {}
-        self._task: asyncio.Task[None] | None = None
-        self.started = asyncio.Event()
-
-    async def _run(self) -> None:
-        rv = "0"
-        while True:
-            resp: Any = await self.core.list_namespaced_pod(
-                self.ns,
-                watch=True,
-                resource_version=rv,
-                allow_watch_bookmarks=True,
-                timeout_seconds=600,
-                _preload_content=False,
-            )
-            self.started.set()
-            async for line in resp.content:
-                ev = json.loads(line)
-                obj = ev["object"]
-                rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                name = obj.get("metadata", {}).get("name")
-                if obj.get("spec", {}).get("nodeName") and name not in self.bound:
-                    self.bound[name] = time.monotonic()
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-
-async def _create(
-    core: client.CoreV1Api, ns: str, bodies: list[dict[str, Any]], rate: float | None = None
-) -> dict[str, float]:
-    """Create pods (at ``rate``/s, or as fast as 32 parallel calls go); return send times."""
-    sent: dict[str, float] = {}
-    sem = asyncio.Semaphore(32)
-
-    async def one(body: dict[str, Any]) -> None:
-        async with sem:
-            sent[body["metadata"]["name"]] = time.monotonic()
-            await core.create_namespaced_pod(ns, cast(client.V1Pod, body))
-
-    if rate is None:
-        await asyncio.gather(*(one(b) for b in bodies))
-        return sent
-    tasks = []
-    start = time.monotonic()
-    for i, body in enumerate(bodies):
-        delay = start + i / rate - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(body)))
-    await asyncio.gather(*tasks)
-    return sent
-
-
-async def _wait_all(watcher: Watcher, names: set[str], within: float) -> int:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        missing = len(names - watcher.bound.keys())
-        if not missing:
-            return 0
-        await asyncio.sleep(0.2)
-    return len(names - watcher.bound.keys())
 
 
 class Bench:
