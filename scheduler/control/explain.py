@@ -308,13 +308,13 @@ def render_load_table(decision: Decision, load: dict[str, NodeLoadBreakdown]) ->
 
 
 def render_table(decision: Decision) -> str:
-    """Nodes x plugins: feasible nodes first by total, the chosen one marked with '*'."""
+    """Nodes x plugins: feasible nodes first by rank, the chosen one marked with '*'."""
     data = decision.to_json()
     nodes: dict[str, Any] = data["nodes"]
     plugins = list(data["weights"])
     feasible = sorted(
         (n for n, v in nodes.items() if v["filter"] is None),
-        key=lambda n: (-(nodes[n]["total"] or 0), n),
+        key=lambda n: (bool(nodes[n]["passed_over"]), -(nodes[n]["total"] or 0), n),
     )
     rejected = sorted(n for n, v in nodes.items() if v["filter"] is not None)
     header = ["", "NODE", *(f"{p}(x{data['weights'][p]})" for p in plugins), "TOTAL", "FILTER"]
@@ -324,7 +324,12 @@ def render_table(decision: Decision) -> str:
         mark = "*" if name == decision.selected else ""
         scores = [str(v["weighted_scores"].get(p, "")) for p in plugins]
         total = "" if v["total"] is None else str(v["total"])
-        verdict = "ok" if v["filter"] is None else f"{v['plugin']}: {v['filter']}"
+        if v["filter"] is not None:
+            verdict = f"{v['plugin']}: {v['filter']}"
+        elif v["passed_over"]:
+            verdict = "ok, ranked last: " + "; ".join(v["passed_over"])
+        else:
+            verdict = "ok"
         rows.append([mark, name, *scores, total, verdict])
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

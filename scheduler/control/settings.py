@@ -63,6 +63,8 @@ def default_spec(scheduler_name: str) -> dict[str, Any]:
             "reportIntervalSeconds": load.report_interval_s,
             "staleAfterSeconds": load.stale_after_s,
             "settleDelaySeconds": load.settle_delay_s,
+            "cpuPreferBelow": load.cpu_prefer_below,
+            "memoryPreferBelow": load.memory_prefer_below,
         },
     }
 
@@ -85,6 +87,8 @@ _LOAD_KEYS: dict[str, str] = {
     "memoryThreshold": "memory_threshold",
     "cpuPressureThreshold": "cpu_pressure_threshold",
     "memoryPressureThreshold": "memory_pressure_threshold",
+    "cpuPreferBelow": "cpu_prefer_below",
+    "memoryPreferBelow": "memory_prefer_below",
     "cpuWeight": "cpu_weight",
     "memoryWeight": "memory_weight",
     "cpuTarget": "cpu_target",

@@ -25,7 +25,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.core.framework import Code, FilterResult
+from scheduler.core.framework import Code, FilterResult, Preference
 from scheduler.core.snapshot import IndexArray, IntArray
 from scheduler.model.pod import Pod
 
@@ -51,6 +51,14 @@ class ScoreRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class PreferenceRecord:
+    plugin: str
+    preference: Preference
+    applied: bool
+    """False when every feasible node was passed over, so the scores alone decided."""
+
+
+@dataclass(frozen=True, slots=True)
 class Rejection:
     """A status applying to many nodes at once (PreFilter rejection or absent nodes)."""
 
@@ -70,6 +78,8 @@ class NodeVerdict:
     """Normalised score per plugin (feasible nodes only)."""
     weighted: dict[str, int] = field(default_factory=dict)
     total: int | None = None
+    passed_over: tuple[str, ...] = ()
+    """Why a feasible node was ranked after the others regardless of its total."""
 
     @property
     def message(self) -> str | None:
@@ -90,6 +100,7 @@ class Explanation:
     skipped_filters: tuple[str, ...] = ()
     skipped_scores: tuple[str, ...] = ()
     gated_message: str | None = None
+    preferences: tuple[PreferenceRecord, ...] = ()
 
     @property
     def num_nodes(self) -> int:
@@ -111,8 +122,21 @@ class Explanation:
             # Score arrays and totals are row-aligned (only feasible rows are meaningful).
             scores = {r.plugin: int(r.scores[row]) for r in self.scores}
             weighted = {r.plugin: int(r.scores[row]) * r.weight for r in self.scores}
+            passed_over = tuple(
+                f"{p.plugin}: {reason}"
+                for p in self.preferences
+                if p.applied
+                for reason in p.preference.reasons_at(row)
+            )
             return NodeVerdict(
-                name, None, (), Code.SUCCESS, scores, weighted, int(self.totals[row])
+                name,
+                None,
+                (),
+                Code.SUCCESS,
+                scores,
+                weighted,
+                int(self.totals[row]),
+                passed_over,
             )
         if by in (ABSENT, PREFILTER_REJECTED):
             status = self.absent if by == ABSENT else self.prefilter_rejection
@@ -214,6 +238,7 @@ class Explanation:
                 "scores": verdict.scores,
                 "weighted_scores": verdict.weighted,
                 "total": verdict.total,
+                "passed_over": list(verdict.passed_over),
             }
         return {
             "feasible": list(self.feasible),
@@ -222,6 +247,16 @@ class Explanation:
             "reason_counts": self.reason_counts(),
             "weights": {r.plugin: r.weight for r in self.scores},
             "skipped": {"filters": list(self.skipped_filters), "scores": list(self.skipped_scores)},
+            "preferences": [
+                {
+                    "plugin": p.plugin,
+                    "applied": p.applied,
+                    "passed_over": [
+                        n for n in self.feasible if p.preference.passed_over[self._row_of[n]]
+                    ],
+                }
+                for p in self.preferences
+            ],
             "nodes": nodes,
         }
 

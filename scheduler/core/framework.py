@@ -218,6 +218,40 @@ class ScorePlugin(Plugin, Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Preference:
+    """Feasible nodes a plugin would rather not use, with the reasons why.
+
+    The framework ranks these after every other feasible node, whatever their scores, and
+    ignores the verdict when it covers every feasible node (a preference never makes a pod
+    unschedulable).
+    """
+
+    reasons: tuple[tuple[str, BoolArray], ...]
+
+    def __post_init__(self) -> None:
+        if not self.reasons:
+            raise ValueError("a Preference needs at least one reason (return None instead)")
+
+    @property
+    def passed_over(self) -> BoolArray:
+        mask: BoolArray = np.logical_or.reduce([m for _, m in self.reasons])
+        return mask
+
+    def reasons_at(self, index: int) -> list[str]:
+        return [reason for reason, mask in self.reasons if mask[index]]
+
+
+@runtime_checkable
+class PreferPlugin(Plugin, Protocol):
+    def prefer(self, cycle: Cycle, feasible: BoolArray) -> Preference | None:
+        """Nodes to rank last (only ``feasible`` rows matter); None when there are none.
+
+        Only score plugins of the profile are asked, after scoring.
+        """
+        ...
+
+
 @runtime_checkable
 class AnnotatePlugin(Plugin, Protocol):
     def annotate(self, cycle: Cycle, row: int) -> Mapping[str, str]:
@@ -234,3 +268,5 @@ class PluginSet:
     filters: tuple[FilterPlugin, ...]
     scores: tuple[tuple[ScorePlugin, int], ...] = field(default=())
     annotators: tuple[AnnotatePlugin, ...] = field(default=())
+    preferences: tuple[PreferPlugin, ...] = field(default=())
+    """Score plugins that also rank some nodes last (in score order)."""

@@ -15,6 +15,7 @@ from scheduler.core.framework import (
     FilterPlugin,
     Plugin,
     PluginSet,
+    PreferPlugin,
     PreFilterPlugin,
     ScorePlugin,
 )
@@ -97,7 +98,8 @@ class Registry:
                 raise UnknownPluginError(f"profile {profile.name!r}: {name!r} does not score")
             scores.append((plugin, weight))
         annotators = tuple(p for p in instances.values() if isinstance(p, AnnotatePlugin))
-        return PluginSet(tuple(pre_filters), tuple(filters), tuple(scores), annotators)
+        preferences = tuple(p for p, _ in scores if isinstance(p, PreferPlugin))
+        return PluginSet(tuple(pre_filters), tuple(filters), tuple(scores), annotators, preferences)
 
 
 def default_registry() -> Registry:

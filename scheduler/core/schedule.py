@@ -11,7 +11,10 @@ Theory of operation, following kube-scheduler's ``schedulePod``:
    candidates at the first plugin that rejects it and is attributed to that plugin.
 4. Score plugins score the feasible rows (0..100 each); totals are weighted sums; the
    highest total wins, ties broken by ``random.Random(seed)`` over rows in snapshot order.
-5. Annotate plugins name the pod annotations the binder writes for the chosen node
+5. Prefer: score plugins that also prefer (LoadAware: nodes that would run hot) name
+   feasible nodes to pass over; the winner is then picked among the others, unless that
+   would leave none. A lexicographic rank, so no weighting of other scores can outvote it.
+6. Annotate plugins name the pod annotations the binder writes for the chosen node
    (:attr:`Decision.annotations`).
 
 kube-scheduler stops filtering once it has found enough feasible nodes in large clusters
@@ -33,6 +36,7 @@ from scheduler.core.explain import (
     Decision,
     Explanation,
     FilterRecord,
+    PreferenceRecord,
     Rejection,
     ScoreRecord,
 )
@@ -140,6 +144,7 @@ class Framework:
 
         feasible = np.flatnonzero(candidates)
         score_records: list[ScoreRecord] = []
+        preference_records: list[PreferenceRecord] = []
         skipped_scores: list[str] = []
         totals = np.zeros(n, dtype=np.int64)
         selected: str | None = None
@@ -152,7 +157,17 @@ class Framework:
                     continue
                 score_records.append(ScoreRecord(scorer.name, weight, scores))
                 totals += scores * weight if weight != 1 else scores
-            ranked = np.where(candidates, totals, -1)
+            eligible = candidates
+            for preferring in self.plugins.preferences:
+                preference = preferring.prefer(cycle, eligible)
+                if preference is None:
+                    continue
+                over = eligible & preference.passed_over
+                applied = bool(over.any()) and bool((eligible & ~over).any())
+                preference_records.append(PreferenceRecord(preferring.name, preference, applied))
+                if applied:
+                    eligible = eligible & ~over
+            ranked = np.where(eligible, totals, -1)
             best = np.flatnonzero(ranked == ranked.max())
             row = best[0] if len(best) == 1 else best[random.Random(seed).randrange(len(best))]
             selected = names[int(row)]
@@ -168,6 +183,7 @@ class Framework:
             absent=absent,
             skipped_filters=tuple(skipped),
             skipped_scores=tuple(skipped_scores),
+            preferences=tuple(preference_records),
         )
         return Decision(pod, selected, explanation, seed, annotations)
 

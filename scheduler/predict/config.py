@@ -76,6 +76,18 @@ class PredictConfig:
     memory_pressure_threshold: float | None = None
     """Reject fresh nodes whose memory PSI some-avg10 (percent) exceeds this; None = off."""
 
+    # --- preference ------------------------------------------------------
+    cpu_prefer_below: float | None = 0.8
+    """Rank nodes whose predicted CPU utilisation plus the pod would exceed this after every
+    node that stays at or below it, whatever the other scores; None = off.
+
+    Not a filter: when every feasible node is above, the scores alone decide. Without it
+    requests-based scores (an empty node by requests scores high) can outvote the load score
+    and put pods on nodes hot from load they cannot see.
+    """
+    memory_prefer_below: float | None = 0.9
+    """Same for memory; None = off."""
+
     # --- scores ----------------------------------------------------------
     cpu_weight: int = 1
     """Integer weight of CPU when a score combines resources."""
@@ -127,7 +139,7 @@ def _validate(c: PredictConfig) -> list[str]:
         value = getattr(c, name)
         check(name, isinstance(value, int) and value >= 0, "an integer >= 0")
     check("inflight_min_weight", 0.0 < c.inflight_min_weight <= 1.0, "in (0, 1]")
-    for name in ("cpu_threshold", "memory_threshold"):
+    for name in ("cpu_threshold", "memory_threshold", "cpu_prefer_below", "memory_prefer_below"):
         value = getattr(c, name)
         if value is not None:
             check(name, 0.0 < value <= 1.0, "None or in (0, 1]")

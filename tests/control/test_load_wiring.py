@@ -201,3 +201,14 @@ def test_pods_bound_by_others_count_until_samples_cover_them() -> None:
     assert sched.load.inflight_pods("n0") == ("default/fresh",)
     sched.pod_deleted(_bound_body("fresh", "n0", NOW - 2))
     assert sched.load.inflight_pods("n0") == ()
+
+
+def test_prefer_below_defaults_can_be_changed_or_switched_off() -> None:
+    default = parse_spec({}, "lattice").profile.load_aware.predict
+    assert (default.cpu_prefer_below, default.memory_prefer_below) == (0.8, 0.9)
+    spec = {"loadAware": {"cpuPreferBelow": 0.7, "memoryPreferBelow": None}}
+    tuned = parse_spec(spec, "lattice").profile.load_aware.predict
+    assert (tuned.cpu_prefer_below, tuned.memory_prefer_below) == (0.7, None)
+    with pytest.raises(SettingsError, match="cpuPreferBelow") as err:
+        parse_spec({"loadAware": {"cpuPreferBelow": 1.5, "cpuAlpha": 2}}, "lattice")
+    assert "cpuAlpha" in str(err.value)  # every problem at once

@@ -191,3 +191,76 @@ def test_load_outweighs_requests_in_the_default_profile() -> None:
     decision = fw.schedule(snap, make_pod("p", cpu="200m").build(), load=LoadView(p, NOW))
     assert decision.selected == "n1"
     assert scores(decision, NODE_RESOURCES_FIT)["n0"] > scores(decision, NODE_RESOURCES_FIT)["n1"]
+
+
+def test_hot_node_is_passed_over_whatever_the_other_scores_say() -> None:
+    """The trap of diluted scores when the cool nodes fill up: by requests n0 looks empty and
+    NodeResourcesFit + BalancedAllocation outvote LoadAware's weight. The preference ranks
+    n0 (88 % + the pod > 80 %) after n1 (70 % + the pod)."""
+    plain = dataclasses.replace(
+        DEFAULT_PROFILE,
+        name="no-preference",
+        load_aware=LoadAwareArgs(
+            predict=PredictConfig(cpu_prefer_below=None, memory_prefer_below=None)
+        ),
+    )
+    results = {}
+    for profile in (plain, DEFAULT_PROFILE):
+        p = LoadPredictor(profile.load_aware.predict)
+        report(p, "n0", 0.88)
+        report(p, "n1", 0.70)
+        # n0: hot from foreign load, empty by requests; n1: warm with 3 CPUs of our requests
+        snap = cluster(nodes(2), pods=[(make_pod("mine", cpu="3000m"), "n1")])
+        pod = make_pod("p", cpu="200m").build()
+        results[profile.name] = Framework(profile).schedule(snap, pod, load=LoadView(p, NOW))
+    without, with_ = results["no-preference"], results[DEFAULT_PROFILE.name]
+    assert without.selected == "n0"  # the scores alone pick the hot node
+    totals = {n: without.explanation.node(n).total or 0 for n in ("n0", "n1")}
+    assert totals["n0"] > totals["n1"]
+    assert with_.selected == "n1"
+    assert with_.explanation.node("n0").total == without.explanation.node("n0").total
+    assert with_.explanation.node("n0").passed_over == (
+        f"{LOAD_AWARE}: predicted CPU above 80% while cooler nodes fit",
+    )
+    body = with_.to_json()
+    assert body["preferences"] == [{"plugin": LOAD_AWARE, "applied": True, "passed_over": ["n0"]}]
+    assert body["nodes"]["n1"]["passed_over"] == []
+
+
+def test_preference_never_leaves_a_pod_without_a_node() -> None:
+    """Every feasible node above the preferred level: the scores decide, nothing is rejected."""
+    fw, p = framework(cpu_prefer_below=0.8)
+    report(p, "n0", 0.95)
+    report(p, "n1", 0.85)
+    decision = fw.schedule(cluster(nodes(2)), make_pod("p").build(), load=LoadView(p, NOW))
+    assert decision.selected == "n1"
+    (record,) = decision.explanation.preferences
+    assert not record.applied
+    assert decision.explanation.node("n0").passed_over == ()
+
+
+def test_preference_for_memory_and_off_switch() -> None:
+    fw, p = framework(cpu_prefer_below=None, memory_prefer_below=0.5, memory_weight=0)
+    for name, cpu in (("n0", 0.1), ("n1", 0.6)):
+        report(p, name, cpu)
+    p.note_placement("n0", "default/fat", 0, 8 * GIB, now=NOW)  # n0: 25 % + 50 % in flight
+    decision = fw.schedule(cluster(nodes(2)), make_pod("p").build(), load=LoadView(p, NOW))
+    assert decision.selected == "n1"
+    assert decision.explanation.node("n0").passed_over == (
+        f"{LOAD_AWARE}: predicted memory above 50% while cooler nodes fit",
+    )
+    fw, p = framework(cpu_prefer_below=None, memory_prefer_below=None)
+    report(p, "n0", 0.99)
+    report(p, "n1", 0.98)
+    decision = fw.schedule(cluster(nodes(2)), make_pod("p").build(), load=LoadView(p, NOW))
+    assert decision.explanation.preferences == ()
+
+
+def test_preference_waits_for_a_fresh_report() -> None:
+    """Without measurements the preference would judge by requests what NodeResourcesFit
+    already scores: like the score, it stays out of the way."""
+    fw, p = framework(cpu_prefer_below=0.5, stale_after_s=45.0)
+    report(p, "n0", 0.05, age=600.0)
+    snap = cluster(nodes(2), pods=[(make_pod("busy", cpu="3500m"), "n0")])
+    decision = fw.schedule(snap, make_pod("p").build(), load=LoadView(p, NOW))
+    assert decision.explanation.preferences == ()

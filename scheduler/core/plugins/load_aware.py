@@ -9,6 +9,11 @@ and judges each node by its utilisation *after* the incoming pod's estimate is a
 * **Filter** (off unless a threshold is set): rejects nodes whose predicted CPU or memory
   utilisation would exceed the threshold, or whose CPU/memory pressure (PSI some avg10) is
   above its threshold. Code Unschedulable: load falls, so the pod is retried.
+* **Prefer** (on by default: CPU 80 %, memory 90 %): nodes that would end up above the
+  preferred utilisation are ranked after every node that would not, whatever the weighted
+  total says; a lexicographic rank rather than a weight, because requests-based scores see
+  a node hot from foreign load as empty and can outvote any weight. Ignored when every
+  feasible node is above (never makes a pod unschedulable), and skipped like the score.
 * **Score** 0..100: LeastLoaded (free fraction, CPU and memory weighted) or TargetPacking
   (Trimaran's curve: fill to a target, then prefer nodes under it). Skipped when no feasible
   node has a fresh report - with nothing measured the plugin would only repeat, less well,
@@ -27,6 +32,7 @@ from scheduler.core.framework import (
     Code,
     Cycle,
     FilterResult,
+    Preference,
     PreFilterResult,
 )
 from scheduler.core.profile import LOAD_AWARE, LoadAwareArgs, LoadScoreMode, Profile
@@ -38,6 +44,7 @@ from scheduler.predict import (
     PredictionBatch,
     estimate_pod,
     least_loaded_scores,
+    preference_verdict,
     target_packing_scores,
     threshold_verdict,
 )
@@ -56,6 +63,10 @@ class LoadAware:
     def __init__(self, args: LoadAwareArgs) -> None:
         self.args = args
         c = args.predict
+        self._prefer_reasons = (
+            f"predicted CPU above {_pct(c.cpu_prefer_below or 0)} while cooler nodes fit",
+            f"predicted memory above {_pct(c.memory_prefer_below or 0)} while cooler nodes fit",
+        )
         self._reasons = (
             f"node(s) would exceed the CPU load threshold ({_pct(c.cpu_threshold or 0)})",
             f"node(s) would exceed the memory load threshold ({_pct(c.memory_threshold or 0)})",
@@ -108,11 +119,37 @@ class LoadAware:
         codes = np.where(verdict.rejected, _UNSCHEDULABLE, np.int8(0)).astype(np.int8)
         return FilterResult(codes, reasons)
 
-    def score(self, cycle: Cycle, feasible: BoolArray) -> IntArray | None:
+    def _measured(self, cycle: Cycle, feasible: BoolArray) -> PredictionBatch | None:
+        """The cycle's batch when some feasible node has a fresh report, else None."""
         if cycle.load is None:
             return None
         batch = self._batch(cycle)
-        if not (batch.status[feasible] == LoadStatus.FRESH).any():
+        return batch if (batch.status[feasible] == LoadStatus.FRESH).any() else None
+
+    def prefer(self, cycle: Cycle, feasible: BoolArray) -> Preference | None:
+        c = self.args.predict
+        if c.cpu_prefer_below is None and c.memory_prefer_below is None:
+            return None
+        batch = self._measured(cycle, feasible)
+        if batch is None:
+            return None
+        verdict = preference_verdict(
+            batch,
+            self._estimate(cycle),
+            cpu_prefer_below=c.cpu_prefer_below,
+            memory_prefer_below=c.memory_prefer_below,
+        )
+        masks = (verdict.cpu & feasible, verdict.memory & feasible)
+        reasons = tuple(
+            (reason, mask)
+            for reason, mask in zip(self._prefer_reasons, masks, strict=True)
+            if mask.any()
+        )
+        return Preference(reasons) if reasons else None
+
+    def score(self, cycle: Cycle, feasible: BoolArray) -> IntArray | None:
+        batch = self._measured(cycle, feasible)
+        if batch is None:
             return None
         c = self.args.predict
         pod = self._estimate(cycle)
