@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -119,4 +120,23 @@ def apply_crds(cluster: DevCluster, state: ClusterState) -> None:
         [*kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
         check=True,
         capture_output=True,
+    )
+
+
+def start_lattice(cluster: DevCluster) -> int:
+    """`lattice run` on the cluster as the only replica, quiet, metrics on a free port; its pid."""
+    return cluster.start_process(
+        "lattice",
+        [
+            sys.executable,
+            "-m",
+            "scheduler.cli",
+            "run",
+            f"--kubeconfig={cluster.kubeconfig}",
+            "--no-leader-elect",
+            "--metrics-host=127.0.0.1",
+            "--metrics-port=0",
+            "--log-level=warning",
+        ],
+        marker="scheduler.cli",
     )

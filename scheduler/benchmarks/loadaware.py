@@ -85,7 +85,7 @@ import numpy as np
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from scheduler.benchmarks.common import Watcher, apply_crds, create_pods, wait_all
+from scheduler.benchmarks.common import Watcher, apply_crds, create_pods, start_lattice, wait_all
 from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client
 from scheduler.devcluster.loadsim import (
@@ -533,21 +533,7 @@ class LoadBench:
             return
         await self._apply_lattice_spec(load_aware_spec(self.args.report_interval, phase.alpha))
         started = time.time()
-        self.cluster.start_process(
-            LATTICE,
-            [
-                sys.executable,
-                "-m",
-                "scheduler.cli",
-                "run",
-                f"--kubeconfig={self.cluster.kubeconfig}",
-                "--no-leader-elect",
-                "--metrics-host=127.0.0.1",
-                "--metrics-port=0",
-                "--log-level=warning",
-            ],
-            marker="scheduler.cli",
-        )
+        start_lattice(self.cluster)
         await self._wait_lattice_ready(started)
 
     async def _apply_lattice_spec(self, load_aware: dict[str, Any]) -> None:

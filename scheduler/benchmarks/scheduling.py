@@ -32,7 +32,7 @@ from typing import Any, cast
 import numpy as np
 from kubernetes_asyncio import client
 
-from scheduler.benchmarks.common import Watcher
+from scheduler.benchmarks.common import Watcher, start_lattice
 from scheduler.benchmarks.common import create_pods as _create
 from scheduler.benchmarks.common import wait_all as _wait_all
 from scheduler.devcluster.cluster import ClusterConfig, DevCluster
@@ -175,21 +175,7 @@ class Bench:
                     percentage_of_nodes_to_score=100,
                 )
             )
-        return self.cluster.start_process(
-            "lattice",
-            [
-                sys.executable,
-                "-m",
-                "scheduler.cli",
-                "run",
-                f"--kubeconfig={self.cluster.kubeconfig}",
-                "--no-leader-elect",
-                "--metrics-host=127.0.0.1",
-                "--metrics-port=0",
-                "--log-level=warning",
-            ],
-            marker="scheduler.cli",
-        )
+        return start_lattice(self.cluster)
 
     async def run_one(
         self, api: client.ApiClient, workload: str, which: str, n: int, stream: int, rate: float

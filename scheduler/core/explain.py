@@ -252,7 +252,8 @@ class Explanation:
                     "plugin": p.plugin,
                     "applied": p.applied,
                     "passed_over": [
-                        n for n in self.feasible if p.preference.passed_over[self._row_of[n]]
+                        self.node_names[row]
+                        for row in self.feasible_rows[p.preference.passed_over[self.feasible_rows]]
                     ],
                 }
                 for p in self.preferences

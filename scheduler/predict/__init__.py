@@ -13,10 +13,8 @@ Pure: no I/O, no Kubernetes, no clock - callers pass `now` (seconds).
 from scheduler.predict.config import ConfigError, PredictConfig
 from scheduler.predict.predictor import LoadPredictor, estimate_pod
 from scheduler.predict.scoring import (
-    PreferenceVerdict,
     ThresholdVerdict,
     least_loaded_scores,
-    preference_verdict,
     target_packing_scores,
     threshold_verdict,
     utilisation_after,
@@ -43,12 +41,10 @@ __all__ = [
     "PodEstimate",
     "PredictConfig",
     "PredictionBatch",
-    "PreferenceVerdict",
     "PsiSample",
     "ThresholdVerdict",
     "estimate_pod",
     "least_loaded_scores",
-    "preference_verdict",
     "target_packing_scores",
     "threshold_verdict",
     "utilisation_after",

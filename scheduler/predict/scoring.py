@@ -144,35 +144,3 @@ def threshold_verdict(
             else np.nan_to_num(batch.memory_pressure, nan=-1.0) > memory_pressure_threshold
         ),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class PreferenceVerdict:
-    """Per-node reasons to rank a node last; True means *above* the preferred level."""
-
-    cpu: NDArray[np.bool_]
-    memory: NDArray[np.bool_]
-
-    @property
-    def above(self) -> NDArray[np.bool_]:
-        return self.cpu | self.memory
-
-
-def preference_verdict(
-    batch: PredictionBatch,
-    pod: PodEstimate,
-    *,
-    cpu_prefer_below: float | None = None,
-    memory_prefer_below: float | None = None,
-) -> PreferenceVerdict:
-    """Which nodes would end up above the preferred utilisation with the pod (None = off).
-
-    The same predicted utilisation as the threshold filter, but the caller only ranks these
-    nodes after the others instead of rejecting them.
-    """
-    off = np.zeros(len(batch), dtype=np.bool_)
-    cpu, mem = utilisation_after(batch, pod)
-    return PreferenceVerdict(
-        cpu=off.copy() if cpu_prefer_below is None else cpu > cpu_prefer_below,
-        memory=off.copy() if memory_prefer_below is None else mem > memory_prefer_below,
-    )

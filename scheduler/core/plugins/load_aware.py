@@ -44,7 +44,6 @@ from scheduler.predict import (
     PredictionBatch,
     estimate_pod,
     least_loaded_scores,
-    preference_verdict,
     target_packing_scores,
     threshold_verdict,
 )
@@ -133,11 +132,12 @@ class LoadAware:
         batch = self._measured(cycle, feasible)
         if batch is None:
             return None
-        verdict = preference_verdict(
+        # The filter's utilisation test at the preferred levels (its pressure checks off).
+        verdict = threshold_verdict(
             batch,
             self._estimate(cycle),
-            cpu_prefer_below=c.cpu_prefer_below,
-            memory_prefer_below=c.memory_prefer_below,
+            cpu_threshold=c.cpu_prefer_below,
+            memory_threshold=c.memory_prefer_below,
         )
         masks = (verdict.cpu & feasible, verdict.memory & feasible)
         reasons = tuple(
