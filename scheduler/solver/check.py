@@ -1,0 +1,119 @@
+"""The objective and the rules of a placement, stated once on final per-node counts.
+
+A placement is a (classes, local nodes) matrix of member counts. :func:`objective` is the
+value every solver here maximises (greedy, the CP-SAT count model, the naive boolean
+model), so their answers compare as integers; :func:`violations` lists every rule a
+placement breaks, in words, and is what the tests hold every answer to. Both are direct
+restatements of the model, written independently of it on purpose.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scheduler.core.snapshot import IntArray
+from scheduler.solver.problem import GangProblem
+
+
+def gpus_used(problem: GangProblem, counts: IntArray) -> IntArray:
+    used: IntArray = problem.gpus @ counts if problem.num_classes else np.zeros(0, np.int64)
+    return used
+
+
+def whole_nodes(problem: GangProblem, counts: IntArray) -> int:
+    """Fragmentation-counted nodes not left partially free of GPUs."""
+    if not problem.num_nodes:
+        return 0
+    after = problem.gpu_free - gpus_used(problem, counts)
+    partial = (after > 0) & (after < problem.gpu_alloc)
+    return int((problem.frag_nodes & ~partial).sum())
+
+
+def objective(problem: GangProblem, counts: IntArray) -> int:
+    """Placed members, then preferred placements, then score, then whole GPU nodes."""
+    w = problem.weights
+    placed = int(counts.sum())
+    preferred = int((counts * problem.preferred).sum())
+    score = int((counts * problem.score).sum())
+    return (
+        placed * w.placed
+        + preferred * w.preferred
+        + score * w.score
+        + whole_nodes(problem, counts) * w.whole
+    )
+
+
+def _per_domain(domain: IntArray, amounts: IntArray, size: int) -> IntArray:
+    known = domain >= 0
+    out: IntArray = np.bincount(domain[known], weights=amounts[known], minlength=size).astype(
+        np.int64
+    )
+    return out
+
+
+def violations(problem: GangProblem, counts: IntArray) -> list[str]:
+    """Every rule ``counts`` breaks (empty: a valid, possibly partial, placement)."""
+    p = problem
+    out: list[str] = []
+    if counts.shape != (p.num_classes, p.num_nodes):
+        return [f"counts have shape {counts.shape}, want {(p.num_classes, p.num_nodes)}"]
+    names = p.node_names
+    if (counts < 0).any():
+        out.append("negative counts")
+    for c, n in zip(*np.nonzero(counts > p.limit), strict=True):
+        out.append(f"class {c}: {counts[c, n]} on {names[n]}, limit {p.limit[c, n]}")
+    for c, klass in enumerate(p.classes):
+        if counts[c].sum() > klass.size:
+            out.append(f"class {c}: {counts[c].sum()} placed, only {klass.size} members")
+    used = p.request.T @ counts if p.resources else np.zeros((0, p.num_nodes), np.int64)
+    for j, resource in enumerate(p.resources):
+        over = (used[j] > 0) & (used[j] > p.free[j])
+        for n in np.flatnonzero(over):
+            out.append(f"{names[n]}: {used[j, n]} {resource} placed, {p.free[j, n]} free")
+    total = counts.sum(axis=0)
+    for n in np.flatnonzero((total > 0) & (total > p.free_pods)):
+        out.append(f"{names[n]}: {total[n]} pods placed, {p.free_pods[n]} slots")
+    for a, b in zip(*np.nonzero(np.triu(p.port_conflicts)), strict=True):
+        clash = counts[a] > 1 if a == b else (counts[a] > 0) & (counts[b] > 0)
+        for n in np.flatnonzero(clash):
+            out.append(f"{names[n]}: host ports of classes {a} and {b} clash")
+    for rule in p.anti:
+        size = int(rule.domain.max(initial=-1)) + 1
+        mine = _per_domain(rule.domain, counts[rule.cls], size)
+        others = [m for m in rule.matched if m != rule.cls]
+        theirs = _per_domain(rule.domain, counts[others].sum(axis=0), size)
+        for d in np.flatnonzero(mine > 0):
+            if theirs[d] > 0 or (rule.cls in rule.matched and mine[d] > 1):
+                out.append(f"anti-affinity of class {rule.cls} broken in {rule.key} domain {d}")
+    for group in p.together:
+        placed = counts[list(group.classes)].sum(axis=0) > 0
+        domains = set(group.domain[placed].tolist())
+        if len(domains) > 1 or -1 in domains:
+            out.append(f"affinity group {group.classes} spans {rule_text(group.key, domains)}")
+    for spread in p.spreads:
+        final = spread.existing.copy()
+        matched = counts[list(spread.matched)].sum(axis=0) * spread.counted
+        final += _per_domain(spread.domain, matched, len(final))
+        low = 0
+        if not spread.min_zero and spread.eligible.any():
+            low = int(final[spread.eligible].min())
+        for d in set(spread.domain[counts[spread.cls] > 0].tolist()):
+            if d >= 0 and final[d] - low > spread.max_skew:
+                out.append(
+                    f"spread of class {spread.cls} over {spread.key}: {final[d]} in domain {d}, "
+                    f"min {low}, maxSkew {spread.max_skew}"
+                )
+    active = np.array([c.topology_active for c in p.classes], dtype=np.bool_)
+    if active.any():
+        users = ((counts > 0) & active[:, None]).sum(axis=0)
+        for n in np.flatnonzero(p.device_exclusive & (users > 1)):
+            out.append(f"{names[n]}: {users[n]} Topology-using classes share the node")
+    if p.topology_key is not None:
+        domains = set(p.domain[total > 0].tolist())
+        if len(domains) > 1 or -1 in domains:
+            out.append(f"members span {rule_text(p.topology_key, domains)}")
+    return out
+
+
+def rule_text(key: str, domains: set[int]) -> str:
+    return f"{len(domains)} domains of {key}" + (" (some unlabelled)" if -1 in domains else "")

@@ -1,0 +1,410 @@
+"""The CP-SAT model over per-node member counts.
+
+Theory of operation
+-------------------
+One integer variable ``x[c, n]`` per member class ``c`` and node ``n`` the class may use,
+bounded by the class's per-node limit (capacity, pod slots, ports, Topology), so a node one
+class alone can use needs no capacity row at all. Rows are added only where they can bind:
+
+* class size: ``sum_n x[c, n] <= |c|`` (the gang may be placed in part; the objective's top
+  tier counts placed members, so the answer places ``need`` whenever anything can);
+* capacity and pod slots on nodes two or more classes share; host-port clashes;
+  one Topology-using class on a device-exclusive node (one boolean per class there);
+* anti-affinity per domain: with ``mine`` the term owner's members there and ``others``
+  the selected ones, ``others <= U * (1 - mine)`` when the owner selects itself (then
+  ``mine <= 1``), else through one boolean;
+* affinity groups: one boolean per domain, at most one set;
+* hard spread: the final count per domain is a linear expression; a variable ``low`` is
+  below every eligible domain's count, and where the owner class has members
+  ``count - low <= maxSkew``;
+* fragmentation: per GPU node, ``full`` (all its free GPUs used) and, for a node that was
+  wholly free, ``empty``; the objective counts ``full + empty`` (not left partially free).
+
+The objective is :func:`scheduler.solver.check.objective` as a linear expression (plus the
+constant of nodes outside the sub-model), so solver, greedy and naive values compare
+directly. The solution hint is greedy's placement with every auxiliary variable set to
+match, a complete feasible start.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from scheduler.core.snapshot import BoolArray, IndexArray, IntArray
+from scheduler.solver.check import objective
+from scheduler.solver.problem import GangProblem
+
+
+class ModelStatus(StrEnum):
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ModelOutcome:
+    status: ModelStatus
+    counts: IntArray | None
+    """(classes, local nodes) of the best solution found (None: none)."""
+    objective: int | None
+    bound: int | None
+    """Upper bound on the objective CP-SAT proved (None when it proved nothing)."""
+    variables: int
+    constraints: int
+    wall_s: float
+    reported: int | None = None
+    """CP-SAT's own objective value (tests check it equals :attr:`objective`)."""
+
+
+MAX_OBJECTIVE = 2**62
+"""Objective magnitudes at or above this are not handed to CP-SAT (int64 headroom)."""
+
+_STATUS = {
+    cp_model.OPTIMAL: ModelStatus.OPTIMAL,
+    cp_model.FEASIBLE: ModelStatus.FEASIBLE,
+}
+
+
+def configure(solver: cp_model.CpSolver, *, time_limit_s: float, seed: int, workers: int) -> None:
+    """Solver parameters shared by the count model and the naive one."""
+    params: Any = solver.parameters
+    params.max_time_in_seconds = max(time_limit_s, 1e-9)
+    params.num_workers = max(1, workers)
+    params.random_seed = seed
+    # The same answer for a seed whatever the thread timing (when solved within the limit).
+    params.interleave_search = workers > 1
+    params.log_search_progress = False
+
+
+class _Builder:
+    def __init__(self, problem: GangProblem, nodes: IndexArray, hint: IntArray) -> None:
+        self.p = problem
+        self.nodes = nodes
+        self.hint = hint
+        self.model = cp_model.CpModel()
+        self.x: dict[tuple[int, int], cp_model.IntVar] = {}
+        self.by_node: dict[int, list[int]] = defaultdict(list)
+        self.by_class: dict[int, list[int]] = defaultdict(list)
+        self.magnitude = 0
+        """Largest objective value the variables allow (CP-SAT refuses 2**63 and above)."""
+
+    def var(self, ub: int, hint: int) -> cp_model.IntVar:
+        v = self.model.new_int_var(0, ub, "")
+        self.model.add_hint(v, hint)
+        return v
+
+    def flag(self, hint: bool) -> cp_model.IntVar:
+        v = self.model.new_bool_var("")
+        self.model.add_hint(v, int(hint))
+        return v
+
+    def ub(self, c: int, n: int) -> int:
+        return int(min(self.p.limit[c, n], self.p.classes[c].size))
+
+    def build(self) -> int:
+        """Add everything; return the objective's constant part."""
+        p = self.p
+        for c in range(p.num_classes):
+            for n in self.nodes[p.limit[c, self.nodes] > 0].tolist():
+                self.x[(c, n)] = self.var(self.ub(c, n), int(self.hint[c, n]))
+                self.by_node[n].append(c)
+                self.by_class[c].append(n)
+        self._class_sizes()
+        self._nodes()
+        self._anti_affinity()
+        self._together()
+        self._spreads()
+        return self._objective()
+
+    def _sum(self, pairs: Sequence[tuple[int, int]]) -> cp_model.LinearExpr:
+        return cp_model.LinearExpr.sum([self.x[k] for k in pairs])
+
+    def _class_sizes(self) -> None:
+        for c, nodes in self.by_class.items():
+            size = self.p.classes[c].size
+            if sum(self.ub(c, n) for n in nodes) > size:
+                self.model.add(self._sum([(c, n) for n in nodes]) <= size)
+
+    def _nodes(self) -> None:
+        p = self.p
+        active = [k.topology_active for k in p.classes]
+        for n, cs in self.by_node.items():
+            if len(cs) < 2:
+                continue
+            for j in range(len(p.resources)):
+                users = [c for c in cs if p.request[c, j] > 0]
+                if sum(int(p.request[c, j]) * self.ub(c, n) for c in users) > p.free[j, n]:
+                    expr = cp_model.LinearExpr.weighted_sum(
+                        [self.x[(c, n)] for c in users], [int(p.request[c, j]) for c in users]
+                    )
+                    self.model.add(expr <= int(p.free[j, n]))
+            if sum(self.ub(c, n) for c in cs) > p.free_pods[n]:
+                self.model.add(self._sum([(c, n) for c in cs]) <= int(p.free_pods[n]))
+            for i, a in enumerate(cs):
+                for b in cs[i + 1 :]:
+                    if p.port_conflicts[a, b]:
+                        self.model.add(self.x[(a, n)] + self.x[(b, n)] <= 1)
+            users = [c for c in cs if active[c]]
+            if p.device_exclusive[n] and len(users) >= 2:
+                flags = []
+                for c in users:
+                    u = self.flag(self.hint[c, n] > 0)
+                    self.model.add(self.x[(c, n)] <= self.ub(c, n) * u)
+                    flags.append(u)
+                self.model.add(cp_model.LinearExpr.sum(flags) <= 1)
+
+    def _by_domain(
+        self, domain: IntArray, classes: Sequence[int], nodes_mask: BoolArray | None = None
+    ) -> dict[int, list[tuple[int, int]]]:
+        out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for c in classes:
+            for n in self.by_class.get(c, []):
+                d = int(domain[n])
+                if d >= 0 and (nodes_mask is None or nodes_mask[n]):
+                    out[d].append((c, n))
+        return out
+
+    def _hint_of(self, pairs: Sequence[tuple[int, int]]) -> int:
+        return int(sum(int(self.hint[k]) for k in pairs))
+
+    def _ubs(self, pairs: Sequence[tuple[int, int]]) -> int:
+        return sum(self.ub(c, n) for c, n in pairs)
+
+    def _anti_affinity(self) -> None:
+        for rule in self.p.anti:
+            mine = self._by_domain(rule.domain, [rule.cls])
+            others = self._by_domain(rule.domain, [m for m in rule.matched if m != rule.cls])
+            selects_itself = rule.cls in rule.matched
+            for d, own in mine.items():
+                own_sum = self._sum(own)
+                if selects_itself and self._ubs(own) > 1:
+                    self.model.add(own_sum <= 1)
+                theirs = others.get(d)
+                if not theirs:
+                    continue
+                cap = self._ubs(theirs)
+                if selects_itself:
+                    self.model.add(self._sum(theirs) <= cap * (1 - own_sum))
+                else:
+                    b = self.flag(self._hint_of(own) > 0)
+                    self.model.add(own_sum <= self._ubs(own) * b)
+                    self.model.add(self._sum(theirs) <= cap * (1 - b))
+
+    def _together(self) -> None:
+        for group in self.p.together:
+            domains = self._by_domain(group.domain, group.classes)
+            if len(domains) < 2:
+                continue
+            flags = []
+            for pairs in domains.values():
+                z = self.flag(self._hint_of(pairs) > 0)
+                self.model.add(self._sum(pairs) <= self._ubs(pairs) * z)
+                flags.append(z)
+            self.model.add(cp_model.LinearExpr.sum(flags) <= 1)
+
+    def _spreads(self) -> None:
+        for s in self.p.spreads:
+            owner = self._by_domain(s.domain, [s.cls])
+            if not owner:
+                continue
+            counted = self._by_domain(s.domain, s.matched, s.counted)
+            final: dict[int, cp_model.LinearExpr] = {}
+            final_hint: dict[int, int] = {}
+            for d, pairs in counted.items():
+                final[d] = int(s.existing[d]) + self._sum(pairs)
+                final_hint[d] = int(s.existing[d]) + self._hint_of(pairs)
+            if s.min_zero or not s.eligible.any():
+                low = self.model.new_constant(0)
+            else:
+                eligible = np.flatnonzero(s.eligible).tolist()
+                constant = [int(s.existing[d]) for d in eligible if d not in final]
+                top = (
+                    min(constant)
+                    if constant
+                    else max(final_hint.values(), default=0)
+                    + sum(self._ubs(pairs) for pairs in counted.values())
+                )
+                varying = [d for d in final if s.eligible[d]]
+                low_hint = min([top, *(final_hint[d] for d in varying)])
+                low = self.var(top, low_hint)
+                for d in varying:
+                    self.model.add(low <= final[d])
+            for d, pairs in owner.items():
+                has = self.flag(self._hint_of(pairs) > 0)
+                self.model.add(self._sum(pairs) <= self._ubs(pairs) * has)
+                count = final[d] if d in final else int(s.existing[d])
+                self.model.add(count - low <= s.max_skew).only_enforce_if(has)
+
+    def _objective(self) -> int:
+        p, w = self.p, self.p.weights
+        keys = list(self.x)
+        coefs = [
+            w.placed + int(p.preferred[c, n]) * w.preferred + int(p.score[c, n]) * w.score
+            for c, n in keys
+        ]
+        terms: list[cp_model.LinearExprT] = [
+            cp_model.LinearExpr.weighted_sum([self.x[k] for k in keys], coefs)
+        ]
+        self.magnitude = sum(coef * self.ub(c, n) for coef, (c, n) in zip(coefs, keys, strict=True))
+        self.magnitude += 2 * int(p.frag_nodes.sum()) * w.whole
+        constant = 0
+        gpu_classes = [c for c in range(p.num_classes) if p.gpus[c] > 0]
+        for n in np.flatnonzero(p.frag_nodes).tolist():
+            users = [c for c in gpu_classes if (c, n) in self.x]
+            free, alloc = int(p.gpu_free[n]), int(p.gpu_alloc[n])
+            if not users:
+                constant += int(not 0 < free < alloc)
+                continue
+            used = cp_model.LinearExpr.weighted_sum(
+                [self.x[(c, n)] for c in users], [int(p.gpus[c]) for c in users]
+            )
+            used_hint = sum(int(p.gpus[c]) * int(self.hint[c, n]) for c in users)
+            full = self.flag(used_hint >= free)
+            self.model.add(used >= free).only_enforce_if(full)
+            terms.append(full * w.whole)
+            if free >= alloc:
+                empty = self.flag(used_hint == 0)
+                self.model.add(used <= 0).only_enforce_if(empty)
+                terms.append(empty * w.whole)
+        self.model.maximize(cp_model.LinearExpr.sum(terms) + constant * w.whole)
+        return constant * w.whole
+
+
+def distinct_nodes(problem: GangProblem, nodes: IndexArray, keep_first: IndexArray) -> IndexArray:
+    """``nodes`` without interchangeable copies beyond what a placement could use.
+
+    Two nodes are interchangeable when every number the model reads about them is equal
+    (limits, scores, preferences, free capacity and GPUs, flags) and they sit in the same
+    domain of every rule's key, or each alone among the local nodes in its domain (then
+    the domain's existing and eligible figures must match too): swapping them maps any
+    placement onto one of equal objective that breaks no rule. A placement uses at most one
+    node per member, so each group keeps ``len(members)`` nodes, ``keep_first`` (greedy's,
+    so the hint stays complete) before the others. The answer is unchanged; the model and
+    CP-SAT's symmetry work shrink (a large cluster has few distinct node states).
+    """
+    p = problem
+    limit = len(p.members)
+    if len(nodes) <= limit:
+        return nodes
+    rows: list[IntArray] = [
+        p.limit[:, nodes],
+        p.score[:, nodes],
+        p.preferred[:, nodes].astype(np.int64),
+        p.free[:, nodes],
+        np.stack(
+            [
+                p.free_pods[nodes],
+                p.gpu_alloc[nodes],
+                p.gpu_free[nodes],
+                p.frag_nodes[nodes].astype(np.int64),
+                p.device_exclusive[nodes].astype(np.int64),
+                p.domain[nodes],
+            ]
+        ),
+    ]
+
+    def token(domain: IntArray) -> IntArray:
+        """The domain id, or -2 for a domain holding no other of these nodes."""
+        ids = domain[nodes]
+        known = ids >= 0
+        sizes = np.bincount(ids[known], minlength=int(ids.max(initial=-1)) + 2)
+        alone = known & (sizes[np.maximum(ids, 0)] == 1)
+        out: IntArray = np.where(alone, -2, ids)
+        return out
+
+    for domain in [r.domain for r in p.anti] + [g.domain for g in p.together]:
+        rows.append(token(domain)[None, :])
+    for s in p.spreads:
+        tok = token(s.domain)
+        ids = np.maximum(s.domain[nodes], 0)
+        existing = np.where(s.domain[nodes] >= 0, s.existing[ids] if len(s.existing) else 0, -1)
+        eligible = np.where(s.domain[nodes] >= 0, s.eligible[ids] if len(s.eligible) else 0, -1)
+        rows.append(np.stack([tok, existing, eligible, s.counted[nodes].astype(np.int64)]))
+    features = np.concatenate(rows, axis=0)
+    _, group = np.unique(features, axis=1, return_inverse=True)
+    group = group.reshape(-1)
+    preferred = np.isin(nodes, keep_first)
+    order = np.lexsort((np.arange(len(nodes)), ~preferred, group))
+    kept = np.zeros(len(nodes), dtype=np.bool_)
+    start = 0
+    sorted_groups = group[order]
+    while start < len(order):
+        end = int(np.searchsorted(sorted_groups, sorted_groups[start], side="right"))
+        kept[order[start : min(end, start + limit)]] = True
+        start = end
+    reduced: IndexArray = nodes[kept]
+    return reduced
+
+
+def model_size(problem: GangProblem, nodes: IndexArray, hint: IntArray) -> tuple[int, int]:
+    """(variables, constraints) of the count model over ``nodes``, built but not solved."""
+    nodes = distinct_nodes(problem, nodes, np.flatnonzero(hint.any(axis=0)))
+    builder = _Builder(problem, nodes, hint)
+    builder.build()
+    return len(builder.model.proto.variables), len(builder.model.proto.constraints)
+
+
+def solve_counts(
+    problem: GangProblem,
+    nodes: IndexArray,
+    hint: IntArray,
+    *,
+    time_limit_s: float,
+    seed: int = 0,
+    workers: int = 2,
+    reduce: bool = True,
+    deadline: float | None = None,
+) -> ModelOutcome:
+    """Maximise the objective over ``nodes`` (local indices) within the time limit.
+
+    ``reduce``: drop interchangeable nodes first (:func:`distinct_nodes`; same answer).
+    ``deadline`` (``time.perf_counter()`` clock): the search also stops there, so building
+    the model counts against the caller's budget."""
+    started = time.perf_counter()
+    if reduce:
+        nodes = distinct_nodes(problem, nodes, np.flatnonzero(hint.any(axis=0)))
+    builder = _Builder(problem, nodes, hint)
+    builder.build()
+    proto = builder.model.proto
+    size = (len(proto.variables), len(proto.constraints))
+    if deadline is not None:
+        time_limit_s = min(time_limit_s, deadline - time.perf_counter())
+    if builder.magnitude >= MAX_OBJECTIVE or time_limit_s <= 0:
+        # No time left, or an astronomically large gang (keep greedy's answer rather than
+        # overflow int64).
+        return ModelOutcome(
+            ModelStatus.UNKNOWN, None, None, None, *size, time.perf_counter() - started
+        )
+    solver = cp_model.CpSolver()
+    configure(solver, time_limit_s=time_limit_s, seed=seed, workers=workers)
+    code = solver.solve(builder.model)
+    if code == cp_model.MODEL_INVALID:
+        raise RuntimeError(f"CP-SAT rejected the gang model: {builder.model.validate()}")
+    status = _STATUS.get(code, ModelStatus.UNKNOWN)
+    counts: IntArray | None = None
+    value: int | None = None
+    bound: int | None = None
+    if status is not ModelStatus.UNKNOWN:
+        counts = np.zeros((problem.num_classes, problem.num_nodes), dtype=np.int64)
+        for (c, n), v in builder.x.items():
+            counts[c, n] = solver.value(v)
+        value = objective(problem, counts)
+        bound = value if status is ModelStatus.OPTIMAL else _ceil(solver.best_objective_bound)
+    reported = round(solver.objective_value) if counts is not None else None
+    return ModelOutcome(
+        status, counts, value, bound, *size, time.perf_counter() - started, reported
+    )
+
+
+def _ceil(value: float) -> int | None:
+    """An integer upper bound from CP-SAT's float bound (one unit of slack for rounding)."""
+    return math.ceil(value) + 1 if math.isfinite(value) else None

@@ -1,0 +1,178 @@
+"""The reference model: one boolean per member and node, no merging, no domain split.
+
+Used by the tests (the per-node count model must reach the same optimum on small cases)
+and by the benchmark (to show why the count model exists: this one grows with members x
+nodes). Every rule is written in its plainest pairwise form, independently of
+:mod:`scheduler.solver.model`; the objective is the same
+:func:`scheduler.solver.check.objective`, so values compare as integers. Build the problem
+with ``build_problem(..., merge=False)`` to also check the class merging.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from scheduler.core.snapshot import IntArray
+from scheduler.solver.check import objective
+from scheduler.solver.model import _STATUS, ModelStatus, configure
+from scheduler.solver.problem import GangProblem
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NaiveOutcome:
+    status: ModelStatus
+    counts: IntArray | None
+    objective: int | None
+    variables: int
+    constraints: int
+    wall_s: float
+
+
+def solve_naive(
+    problem: GangProblem, *, time_limit_s: float = 10.0, seed: int = 0, workers: int = 2
+) -> NaiveOutcome:
+    started = time.perf_counter()
+    p = problem
+    model = cp_model.CpModel()
+    k = p.num_nodes
+    x: dict[tuple[int, int], cp_model.IntVar] = {}
+    on_node: dict[int, list[int]] = defaultdict(list)
+    of_member: dict[int, list[int]] = defaultdict(list)
+    for i, c in enumerate(p.member_class):
+        for n in np.flatnonzero(p.limit[c] > 0).tolist():
+            x[(i, n)] = model.new_bool_var("")
+            on_node[n].append(i)
+            of_member[i].append(n)
+    cls = p.member_class
+
+    def y(i: int, nodes: set[int]) -> cp_model.LinearExpr:
+        """Member ``i`` is on one of ``nodes`` (0/1: a member takes one node at most)."""
+        return cp_model.LinearExpr.sum([x[(i, n)] for n in of_member[i] if n in nodes])
+
+    for i in of_member:
+        model.add(cp_model.LinearExpr.sum([x[(i, n)] for n in of_member[i]]) <= 1)
+    for n, members in on_node.items():
+        for c in {cls[i] for i in members}:
+            same = [x[(i, n)] for i in members if cls[i] == c]
+            model.add(cp_model.LinearExpr.sum(same) <= int(p.limit[c, n]))
+        for j in range(len(p.resources)):
+            users = [i for i in members if p.request[cls[i], j] > 0]
+            if users:
+                amounts = [int(p.request[cls[i], j]) for i in users]
+                used = cp_model.LinearExpr.weighted_sum([x[(i, n)] for i in users], amounts)
+                model.add(used <= int(p.free[j, n]))
+        model.add(cp_model.LinearExpr.sum([x[(i, n)] for i in members]) <= int(p.free_pods[n]))
+        for a in members:
+            for b in members:
+                if a < b and p.port_conflicts[cls[a], cls[b]]:
+                    model.add(x[(a, n)] + x[(b, n)] <= 1)
+        if p.device_exclusive[n]:
+            users = sorted({cls[i] for i in members if p.classes[cls[i]].topology_active})
+            owners = {c: model.new_bool_var("") for c in users}
+            for i in members:
+                if cls[i] in owners:
+                    model.add(x[(i, n)] <= owners[cls[i]])
+            model.add(cp_model.LinearExpr.sum(list(owners.values())) <= 1)
+
+    def domains(domain: IntArray) -> dict[int, set[int]]:
+        out: dict[int, set[int]] = defaultdict(set)
+        for n in range(k):
+            if domain[n] >= 0:
+                out[int(domain[n])].add(n)
+        return out
+
+    def members_of(classes: tuple[int, ...]) -> list[int]:
+        return [i for i, c in enumerate(cls) if c in classes]
+
+    for rule in p.anti:
+        for nodes in domains(rule.domain).values():
+            for i in members_of((rule.cls,)):
+                for j in members_of(rule.matched):
+                    if i != j:
+                        model.add(y(i, nodes) + y(j, nodes) <= 1)
+    for group in p.together:
+        flags = []
+        for nodes in domains(group.domain).values():
+            z = model.new_bool_var("")
+            flags.append(z)
+            for i in members_of(group.classes):
+                model.add(y(i, nodes) <= z)
+        model.add(cp_model.LinearExpr.sum(flags) <= 1)
+    for s in p.spreads:
+        by_domain = domains(s.domain)
+        final = {}
+        for d, nodes in by_domain.items():
+            counted = {n for n in nodes if s.counted[n]}
+            final[d] = int(s.existing[d]) + cp_model.LinearExpr.sum(
+                [y(i, counted) for i in members_of(s.matched)]
+            )
+        low = model.new_int_var(0, len(cls) + int(s.existing.max(initial=0)), "")
+        if s.min_zero or not s.eligible.any():
+            model.add(low == 0)
+        else:
+            for d in np.flatnonzero(s.eligible).tolist():
+                model.add(low <= (final[d] if d in final else int(s.existing[d])))
+        for i in members_of((s.cls,)):
+            for d, nodes in by_domain.items():
+                for n in nodes:
+                    if (i, n) in x:
+                        model.add(final[d] - low <= s.max_skew).only_enforce_if(x[(i, n)])
+    if p.topology_key is not None:
+        flags = []
+        for nodes in domains(p.domain).values():
+            z = model.new_bool_var("")
+            flags.append(z)
+            for i in range(len(cls)):
+                model.add(y(i, nodes) <= z)
+        model.add(cp_model.LinearExpr.sum(flags) <= 1)
+
+    w = p.weights
+    keys = list(x)
+    coefs = [
+        w.placed + int(p.preferred[cls[i], n]) * w.preferred + int(p.score[cls[i], n]) * w.score
+        for i, n in keys
+    ]
+    terms: list[cp_model.LinearExpr] = [
+        cp_model.LinearExpr.weighted_sum([x[key] for key in keys], coefs)
+    ]
+    for n in np.flatnonzero(p.frag_nodes).tolist():
+        free, alloc = int(p.gpu_free[n]), int(p.gpu_alloc[n])
+        used = cp_model.LinearExpr.weighted_sum(
+            [x[(i, n)] for i in on_node[n]], [int(p.gpus[cls[i]]) for i in on_node[n]]
+        )
+        full = model.new_bool_var("")
+        model.add(used >= free).only_enforce_if(full)
+        terms.append(full * w.whole)
+        if free >= alloc:
+            empty = model.new_bool_var("")
+            model.add(used <= 0).only_enforce_if(empty)
+            terms.append(empty * w.whole)
+    model.maximize(cp_model.LinearExpr.sum(terms))
+
+    solver = cp_model.CpSolver()
+    configure(solver, time_limit_s=time_limit_s, seed=seed, workers=workers)
+    code = solver.solve(model)
+    if code == cp_model.MODEL_INVALID:
+        raise RuntimeError(f"CP-SAT rejected the naive model: {model.validate()}")
+    status = _STATUS.get(code, ModelStatus.UNKNOWN)
+    counts: IntArray | None = None
+    value: int | None = None
+    if status is not ModelStatus.UNKNOWN:
+        counts = np.zeros((p.num_classes, k), dtype=np.int64)
+        for (i, n), v in x.items():
+            counts[cls[i], n] += solver.value(v)
+        value = objective(p, counts)
+    proto = model.proto
+    return NaiveOutcome(
+        status,
+        counts,
+        value,
+        len(proto.variables),
+        len(proto.constraints),
+        time.perf_counter() - started,
+    )

@@ -1,0 +1,771 @@
+"""From one snapshot and a gang's pending members to a :class:`GangProblem` of plain arrays.
+
+Theory of operation
+-------------------
+``build_problem`` runs on the event loop, where the snapshot is consistent; everything the
+solve needs is copied out into numpy arrays and tuples, so :func:`scheduler.solver.solve`
+can run in a worker thread while the loop keeps mutating the cache.
+
+1. **minResources pre-check**: when the cluster's total free capacity is below
+   ``GangSpec.min_resources`` the problem carries a rejection and nothing else is computed.
+2. **Member classes**: two members are one class when the framework and the model cannot
+   tell them apart: their :class:`~scheduler.model.pod.Pod` records are equal once name and
+   uid are blanked, labels are cut down to the keys some label selector can read (the
+   members' own pod-affinity and spread terms, and the affinity terms of placed pods — the
+   only readers of an incoming pod's labels) and annotations to Lattice's ``lattice.dev/``
+   keys (the only ones the core reads). Anything else that differs, the pods are not
+   merged. The framework then runs once per class, with every filter and score.
+3. **Nodes**: only nodes feasible for some class are kept ("local" nodes, in snapshot row
+   order). Per class and local node, ``limit`` is the most members of that class the node
+   takes on its own: free capacity per requested resource, free pod slots, one for host
+   ports, and what the Topology plugin can align one after another (simulated with its own
+   placement on the node's device ledger plus the members already chosen).
+4. **Joint rules between members**, which per-member feasibility cannot see: inter-pod
+   required anti-affinity among members (per domain of the term's key), required affinity
+   of a member that starts its own group (no placed pod matches it yet: members that match
+   the term are kept in one domain, a conservative reading), hard topology spread over the
+   final counts (placed pods plus matched members), host-port conflicts, and device
+   exclusivity (a node where an aligned member could lose its alignment to another class's
+   devices takes one Topology-using class only). Capacity between classes is the model's.
+5. **Objective weights** (:class:`Weights`) make one integer objective lexicographic:
+   placed members, then members on nodes no preference passes over, then the total
+   framework score, then nodes not left partially free of GPUs.
+
+Not modelled: LoadAware *thresholds* between members (off by default; each member is
+checked alone) and preferred (soft) rules between members.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from scheduler.core.framework import Cycle
+from scheduler.core.load import LoadView
+from scheduler.core.oracle.inter_pod_affinity import incoming_term_matches
+from scheduler.core.plugins import pod_topology_spread as spread_plugin
+from scheduler.core.plugins.inter_pod_affinity import required_state
+from scheduler.core.plugins.node_ports import conflicts
+from scheduler.core.plugins.topology import Placement, Topology
+from scheduler.core.profile import GpuAlignment
+from scheduler.core.schedule import Framework
+from scheduler.core.snapshot import BoolArray, IndexArray, IntArray, Snapshot
+from scheduler.core.topology.allocate import free_state
+from scheduler.core.topology.ledger import Holding
+from scheduler.core.topology.request import InvalidTopologyRequest, TopologyRequest
+from scheduler.core.topology.state import TopologyState
+from scheduler.model.gang import GangSpec
+from scheduler.model.names import CPU, PODS, is_extended_resource
+from scheduler.model.pod import Pod, PodAffinityTerm, UnsatisfiableAction
+from scheduler.model.selectors import LabelSelector
+
+UNLIMITED: Final = 1 << 30
+"""A per-node member limit that no gang reaches."""
+READ_ANNOTATION_PREFIX: Final = "lattice.dev/"
+"""The only pod annotations the scheduling core reads (Topology's requests)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberReport:
+    """One member's view for ``lattice explain`` and events."""
+
+    index: int
+    """Index into the ``members`` given to :func:`build_problem`."""
+    pod: str
+    """``namespace/name``."""
+    key: str
+    """:attr:`Pod.key` (the uid): the cache identity the binder and queue use."""
+    member_class: int
+    feasible_nodes: int
+    rejecting_plugins: tuple[str, ...]
+    summary: str
+    """The framework's kube-style summary for this member alone."""
+    node: str | None = None
+    score: int | None = None
+    """The framework's weighted total on :attr:`node`."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MemberClass:
+    """Members the framework and the model cannot tell apart."""
+
+    members: tuple[int, ...]
+    """Member indices, arrival order."""
+    summary: str
+    rejecting_plugins: tuple[str, ...]
+    feasible_nodes: int
+    """Feasible nodes in the snapshot (before joint rules such as one-domain)."""
+    host_ports: bool
+    topology_active: bool
+    """The Topology plugin places devices (or pinned CPUs) for this class."""
+    aligned: bool
+    """Its Topology placement can fail when devices are taken (required alignment)."""
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AntiAffinity:
+    """Members of ``cls`` share no domain of ``key`` with members of ``matched``."""
+
+    cls: int
+    matched: tuple[int, ...]
+    """Classes the term selects (``cls`` itself included when it selects itself)."""
+    key: str
+    domain: IntArray
+    """Per local node, the value id of ``key`` (-1: label absent, the term ignores it)."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Together:
+    """Placed members of ``classes`` all in one domain of ``key``."""
+
+    classes: tuple[int, ...]
+    key: str
+    domain: IntArray
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Spread:
+    """A hard topology spread constraint of ``cls`` that selects gang members.
+
+    Checked on the final counts: for every domain holding a member of ``cls``,
+    ``existing + matched members there - min over eligible domains <= max_skew``.
+    """
+
+    cls: int
+    matched: tuple[int, ...]
+    key: str
+    max_skew: int
+    domain: IntArray
+    """Per local node, the value id of ``key`` (-1: absent)."""
+    counted: BoolArray
+    """Per local node: members placed there count (the constraint's inclusion policies)."""
+    existing: IntArray
+    """Per value id, matching placed pods on counted nodes."""
+    eligible: BoolArray
+    """Per value id: a domain the global minimum is taken over."""
+    min_zero: bool
+    """Fewer eligible domains than minDomains: the minimum is 0."""
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """Coefficients of the lexicographic objective (each tier outweighs all below it)."""
+
+    placed: int
+    preferred: int
+    score: int
+    whole: int = 1
+
+
+@dataclass(frozen=True, eq=False)
+class GangProblem:
+    """Everything a solve reads, copied out of the snapshot (safe in another thread)."""
+
+    gang: str
+    need: int
+    members: tuple[str, ...]
+    """``namespace/name`` per member."""
+    member_class: tuple[int, ...]
+    classes: tuple[MemberClass, ...]
+    node_names: tuple[str, ...]
+    """Local nodes (feasible for some class), snapshot row order."""
+    resources: tuple[str, ...]
+    request: IntArray
+    """(classes, resources) requested amounts."""
+    free: IntArray
+    """(resources, local nodes) allocatable minus requested (may be negative)."""
+    free_pods: IntArray
+    limit: IntArray
+    """(classes, local nodes) most members of the class on the node alone; 0 = infeasible."""
+    score: IntArray
+    """(classes, local nodes) framework weighted totals."""
+    preferred: BoolArray
+    """(classes, local nodes) no applied preference passes the node over."""
+    gpus: IntArray
+    """GPUs requested per class."""
+    gpu_alloc: IntArray
+    gpu_free: IntArray
+    frag_nodes: BoolArray
+    """Local nodes whose GPU fragmentation the objective counts."""
+    topology_key: str | None
+    domain: IntArray
+    """Per local node, the value id of ``topology_key`` (-1: absent or no key)."""
+    domain_names: tuple[str, ...]
+    anti: tuple[AntiAffinity, ...]
+    together: tuple[Together, ...]
+    spreads: tuple[Spread, ...]
+    port_conflicts: BoolArray
+    """(classes, classes) members of the two classes cannot share a node."""
+    device_exclusive: BoolArray
+    """Per local node: at most one Topology-using class may use it."""
+    weights: Weights
+    reports: tuple[MemberReport, ...]
+    rejection: str | None = None
+    """Set when the pre-check already rejects the gang."""
+    build_time_s: float = 0.0
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def sizes(self) -> IntArray:
+        return np.array([c.size for c in self.classes], dtype=np.int64)
+
+
+def build_problem(
+    framework: Framework,
+    snapshot: Snapshot,
+    gang: GangSpec,
+    members: Sequence[Pod],
+    *,
+    need: int,
+    topology: TopologyState | None = None,
+    load: LoadView | None = None,
+    seed: int = 0,
+    merge: bool = True,
+) -> GangProblem:
+    """Run the framework once per member class and copy out what the solve needs.
+
+    ``need``: members that must be placed now (1..len(members)); the solve places more when
+    they fit. ``merge=False`` gives every member its own class (the naive reference).
+    """
+    started = time.perf_counter()
+    if not 1 <= need <= len(members):
+        raise ValueError(f"need must be within 1..{len(members)}, got {need}")
+    names = tuple(f"{m.namespace}/{m.name}" for m in members)
+    shortfall = _min_resources_shortfall(snapshot, gang.min_resources)
+    if shortfall is not None:
+        keys = tuple(m.key for m in members)
+        return _rejected(gang, need, names, keys, shortfall, time.perf_counter() - started)
+
+    groups = _classes(snapshot, members) if merge else [[i] for i in range(len(members))]
+    reps = [members[g[0]] for g in groups]
+    decisions = [
+        framework.schedule(snapshot, rep, seed=seed, topology=topology, load=load) for rep in reps
+    ]
+    feasible_rows = [d.explanation.feasible_rows.astype(np.intp) for d in decisions]
+    union: IndexArray = (
+        np.unique(np.concatenate(feasible_rows)).astype(np.intp)
+        if any(len(r) for r in feasible_rows)
+        else np.zeros(0, dtype=np.intp)
+    )
+    k, c_count = len(union), len(groups)
+    node_names = tuple(snapshot.node_names[i] for i in union.tolist())
+
+    resources = _model_resources(framework, reps)
+    request = np.array(
+        [[rep.resources.requests.get(r, 0) for r in resources] for rep in reps], dtype=np.int64
+    ).reshape(c_count, len(resources))
+    free = np.zeros((len(resources), k), dtype=np.int64)
+    for j, r in enumerate(resources):
+        col = snapshot.resource_column(r)
+        if col is not None:
+            free[j] = snapshot.allocatable[col][union] - snapshot.requested[col][union]
+    free_pods = snapshot.allowed_pods[union] - snapshot.pod_counts[union]
+
+    limit = np.zeros((c_count, k), dtype=np.int64)
+    score = np.zeros((c_count, k), dtype=np.int64)
+    preferred = np.zeros((c_count, k), dtype=np.bool_)
+    classes: list[MemberClass] = []
+    for c, (group, rep, decision) in enumerate(zip(groups, reps, decisions, strict=True)):
+        rows = feasible_rows[c]
+        local = np.searchsorted(union, rows)
+        explanation = decision.explanation
+        bound = np.full(len(rows), len(group), dtype=np.int64)
+        for j in range(len(resources)):
+            if request[c, j] > 0:
+                bound = np.minimum(bound, np.maximum(free[j, local], 0) // request[c, j])
+        bound = np.minimum(bound, np.maximum(free_pods[local], 0))
+        if rep.host_ports:
+            bound = np.minimum(bound, 1)
+        caps, active, aligned = _topology_caps(framework, snapshot, topology, rep, rows, len(group))
+        limit[c, local] = np.minimum(bound, caps)
+        score[c, local] = explanation.totals[rows]
+        passed = np.zeros(snapshot.num_nodes, dtype=np.bool_)
+        for record in explanation.preferences:
+            if record.applied:
+                passed |= record.preference.passed_over
+        preferred[c, local] = ~passed[rows]
+        classes.append(
+            MemberClass(
+                members=tuple(group),
+                summary=explanation.summary,
+                rejecting_plugins=tuple(sorted(explanation.rejecting_plugins)),
+                feasible_nodes=len(rows),
+                host_ports=bool(rep.host_ports),
+                topology_active=active,
+                aligned=aligned,
+            )
+        )
+
+    anti = _anti_affinity(snapshot, reps, groups, union)
+    together = _together(snapshot, reps, groups, union)
+    for rule in together:
+        for c in rule.classes:
+            limit[c, rule.domain < 0] = 0
+    spreads = _spreads(snapshot, reps, union, topology, load)
+    port_conflicts = _port_conflicts(reps)
+
+    domain = np.full(k, -1, dtype=np.int64)
+    domain_names: tuple[str, ...] = ()
+    if gang.topology_key:
+        domain = _domain_ids(snapshot, gang.topology_key, union)
+        column = snapshot.label_column(gang.topology_key)
+        domain_names = tuple(column.values) if column is not None else ()
+        limit[:, domain < 0] = 0  # nodes without the label are out
+    device_exclusive = _device_exclusive(classes, limit)
+
+    gpu_resource = framework.profile.topology.gpu_resource
+    gpus = np.array([rep.resources.requests.get(gpu_resource, 0) for rep in reps], dtype=np.int64)
+    gpu_alloc = np.zeros(k, dtype=np.int64)
+    gpu_free = np.zeros(k, dtype=np.int64)
+    gcol = snapshot.resource_column(gpu_resource)
+    if gcol is not None:
+        gpu_alloc = snapshot.allocatable[gcol][union].astype(np.int64)
+        gpu_free = gpu_alloc - snapshot.requested[gcol][union]
+    gpu_users = (limit > 0) & (gpus[:, None] > 0)
+    frag_nodes = (gpu_alloc > 0) & gpu_users.any(axis=0)
+
+    member_class = [0] * len(members)
+    for c, group in enumerate(groups):
+        for i in group:
+            member_class[i] = c
+    weights = _weights(
+        members_best(score, limit, groups), len(members), frag_nodes, preferred, limit
+    )
+    reports = tuple(
+        MemberReport(
+            index=i,
+            pod=names[i],
+            key=members[i].key,
+            member_class=member_class[i],
+            feasible_nodes=classes[member_class[i]].feasible_nodes,
+            rejecting_plugins=classes[member_class[i]].rejecting_plugins,
+            summary=classes[member_class[i]].summary,
+        )
+        for i in range(len(members))
+    )
+    return GangProblem(
+        gang=gang.key,
+        need=need,
+        members=names,
+        member_class=tuple(member_class),
+        classes=tuple(classes),
+        node_names=node_names,
+        resources=resources,
+        request=request,
+        free=free,
+        free_pods=free_pods.astype(np.int64),
+        limit=limit,
+        score=score,
+        preferred=preferred,
+        gpus=gpus,
+        gpu_alloc=gpu_alloc,
+        gpu_free=gpu_free,
+        frag_nodes=frag_nodes,
+        topology_key=gang.topology_key or None,
+        domain=domain,
+        domain_names=domain_names,
+        anti=anti,
+        together=together,
+        spreads=spreads,
+        port_conflicts=port_conflicts,
+        device_exclusive=device_exclusive,
+        weights=weights,
+        reports=reports,
+        build_time_s=time.perf_counter() - started,
+    )
+
+
+# ----------------------------------------------------------------- pre-check
+def _min_resources_shortfall(snapshot: Snapshot, wanted: Mapping[str, int]) -> str | None:
+    """Why the cluster's total free capacity cannot cover ``minResources``, or None."""
+    short: list[str] = []
+    for resource, amount in sorted(wanted.items()):
+        if amount <= 0:
+            continue
+        if resource == PODS:
+            available = int(np.maximum(snapshot.allowed_pods - snapshot.pod_counts, 0).sum())
+        else:
+            col = snapshot.resource_column(resource)
+            available = (
+                0
+                if col is None
+                else int(np.maximum(snapshot.allocatable[col] - snapshot.requested[col], 0).sum())
+            )
+        if available < amount:
+            short.append(f"{resource} {amount} wanted, {available} free")
+    if not short:
+        return None
+    return "minResources exceed the cluster's free capacity: " + ", ".join(short)
+
+
+def _rejected(
+    gang: GangSpec,
+    need: int,
+    names: tuple[str, ...],
+    keys: tuple[str, ...],
+    why: str,
+    elapsed: float,
+) -> GangProblem:
+    empty = np.zeros(0, dtype=np.int64)
+    reports = tuple(
+        MemberReport(i, name, key, 0, 0, (), f"not evaluated: {why}")
+        for i, (name, key) in enumerate(zip(names, keys, strict=True))
+    )
+    return GangProblem(
+        gang=gang.key,
+        need=need,
+        members=names,
+        member_class=(0,) * len(names),
+        classes=(),
+        node_names=(),
+        resources=(),
+        request=np.zeros((0, 0), dtype=np.int64),
+        free=np.zeros((0, 0), dtype=np.int64),
+        free_pods=empty,
+        limit=np.zeros((0, 0), dtype=np.int64),
+        score=np.zeros((0, 0), dtype=np.int64),
+        preferred=np.zeros((0, 0), dtype=np.bool_),
+        gpus=empty,
+        gpu_alloc=empty,
+        gpu_free=empty,
+        frag_nodes=np.zeros(0, dtype=np.bool_),
+        topology_key=gang.topology_key or None,
+        domain=empty,
+        domain_names=(),
+        anti=(),
+        together=(),
+        spreads=(),
+        port_conflicts=np.zeros((0, 0), dtype=np.bool_),
+        device_exclusive=np.zeros(0, dtype=np.bool_),
+        weights=Weights(1, 1, 1),
+        reports=reports,
+        rejection=why,
+        build_time_s=elapsed,
+    )
+
+
+# ------------------------------------------------------------- member classes
+def _selector_keys(selector: LabelSelector) -> set[str]:
+    return {r.key for r in selector.requirements}
+
+
+def _term_keys(pod: Pod) -> set[str]:
+    keys: set[str] = set()
+    terms: list[PodAffinityTerm] = [*pod.required_affinity, *pod.required_anti_affinity]
+    terms += [w.term for w in (*pod.preferred_affinity, *pod.preferred_anti_affinity)]
+    for term in terms:
+        keys |= _selector_keys(term.selector)
+    return keys
+
+
+def referenced_label_keys(snapshot: Snapshot, members: Iterable[Pod]) -> frozenset[str]:
+    """Pod label keys some selector could read while placing these members.
+
+    An incoming pod's labels are read by its own spread constraints and affinity terms
+    (self-match), by placed pods' affinity terms (existing anti-affinity, scoring), and by
+    the members' terms selecting each other in the model. Nothing else reads them.
+    """
+    keys: set[str] = set()
+    for pod in members:
+        keys |= _term_keys(pod)
+        for constraint in pod.spread_constraints:
+            keys |= _selector_keys(constraint.selector)
+    for pod, _ in snapshot.pods_with_affinity():
+        keys |= _term_keys(pod)
+    return frozenset(keys)
+
+
+def member_signature(pod: Pod, label_keys: frozenset[str]) -> Pod:
+    """The pod as the framework and the model see it: no name or uid, only readable labels
+    and annotations. Equal signatures mean identical decisions and identical model rows."""
+    return dataclasses.replace(
+        pod,
+        name="",
+        uid="",
+        labels={k: v for k, v in sorted(pod.labels.items()) if k in label_keys},
+        annotations={
+            k: v for k, v in sorted(pod.annotations.items()) if k.startswith(READ_ANNOTATION_PREFIX)
+        },
+    )
+
+
+def _classes(snapshot: Snapshot, members: Sequence[Pod]) -> list[list[int]]:
+    keys = referenced_label_keys(snapshot, members)
+    signatures: list[Pod] = []
+    groups: list[list[int]] = []
+    for i, pod in enumerate(members):
+        signature = member_signature(pod, keys)
+        for c, other in enumerate(signatures):
+            if other == signature:
+                groups[c].append(i)
+                break
+        else:
+            signatures.append(signature)
+            groups.append([i])
+    return groups
+
+
+def _model_resources(framework: Framework, reps: Sequence[Pod]) -> tuple[str, ...]:
+    """Resources some class requests and NodeResourcesFit checks, cpu/memory first."""
+    args = framework.profile.node_resources_fit
+
+    def ignored(resource: str) -> bool:
+        if not is_extended_resource(resource):
+            return False
+        group = resource.split("/", 1)[0]
+        return resource in args.ignored_resources or group in args.ignored_resource_groups
+
+    wanted = {r for rep in reps for r, amount in rep.resources.requests.items() if amount > 0} - {
+        PODS
+    }
+    return tuple(sorted((r for r in wanted if not ignored(r)), key=lambda r: (r != CPU, r)))
+
+
+def members_best(score: IntArray, limit: IntArray, groups: Sequence[Sequence[int]]) -> int:
+    """Sum over members of their best feasible score: the bound of the score tier."""
+    total = 0
+    for c, group in enumerate(groups):
+        feasible = limit[c] > 0
+        if feasible.any():
+            total += int(score[c][feasible].max()) * len(group)
+    return total
+
+
+def _weights(
+    best_score: int, members: int, frag_nodes: BoolArray, preferred: BoolArray, limit: IntArray
+) -> Weights:
+    """Tier weights: each tier's largest possible value stays below the next tier's unit."""
+    score = int(frag_nodes.sum()) + 1
+    above_score = score * (best_score + 1)
+    if bool(((limit > 0) & ~preferred).any()):
+        return Weights(placed=above_score * (members + 1), preferred=above_score, score=score)
+    return Weights(placed=above_score, preferred=0, score=score)
+
+
+# ------------------------------------------------------------------ topology
+def _topology_caps(
+    framework: Framework,
+    snapshot: Snapshot,
+    topology: TopologyState | None,
+    pod: Pod,
+    rows: IndexArray,
+    size: int,
+) -> tuple[IntArray, bool, bool]:
+    """Per feasible row, how many such members Topology aligns one after another.
+
+    Returns (caps, active, aligned). The simulation uses the plugin's own placement on the
+    node's free devices, adding each chosen member's devices as a holding, exactly what
+    assuming members one by one would do.
+    """
+    caps = np.full(len(rows), UNLIMITED, dtype=np.int64)
+    plugin = next((p for p in framework.plugins.filters if isinstance(p, Topology)), None)
+    if plugin is None or topology is None or not topology.has_topology():
+        return caps, False, False
+    try:
+        request = TopologyRequest.from_pod(pod, plugin.args)
+    except InvalidTopologyRequest:
+        return caps, False, False
+    pins = request.cpus > 0 and topology.pins_cpus_anywhere()
+    if not request.wants_devices and not pins:
+        return caps, False, False
+    aligned = request.alignment is not GpuAlignment.PREFERRED or pins
+    exclusive_nics = 0 if request.shared_nic else request.nics
+    cpu_col = snapshot.resource_column(CPU)
+    memo: dict[tuple[object, ...], tuple[int, bool]] = {}
+    names = snapshot.node_names
+    for i, row in enumerate(rows.tolist()):
+        name = names[row]
+        layout, serial = topology.layout(name), topology.serial(name)
+        if layout is None or serial is None:
+            continue
+        cpus = int(snapshot.allocatable[cpu_col][row] // 1000) if cpu_col is not None else None
+        held = [h for _, h in topology.ledger.holdings(name)]
+        key = (serial, cpus, tuple((h.assignment, h.gpus, h.nics, h.cpus) for h in held))
+        if key not in memo:
+            count, rejected = 0, False
+            free = topology.free(name, cpus)
+            simulated: list[Holding] = []
+            while free is not None and count < size:
+                outcome = plugin._place(topology, name, layout, request, free)
+                if isinstance(outcome, Placement):
+                    count += 1
+                    held_now = Holding(
+                        name, outcome.assignment(), request.gpus, exclusive_nics, request.cpus
+                    )
+                    simulated.append(held_now)
+                    free = free_state(layout, [*held, *simulated], cpus)
+                elif outcome is None:
+                    count = UNLIMITED  # passes without a placement: counts decide
+                    break
+                else:
+                    rejected = True
+                    break
+            memo[key] = (count if rejected else UNLIMITED, rejected)
+        cap, rejected = memo[key]
+        caps[i] = cap
+        aligned = aligned or rejected
+    return caps, True, aligned
+
+
+def _device_exclusive(classes: Sequence[MemberClass], limit: IntArray) -> BoolArray:
+    """Nodes where two Topology-using classes could meet and one of them needs alignment."""
+    k = limit.shape[1]
+    active = np.array([c.topology_active for c in classes], dtype=np.bool_)
+    aligned = np.array([c.aligned for c in classes], dtype=np.bool_)
+    if not active.any():
+        return np.zeros(k, dtype=np.bool_)
+    users = (limit > 0) & active[:, None]
+    out: BoolArray = (users.sum(axis=0) >= 2) & (users & aligned[:, None]).any(axis=0)
+    return out
+
+
+# ------------------------------------------------------------- joint rules
+def _domain_ids(snapshot: Snapshot, key: str, union: IndexArray) -> IntArray:
+    column = snapshot.label_column(key)
+    if column is None:
+        return np.full(len(union), -1, dtype=np.int64)
+    return column.ids[union].astype(np.int64)
+
+
+def _anti_affinity(
+    snapshot: Snapshot, reps: Sequence[Pod], groups: Sequence[Sequence[int]], union: IndexArray
+) -> tuple[AntiAffinity, ...]:
+    out: list[AntiAffinity] = []
+    for c, rep in enumerate(reps):
+        for term in rep.required_anti_affinity:
+            matched = tuple(
+                m for m, other in enumerate(reps) if incoming_term_matches(term, other, snapshot)
+            )
+            if not matched or (matched == (c,) and len(groups[c]) == 1):
+                continue  # selects no other member
+            domain = _domain_ids(snapshot, term.topology_key, union)
+            out.append(AntiAffinity(c, matched, term.topology_key, domain))
+    return tuple(out)
+
+
+def _together(
+    snapshot: Snapshot, reps: Sequence[Pod], groups: Sequence[Sequence[int]], union: IndexArray
+) -> tuple[Together, ...]:
+    """Required affinity of members that start their group (no placed pod matches yet).
+
+    The framework lets such a member go anywhere; jointly, a member needs another matching
+    pod in its domain. Keeping every matching member in one domain per key is sufficient
+    (stricter than needed when they could form several groups).
+    """
+    out: list[Together] = []
+    for rep in reps:
+        if not rep.required_affinity:
+            continue
+        state = required_state(snapshot.affinity_graph, rep)
+        if state.affinity_counts or not state.pod_matches_own_affinity:
+            continue  # anchored by placed pods, or rejected everywhere by the framework
+        matched = tuple(
+            m
+            for m, other in enumerate(reps)
+            if all(incoming_term_matches(t, other, snapshot) for t in rep.required_affinity)
+        )
+        if sum(len(groups[m]) for m in matched) <= 1:
+            continue
+        for key in sorted({t.topology_key for t in rep.required_affinity}):
+            out.append(Together(matched, key, _domain_ids(snapshot, key, union)))
+    return tuple(out)
+
+
+def _spreads(
+    snapshot: Snapshot,
+    reps: Sequence[Pod],
+    union: IndexArray,
+    topology: TopologyState | None,
+    load: LoadView | None,
+) -> tuple[Spread, ...]:
+    out: list[Spread] = []
+    for c, rep in enumerate(reps):
+        hard = [
+            s
+            for s in rep.spread_constraints
+            if s.when_unsatisfiable is UnsatisfiableAction.DO_NOT_SCHEDULE
+        ]
+        if not hard:
+            continue
+        cycle = Cycle(snapshot, rep, topology=topology, load=load)
+        has_all = np.ones(snapshot.num_nodes, dtype=np.bool_)
+        for s in hard:
+            has_all &= snapshot.has_label_mask(s.topology_key)
+        for s in hard:
+            if s.selector.is_empty:
+                continue  # an empty selector counts no pod at all
+            matched = tuple(
+                m
+                for m, other in enumerate(reps)
+                if other.namespace == rep.namespace and s.selector.matches(other.labels)
+            )
+            if not matched:
+                continue
+            ids, size = spread_plugin._value_ids(cycle, s.topology_key)
+            included = spread_plugin._included(cycle, s, has_all)
+            per_value = spread_plugin._counts_by_value_id(cycle, s, included, ids, size)
+            present = np.zeros(size + 1, dtype=np.bool_)
+            present[ids[included]] = True
+            local_ids = ids[union].astype(np.int64)
+            local_ids[local_ids >= size] = -1
+            out.append(
+                Spread(
+                    cls=c,
+                    matched=matched,
+                    key=s.topology_key,
+                    max_skew=s.max_skew,
+                    domain=local_ids,
+                    counted=included[union] & (local_ids >= 0),
+                    existing=per_value[:size].astype(np.int64),
+                    eligible=present[:size],
+                    min_zero=int(present[:size].sum()) < s.min_domains,
+                )
+            )
+    return tuple(out)
+
+
+def _port_conflicts(reps: Sequence[Pod]) -> BoolArray:
+    n = len(reps)
+    out = np.zeros((n, n), dtype=np.bool_)
+    for a in range(n):
+        if not reps[a].host_ports:
+            continue
+        for b in range(n):
+            used_b = set(reps[b].host_ports)
+            used_a = set(reps[a].host_ports)
+            if any(conflicts(p, used_b) for p in reps[a].host_ports) or any(
+                conflicts(p, used_a) for p in reps[b].host_ports
+            ):
+                out[a, b] = out[b, a] = True
+    return out
+
+
+__all__ = [
+    "UNLIMITED",
+    "AntiAffinity",
+    "GangProblem",
+    "MemberClass",
+    "MemberReport",
+    "Spread",
+    "Together",
+    "Weights",
+    "build_problem",
+    "member_signature",
+    "referenced_label_keys",
+]

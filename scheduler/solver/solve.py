@@ -1,0 +1,416 @@
+"""One gang, one plan: greedy per sub-model, CP-SAT within the time limit, the best wins.
+
+Theory of operation
+-------------------
+A problem splits into sub-models: one per domain of ``GangSpec.topology_key`` (all members
+must share one; nodes without the label are already out), else one over every node. Each
+has a cheap upper bound (every member on its best nodes, every GPU node left whole).
+Sub-models are taken best bound first. One whose bound cannot beat the best answer so far
+is skipped, which is also a proof that it holds nothing better; otherwise greedy runs
+(valid by construction; when it meets the bound it is proven optimal) and then CP-SAT,
+seeded with greedy's answer, with an equal share of the time left (at least
+:data:`MIN_SHARE_S`, never past the deadline). Once time is out and an admitted answer
+exists, the remaining sub-models are left unsearched.
+
+The model places members in part (``need`` is not a constraint): the objective counts placed
+members first, so its optimum says both *whether* the gang fits and *how many* members fit
+at best, and a CP-SAT bound below ``need`` members proves the gang does not fit even when
+the search runs out of time.
+
+Statuses (the values are Prometheus labels):
+
+========================  ============================================================
+``optimal``               admitted; every sub-model solved or pruned: nothing better
+``feasible``              admitted with a solver answer better than greedy's, unproven
+``timeout_greedy``        admitted with greedy's answer: the solver found nothing better
+``infeasible``            proven: no placement of ``need`` members (or minResources)
+``timeout_rejected``      greedy fell short and the solver found nothing in time
+``greedy``                admitted by greedy alone (``use_solver=False``)
+``greedy_rejected``       greedy alone fell short (``use_solver=False``); nothing proven
+========================  ============================================================
+
+Extra members: when more members fit than ``need``, they are placed too (the top tier of
+the objective is the placed count), so a gang whose every pending member fits starts whole.
+
+``solve`` reads only the :class:`~scheduler.solver.problem.GangProblem`, never the
+snapshot or pods, so it can run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Final
+
+import numpy as np
+
+from scheduler.core.snapshot import BoolArray, IndexArray, IntArray
+from scheduler.solver.check import objective, whole_nodes
+from scheduler.solver.greedy import GreedyResult, greedy
+from scheduler.solver.model import ModelStatus, solve_counts
+from scheduler.solver.problem import GangProblem, MemberReport
+
+
+class SolveStatus(StrEnum):
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    TIMEOUT_GREEDY = "timeout_greedy"
+    TIMEOUT_REJECTED = "timeout_rejected"
+    GREEDY = "greedy"
+    GREEDY_REJECTED = "greedy_rejected"
+
+
+MIN_SHARE_S: Final = 0.05
+"""Least time a sub-model gets while time is left: CP-SAT needs some to presolve."""
+
+ADMITTED: Final = frozenset(
+    {SolveStatus.OPTIMAL, SolveStatus.FEASIBLE, SolveStatus.TIMEOUT_GREEDY, SolveStatus.GREEDY}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GangPlan:
+    status: SolveStatus
+    placements: tuple[tuple[int, str], ...]
+    """(member index, node name); empty unless admitted."""
+    admitted: bool
+    message: str
+    solve_time_s: float
+    members: tuple[MemberReport, ...]
+    need: int = 0
+    placed: int = 0
+    """Members placed (``>= need`` when admitted; the best found otherwise)."""
+    objective: int | None = None
+    score: int = 0
+    """Sum of the placed members' framework totals."""
+    partial_gpu_nodes: int = 0
+    """Nodes the plan leaves partially free of GPUs (among those the gang could use)."""
+    variables: int = 0
+    constraints: int = 0
+    classes: int = 0
+    greedy_placed: int = 0
+    """Most members greedy placed in one sub-model."""
+    domain: str | None = None
+    """The ``topology_key`` value chosen."""
+    build_time_s: float = 0.0
+
+
+@dataclass(slots=True, eq=False)
+class _Sub:
+    domain: int | None
+    nodes: IndexArray
+    max_placed: int
+    max_objective: int
+    no_fit: bool
+    """Proven: this sub-model cannot hold ``need`` members."""
+    greedy: GreedyResult | None = None
+    """Run when the sub-model is first considered (pruned ones never are)."""
+    resolved: bool = False
+    """Proven: this sub-model holds nothing better than the best answer."""
+
+
+@dataclass(slots=True, eq=False)
+class _Best:
+    value: int
+    counts: IntArray
+    sub: _Sub
+    assignment: tuple[int | None, ...] | None
+    """Greedy's own member order when the answer is greedy's."""
+
+    @property
+    def placed(self) -> int:
+        return int(self.counts.sum())
+
+
+def solve(
+    problem: GangProblem,
+    *,
+    time_limit_s: float = 1.0,
+    seed: int = 0,
+    use_solver: bool = True,
+    workers: int = 2,
+) -> GangPlan:
+    """Plan the gang: see the module docstring for statuses and what ``need`` means."""
+    started = time.perf_counter()
+    p = problem
+    if p.rejection is not None:
+        message = f"gang {p.gang}: 0/{p.need} members fit: {p.rejection}"
+        return _plan(p, SolveStatus.INFEASIBLE, message, started)
+    subs = _subs(p)
+    if not subs:
+        message = f"gang {p.gang}: 0/{p.need} members fit: {_why(p, [], None, proven=True)}"
+        nothing = np.zeros((p.num_classes, p.num_nodes), dtype=np.int64)
+        return _plan(p, SolveStatus.INFEASIBLE, message, started, objective=objective(p, nothing))
+    # Most promising first: good answers early let the bound skip the rest.
+    subs.sort(key=lambda s: (-s.max_objective, s.domain or 0))
+    best: _Best | None = None
+    greedy_best = -1
+    variables = constraints = 0
+    deadline = started + time_limit_s
+    for index, s in enumerate(subs):
+        if best is not None and s.max_objective <= best.value:
+            s.resolved = True  # cannot beat the best answer: nothing to search here
+            continue
+        out_of_time = time.perf_counter() >= deadline
+        if out_of_time and best is not None and best.placed >= p.need:
+            break  # keep the admitted answer; the rest stays unresolved
+        s.greedy = greedy(p, s.nodes, seed=seed)
+        value = objective(p, s.greedy.counts)
+        greedy_best = max(greedy_best, value)
+        if best is None or value > best.value:
+            best = _Best(value, s.greedy.counts, s, s.greedy.assignment)
+        if value >= s.max_objective:
+            s.resolved = True  # greedy met the bound
+            continue
+        if not use_solver:
+            continue
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            continue
+        share = max(left / (len(subs) - index), min(left, MIN_SHARE_S))
+        outcome = solve_counts(
+            p,
+            s.nodes,
+            s.greedy.counts,
+            time_limit_s=share,
+            seed=seed,
+            workers=workers,
+            deadline=deadline,
+        )
+        variables += outcome.variables
+        constraints += outcome.constraints
+        found, solved = outcome.counts, outcome.objective
+        if found is not None and solved is not None and solved > best.value:
+            best = _Best(solved, found, s, None)
+        bounded = outcome.bound is not None and outcome.bound <= best.value
+        if outcome.status is ModelStatus.OPTIMAL or bounded:
+            s.resolved = True
+        if outcome.bound is not None and outcome.bound < p.need * p.weights.placed:
+            s.no_fit = True
+    assert best is not None
+    placed = best.placed
+    admitted = placed >= p.need
+    if admitted:
+        if not use_solver:
+            status = SolveStatus.GREEDY
+        elif all(s.resolved for s in subs):
+            status = SolveStatus.OPTIMAL
+        elif best.value > greedy_best:
+            status = SolveStatus.FEASIBLE
+        else:
+            status = SolveStatus.TIMEOUT_GREEDY
+    elif all(s.no_fit or s.resolved for s in subs):
+        # Resolved without admitting: its best is at most ours, below ``need`` members.
+        status = SolveStatus.INFEASIBLE
+    else:
+        status = SolveStatus.TIMEOUT_REJECTED if use_solver else SolveStatus.GREEDY_REJECTED
+    greedy_placed = max((s.greedy.placed for s in subs if s.greedy is not None), default=0)
+    domain = _domain_name(p, best.sub.domain)
+    if admitted:
+        placements = _placements(p, best)
+        used = len({n for _, n in placements})
+        where = f" in {p.topology_key}={domain}" if domain is not None else ""
+        message = (
+            f"gang {p.gang}: {placed}/{len(p.members)} members placed (need {p.need}) "
+            f"on {used} node{'s' if used != 1 else ''}{where} [{status.value}]"
+        )
+    else:
+        placements = ()
+        if status is SolveStatus.INFEASIBLE:
+            head = f"{placed}/{p.need} members fit"
+        elif status is SolveStatus.TIMEOUT_REJECTED:
+            head = (
+                f"no placement of {p.need} members found within {time_limit_s:g}s "
+                f"(greedy placed {greedy_placed}/{p.need}, best {placed})"
+            )
+        else:
+            head = f"greedy placed {greedy_placed}/{p.need} members"
+        why = _why(p, subs, best, proven=status is SolveStatus.INFEASIBLE)
+        message = f"gang {p.gang}: {head}" + (f": {why}" if why else "")
+    return _plan(
+        p,
+        status,
+        message,
+        started,
+        placements=placements,
+        counts=best.counts if admitted else None,
+        placed=placed,
+        objective=best.value,
+        variables=variables,
+        constraints=constraints,
+        greedy_placed=greedy_placed,
+        domain=domain if admitted else None,
+    )
+
+
+def _subs(p: GangProblem) -> list[_Sub]:
+    usable = (p.limit > 0).any(axis=0)
+    if p.topology_key is None:
+        groups: list[tuple[int | None, IndexArray]] = (
+            [(None, np.flatnonzero(usable))] if usable.any() else []
+        )
+    else:
+        ids = np.unique(p.domain[usable & (p.domain >= 0)])
+        groups = [(int(d), np.flatnonzero(usable & (p.domain == d))) for d in ids.tolist()]
+    whole_before = p.frag_nodes & ~((p.gpu_free > 0) & (p.gpu_free < p.gpu_alloc))
+    out = []
+    for domain, nodes in groups:
+        max_placed, max_value = _upper_bound(p, nodes, whole_before)
+        out.append(_Sub(domain, nodes, max_placed, max_value, max_placed < p.need))
+    return out
+
+
+def _upper_bound(p: GangProblem, nodes: IndexArray, whole_before: BoolArray) -> tuple[int, int]:
+    """Members a sub-model could hold at most, and an objective no placement there beats:
+    every member at its best nodes (limits counted), every GPU node there left whole."""
+    w = p.weights
+    placed = score = 0
+    for c, klass in enumerate(p.classes):
+        limits = np.minimum(p.limit[c, nodes], klass.size)
+        usable = limits > 0
+        if not usable.any():
+            continue
+        scores = np.repeat(p.score[c, nodes][usable], limits[usable])
+        top = np.sort(scores)[::-1][: klass.size]
+        placed += len(top)
+        score += int(top.sum())
+    placed = min(placed, len(p.members))
+    whole = int(whole_before.sum() - whole_before[nodes].sum() + p.frag_nodes[nodes].sum())
+    return placed, placed * (w.placed + w.preferred) + score * w.score + whole * w.whole
+
+
+def _placements(p: GangProblem, best: _Best) -> tuple[tuple[int, str], ...]:
+    names = p.node_names
+    if best.assignment is not None:
+        return tuple((i, names[n]) for i, n in enumerate(best.assignment) if n is not None)
+    out: list[tuple[int, str]] = []
+    for c, klass in enumerate(p.classes):
+        row = best.counts[c]
+        nodes = np.flatnonzero(row > 0)
+        nodes = nodes[np.lexsort((nodes, -p.score[c, nodes]))]
+        slots = [int(n) for n in nodes.tolist() for _ in range(int(row[n]))]
+        out.extend((i, names[n]) for i, n in zip(klass.members, slots, strict=False))
+    return tuple(sorted(out))
+
+
+def _domain_name(p: GangProblem, domain: int | None) -> str | None:
+    if domain is None or domain >= len(p.domain_names):
+        return None
+    return p.domain_names[domain]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def _why(p: GangProblem, subs: list[_Sub], best: _Best | None, *, proven: bool) -> str:
+    """Why the rest could not be placed: per-member reasons, then (when proven) joint ones."""
+    parts: list[str] = []
+    alone: Counter[str] = Counter()
+    unlabelled = 0
+    for c, klass in enumerate(p.classes):
+        if klass.feasible_nodes == 0:
+            alone[klass.summary.rstrip(".")] += klass.size
+        elif not (p.limit[c] > 0).any():
+            unlabelled += klass.size
+    for summary, count in sorted(alone.items()):
+        parts.append(f"{_plural(count, 'member')} fit no node ({summary})")
+    if not proven:
+        return "; ".join(parts)
+    if p.topology_key is not None:
+        if unlabelled:
+            parts.append(
+                f"{_plural(unlabelled, 'member')} fit only nodes without label {p.topology_key}"
+            )
+        if not subs:
+            parts.append(f"no feasible node has label {p.topology_key}")
+        elif best is not None:
+            name = _domain_name(p, best.sub.domain)
+            parts.append(
+                f"no domain of {p.topology_key} holds {p.need} members together "
+                f"(best {p.topology_key}={name}: {int(best.counts.sum())})"
+            )
+    placeable = sum(k.size for c, k in enumerate(p.classes) if (p.limit[c] > 0).any())
+    if placeable >= p.need and p.topology_key is None:
+        parts.append("not enough room for all members together" + _shortfall(p))
+    return "; ".join(parts) if parts else "no feasible node"
+
+
+def _shortfall(p: GangProblem) -> str:
+    """Resources the members ask for in total beyond what their nodes have free."""
+    usable = (p.limit > 0).any(axis=0)
+    notes = []
+    for j, resource in enumerate(p.resources):
+        demand = int((p.request[:, j] * p.sizes).sum())
+        supply = int(np.maximum(p.free[j, usable], 0).sum())
+        if demand > supply:
+            notes.append(f"{demand} {resource} requested, {supply} free on their nodes")
+    rules = [
+        name
+        for name, present in (
+            ("anti-affinity", bool(p.anti)),
+            ("pod affinity", bool(p.together)),
+            ("topology spread", bool(p.spreads)),
+            ("host ports", bool(p.port_conflicts.any())),
+            ("device alignment", bool(p.device_exclusive.any())),
+        )
+        if present
+    ]
+    if rules:
+        notes.append("with the members' " + ", ".join(rules) + " rules")
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
+def _plan(
+    p: GangProblem,
+    status: SolveStatus,
+    message: str,
+    started: float,
+    *,
+    placements: tuple[tuple[int, str], ...] = (),
+    counts: IntArray | None = None,
+    placed: int = 0,
+    objective: int | None = None,
+    variables: int = 0,
+    constraints: int = 0,
+    greedy_placed: int = 0,
+    domain: str | None = None,
+) -> GangPlan:
+    chosen = dict(placements)
+    index = {name: n for n, name in enumerate(p.node_names)}
+    reports = tuple(
+        replace(
+            r,
+            node=chosen.get(r.index),
+            score=int(p.score[r.member_class, index[chosen[r.index]]])
+            if r.index in chosen
+            else None,
+        )
+        for r in p.reports
+    )
+    score = sum(r.score or 0 for r in reports)
+    partial = 0
+    if counts is not None:
+        partial = int(p.frag_nodes.sum()) - whole_nodes(p, counts)
+    return GangPlan(
+        status=status,
+        placements=placements,
+        admitted=status in ADMITTED,
+        message=message,
+        solve_time_s=time.perf_counter() - started,
+        members=reports,
+        need=p.need,
+        placed=placed,
+        objective=objective,
+        score=score,
+        partial_gpu_nodes=partial,
+        variables=variables,
+        constraints=constraints,
+        classes=p.num_classes,
+        greedy_placed=greedy_placed,
+        domain=domain,
+        build_time_s=p.build_time_s,
+    )
