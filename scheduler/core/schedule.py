@@ -49,6 +49,8 @@ from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
 
 SCHEDULING_GATES = "SchedulingGates"
+PLAN = "GangPlan"
+"""Names the nodes a restricted cycle (``restrict_to``) did not consider."""
 
 
 class Framework:
@@ -68,7 +70,10 @@ class Framework:
         seed: int = 0,
         topology: TopologyState | None = None,
         load: LoadView | None = None,
+        restrict_to: frozenset[str] | None = None,
     ) -> Decision:
+        """``restrict_to``: consider only these nodes (a gang member re-checked against its
+        plan's node or domain); the others are reported as absent, not as rejected."""
         names = snapshot.node_names
         n = len(names)
         rejected_by = np.full(n, FEASIBLE, dtype=np.int16)
@@ -125,6 +130,19 @@ class Framework:
                 Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
                 f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowing))}]",
             )
+
+        if restrict_to is not None:
+            outside = np.ones(n, dtype=np.bool_)
+            for name in restrict_to:
+                row = snapshot.index_of(name)
+                if row is not None:
+                    outside[row] = False
+            rejected_by[candidates & outside] = ABSENT
+            candidates &= ~outside
+            if absent is None:
+                absent = Rejection(
+                    PLAN, Code.UNSCHEDULABLE_AND_UNRESOLVABLE, "node(s) outside the gang's plan"
+                )
 
         records: list[FilterRecord] = []
         skip = set(skipped)
