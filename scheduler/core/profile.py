@@ -5,6 +5,11 @@ core implements (no volume plugins, DynamicResources, ImageLocality or preemptio
 order matters: a node is attributed to the first filter that rejects it, and that is what
 FailedScheduling messages count.
 
+Pods that need the missing plugins (PVC-backed or generic ephemeral volumes, inline disks
+with conflict or attach-limit rules, DRA resource claims) are refused first, by the
+Unsupported plugin, rather than bound where their volumes or devices cannot follow; every
+other pod skips it.
+
 Lattice adds two plugins of its own, last among the filters. Topology (device and NUMA
 alignment) skips every pod that asks for no GPUs, RDMA NICs or pinned CPUs. LoadAware
 (measured and predicted node load) filters only when a threshold is configured (none is by
@@ -109,6 +114,7 @@ class LoadAwareArgs:
     and targets (score); the controller hands the same config to its predictor."""
 
 
+UNSUPPORTED: Final = "Unsupported"
 NODE_UNSCHEDULABLE: Final = "NodeUnschedulable"
 NODE_NAME: Final = "NodeName"
 TAINT_TOLERATION: Final = "TaintToleration"
@@ -122,6 +128,7 @@ TOPOLOGY: Final = "Topology"
 LOAD_AWARE: Final = "LoadAware"
 
 DEFAULT_FILTERS: Final = (
+    UNSUPPORTED,
     NODE_UNSCHEDULABLE,
     NODE_NAME,
     TAINT_TOLERATION,

@@ -31,12 +31,14 @@ from scheduler.core.plugins import (
     pod_topology_spread,
     taint_toleration,
     topology,
+    unsupported,
 )
 from scheduler.core.profile import Profile
 
 PluginFactory = Callable[[Profile], Plugin]
 
 IN_TREE: Final[tuple[tuple[str, PluginFactory], ...]] = (
+    (unsupported.NAME, unsupported.new),
     (node_unschedulable.NAME, node_unschedulable.new),
     (node_name.NAME, node_name.new),
     (taint_toleration.NAME, taint_toleration.new),

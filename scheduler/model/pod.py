@@ -10,6 +10,10 @@ that affect scheduling so that raw manifests and server bodies give the same rec
 * ``matchLabelKeys``/``mismatchLabelKeys`` of pod (anti-)affinity terms and the
   ``matchLabelKeys`` of topology spread constraints are merged into the label selectors.
 
+Of volumes and DRA resource claims only what constrains placement is kept (which volume
+needs which claim, which resource claims the pod references), so the core can refuse pods
+whose placement it does not decide yet instead of binding them where they cannot start.
+
 Resource requests are kept in the several integer views kube-scheduler uses (see
 :class:`PodResources`). Invalid input raises :class:`InvalidObjectError`.
 """
@@ -124,6 +128,52 @@ class TopologySpreadConstraint:
     node_taints_policy: InclusionPolicy = InclusionPolicy.IGNORE
 
 
+PERSISTENT_VOLUME_CLAIM: Final = "persistentVolumeClaim"
+EPHEMERAL: Final = "ephemeral"
+NODE_CONSTRAINED_INLINE_SOURCES: Final = (
+    # VolumeRestrictions: one read-write user per disk per node.
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "rbd",
+    "iscsi",
+    # NodeVolumeLimits: in-tree inline volumes migrated to CSI count against attach limits.
+    "azureDisk",
+    "azureFile",
+    "cinder",
+    "portworxVolume",
+    "vsphereVolume",
+)
+"""Inline volume sources whose node kube-scheduler constrains (volumerestrictions and
+nodevolumelimits with csi-translation-lib's ``IsInlineMigratable``). Other inline sources
+(emptyDir, configMap, secret, projected, downwardAPI, hostPath, csi, nfs, ...) need no
+scheduling decision."""
+
+
+@dataclass(frozen=True, slots=True)
+class StorageVolume:
+    """A pod volume whose node a scheduler must decide: a PVC, a generic ephemeral volume
+    (its PVC is created by the ephemeral-volume controller) or an inline disk in
+    :data:`NODE_CONSTRAINED_INLINE_SOURCES`."""
+
+    volume: str
+    """``spec.volumes[].name``."""
+    source: str
+    """The volume source key: ``persistentVolumeClaim``, ``ephemeral``, ``gcePersistentDisk``..."""
+    claim: str = ""
+    """The PVC's name: ``claimName``, or ``<pod>-<volume>`` for a generic ephemeral volume."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaimRef:
+    """One ``spec.resourceClaims`` entry (DRA): a claim by name or from a template."""
+
+    name: str
+    claim_name: str = ""
+    """``resourceClaimName``: an existing ResourceClaim in the pod's namespace."""
+    template_name: str = ""
+    """``resourceClaimTemplateName``: a claim generated per pod from this template."""
+
+
 @dataclass(frozen=True)
 class PodResources:
     """The integer request views kube-scheduler derives from one pod.
@@ -176,6 +226,10 @@ class Pod:
     """``metadata.annotations``: Lattice's topology plugin reads its ``lattice.dev/`` keys."""
     exclusive_cpus: int = 0
     """Whole CPUs a kubelet with the static CPU manager pins for this pod (0 if none)."""
+    storage_volumes: tuple[StorageVolume, ...] = ()
+    """Volumes whose node must be decided with the volume (PVCs, generic ephemeral, disks)."""
+    resource_claims: tuple[ResourceClaimRef, ...] = ()
+    """``spec.resourceClaims``: DRA claims that must be allocated on the chosen node."""
 
     @property
     def key(self) -> str:
@@ -303,6 +357,42 @@ def _parse_pod(body: Mapping[str, Any]) -> Pod:
             string_map(metadata.get("annotations"), "metadata.annotations")
         ),
         exclusive_cpus=_exclusive_cpus(spec, containers, init_containers),
+        storage_volumes=_storage_volumes(spec, name),
+        resource_claims=_resource_claims(spec),
+    )
+
+
+def _storage_volumes(spec: Mapping[str, Any], pod_name: str) -> tuple[StorageVolume, ...]:
+    out: list[StorageVolume] = []
+    for i, volume in enumerate(object_list(spec.get("volumes"), "spec.volumes")):
+        path = f"spec.volumes[{i}]"
+        name = string(volume.get("name"), f"{path}.name")
+        if volume.get(PERSISTENT_VOLUME_CLAIM) is not None:
+            pvc = mapping(volume[PERSISTENT_VOLUME_CLAIM], f"{path}.{PERSISTENT_VOLUME_CLAIM}")
+            claim = string(pvc.get("claimName"), f"{path}.{PERSISTENT_VOLUME_CLAIM}.claimName")
+            out.append(StorageVolume(name, PERSISTENT_VOLUME_CLAIM, claim))
+        elif volume.get(EPHEMERAL) is not None:
+            # ephemeral.VolumeClaimName: the controller names the claim <pod>-<volume>.
+            out.append(StorageVolume(name, EPHEMERAL, f"{pod_name}-{name}"))
+        else:
+            for source in NODE_CONSTRAINED_INLINE_SOURCES:
+                if volume.get(source) is not None:
+                    out.append(StorageVolume(name, source))
+                    break
+    return tuple(out)
+
+
+def _resource_claims(spec: Mapping[str, Any]) -> tuple[ResourceClaimRef, ...]:
+    field = "spec.resourceClaims"
+    return tuple(
+        ResourceClaimRef(
+            name=string(c.get("name"), f"{field}[{i}].name"),
+            claim_name=string(c.get("resourceClaimName"), f"{field}[{i}].resourceClaimName"),
+            template_name=string(
+                c.get("resourceClaimTemplateName"), f"{field}[{i}].resourceClaimTemplateName"
+            ),
+        )
+        for i, c in enumerate(object_list(spec.get("resourceClaims"), field))
     )
 
 

@@ -210,12 +210,15 @@ def test_profile_validation(kwargs: dict[str, object]) -> None:
 
 
 def test_default_profile_order_matches_kube_scheduler() -> None:
-    """kube-scheduler's plugins in its order; Lattice's Topology (a no-op for pods without
-    devices or pinned CPUs) and LoadAware (a no-op without load reports) come last."""
+    """kube-scheduler's plugins in its order; Lattice's Unsupported (refuses pods with volumes
+    or DRA claims it cannot bind yet; a no-op for the others) comes first, Topology (a no-op
+    for pods without devices or pinned CPUs) and LoadAware (a no-op without load reports)
+    come last."""
     assert DEFAULT_PROFILE.filters[-2:] == ("Topology", "LoadAware")
     assert dict(DEFAULT_PROFILE.scores)["Topology"] == 5
     assert dict(DEFAULT_PROFILE.scores)["LoadAware"] == 3
     assert DEFAULT_PROFILE.filters[:-2] == (
+        "Unsupported",
         "NodeUnschedulable",
         "NodeName",
         "TaintToleration",

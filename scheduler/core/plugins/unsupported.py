@@ -1,0 +1,85 @@
+"""Unsupported: refuse pods whose placement needs logic Lattice does not have yet.
+
+kube-scheduler decides a PVC-backed pod's node together with the volume (VolumeBinding,
+VolumeZone, VolumeRestrictions, NodeVolumeLimits) and a DRA pod's node together with its
+claims' devices (DynamicResources). Lattice implements none of these, so binding such a pod
+would put it on a node its volume or devices cannot reach, where it sits in
+ContainerCreating forever. Until that logic exists this PreFilter rejects the pod as
+UnschedulableAndUnresolvable, with a message naming every volume and claim at fault, so the
+scheduler reports FailedScheduling and ``PodScheduled=False`` and never binds it. The
+volume and claim lists are immutable, so no cluster event can make the pod schedulable.
+
+Plain pods (no such volume, no resource claim) are skipped at PreFilter: the plugin costs a
+tuple check per pod and its Filter never runs.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from scheduler.core.framework import PREFILTER_SKIP, Code, Cycle, FilterResult, PreFilterResult
+from scheduler.core.profile import UNSUPPORTED, Profile
+from scheduler.core.snapshot import BoolArray
+from scheduler.model.pod import (
+    EPHEMERAL,
+    PERSISTENT_VOLUME_CLAIM,
+    Pod,
+    ResourceClaimRef,
+    StorageVolume,
+)
+
+NAME: Final = UNSUPPORTED
+ADVICE: Final = "use the default scheduler for this pod"
+NO_VOLUME_BINDING: Final = "Lattice does not bind volumes yet"
+NO_VOLUME_CHECKS: Final = "Lattice does not check volume conflicts or attach limits yet"
+NO_DRA: Final = "Lattice does not allocate DRA resource claims yet"
+
+
+def _volume(volume: StorageVolume) -> str:
+    if volume.source == PERSISTENT_VOLUME_CLAIM:
+        return f'PersistentVolumeClaim volume "{volume.volume}" (claim "{volume.claim}")'
+    if volume.source == EPHEMERAL:
+        return f'generic ephemeral volume "{volume.volume}" (claim "{volume.claim}")'
+    return f'{volume.source} volume "{volume.volume}"'
+
+
+def _claim(claim: ResourceClaimRef) -> str:
+    if claim.claim_name:
+        return f'resource claim "{claim.name}" (ResourceClaim "{claim.claim_name}")'
+    if claim.template_name:
+        return f'resource claim "{claim.name}" (ResourceClaimTemplate "{claim.template_name}")'
+    return f'resource claim "{claim.name}"'
+
+
+def unsupported_reason(pod: Pod) -> str | None:
+    """Why Lattice cannot place ``pod`` correctly, or None when it can."""
+    claimed = {PERSISTENT_VOLUME_CLAIM, EPHEMERAL}
+    bound = [_volume(v) for v in pod.storage_volumes if v.source in claimed]
+    inline = [_volume(v) for v in pod.storage_volumes if v.source not in claimed]
+    claims = [_claim(c) for c in pod.resource_claims]
+    clauses = [
+        f"pod has {', '.join(items)}: {why}"
+        for items, why in ((bound, NO_VOLUME_BINDING), (inline, NO_VOLUME_CHECKS), (claims, NO_DRA))
+        if items
+    ]
+    if not clauses:
+        return None
+    return "; ".join([*clauses, ADVICE])
+
+
+class Unsupported:
+    name: Final = NAME
+
+    def pre_filter(self, cycle: Cycle) -> PreFilterResult:
+        reason = unsupported_reason(cycle.pod)
+        if reason is None:
+            return PREFILTER_SKIP
+        return PreFilterResult(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason)
+
+    def filter(self, cycle: Cycle, candidates: BoolArray) -> FilterResult | None:
+        """Never reached with a verdict: PreFilter either skips the pod or rejects it."""
+        return None
+
+
+def new(profile: Profile) -> Unsupported:
+    return Unsupported()

@@ -1,0 +1,213 @@
+"""Pods Lattice cannot place correctly are refused with a clear event, never bound.
+
+`lattice run` runs as a real process with the shipped RBAC on a 3-node control plane
+(helpers from test_scheduler). The cluster holds what such pods reference, as a user's
+would: a local PersistentVolume pinned to one node with a PVC bound to it, a DeviceClass,
+a ResourceClaimTemplate and a ResourceClaim (resource.k8s.io/v1 is served by 1.34 without
+feature gates), and a generic ephemeral volume whose PVC the controller creates. Each such
+pod must get a FailedScheduling event and ``PodScheduled=False`` naming what is
+unsupported, and stay unbound, while an ordinary pod created after them is bound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Final
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from scheduler.devcluster.cluster import ClusterConfig
+from scheduler.devcluster.kube import api_client, poll
+from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods, pod, wait_bound
+
+NODES: Final = 3
+PINNED_NODE: Final = "kwok-node-0001"
+ADVICE: Final = "use the default scheduler for this pod"
+NO_VOLUMES: Final = "Lattice does not bind volumes yet"
+NO_DRA: Final = "Lattice does not allocate DRA resource claims yet"
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    with lattice_plane(tmp_path_factory.mktemp("unsupported"), ClusterConfig(nodes=NODES)) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+async def api(plane: Plane) -> AsyncIterator[client.ApiClient]:
+    async with api_client(plane.cluster.kubeconfig) as a:
+        yield a
+
+
+@pytest.fixture
+async def ns(api: client.ApiClient) -> AsyncIterator[str]:
+    name = f"u-{int(time.time() * 1000) % 10**9}"
+    core = client.CoreV1Api(api)
+    await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    await core.delete_namespace(name)
+
+
+def referenced_objects(ns: str) -> list[dict[str, Any]]:
+    """What the refused pods point at: storage pinned to one node, DRA claims."""
+    device_request = {"name": "gpu", "exactly": {"deviceClassName": f"{ns}-gpu"}}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"{ns}-ckpt"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "local",
+                "local": {"path": "/mnt/ckpt"},
+                "claimRef": {"namespace": ns, "name": "ckpt"},
+                "nodeAffinity": {
+                    "required": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "kubernetes.io/hostname",
+                                        "operator": "In",
+                                        "values": [PINNED_NODE],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "ckpt", "namespace": ns},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "local",
+                "volumeName": f"{ns}-ckpt",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{ns}-gpu"},
+            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "one-gpu", "namespace": ns},
+            "spec": {"spec": {"devices": {"requests": [device_request]}}},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "shared-gpu", "namespace": ns},
+            "spec": {"devices": {"requests": [device_request]}},
+        },
+    ]
+
+
+def refused_pods() -> dict[str, tuple[dict[str, Any], str]]:
+    """Pod name -> (body, the reason its FailedScheduling must carry)."""
+    ephemeral = {
+        "volumeClaimTemplate": {
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "local",
+                "resources": {"requests": {"storage": "1Gi"}},
+            }
+        }
+    }
+    return {
+        "with-pvc": (
+            pod(
+                "with-pvc",
+                volumes=[
+                    {"name": "tmp", "emptyDir": {}},
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "ckpt"}},
+                ],
+            ),
+            f'pod has PersistentVolumeClaim volume "data" (claim "ckpt"): {NO_VOLUMES}; {ADVICE}',
+        ),
+        "with-ephemeral": (
+            pod("with-ephemeral", volumes=[{"name": "scratch", "ephemeral": ephemeral}]),
+            'pod has generic ephemeral volume "scratch" (claim "with-ephemeral-scratch"): '
+            f"{NO_VOLUMES}; {ADVICE}",
+        ),
+        "with-claim-template": (
+            pod(
+                "with-claim-template",
+                resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+            ),
+            f'pod has resource claim "gpu" (ResourceClaimTemplate "one-gpu"): {NO_DRA}; {ADVICE}',
+        ),
+        "with-claim": (
+            pod("with-claim", resourceClaims=[{"name": "gpu", "resourceClaimName": "shared-gpu"}]),
+            f'pod has resource claim "gpu" (ResourceClaim "shared-gpu"): {NO_DRA}; {ADVICE}',
+        ),
+    }
+
+
+async def test_unsupported_pods_are_refused_and_never_bound(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    core = client.CoreV1Api(api)
+    objects = referenced_objects(ns)
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    refused = refused_pods()
+    sched = plane.lattice().start()
+    try:
+        await create_pods(api, ns, [body for body, _ in refused.values()])
+
+        async def pvc_bound() -> bool:
+            claim = await core.read_namespaced_persistent_volume_claim("ckpt", ns)
+            return bool(claim.status.phase == "Bound")
+
+        await poll(pvc_bound, within=60, interval=0.3)
+        await create_pods(api, ns, [pod("ordinary")])
+        bound = await wait_bound(api, ns, 1, within=60)
+        assert [p["metadata"]["name"] for p in bound] == ["ordinary"]
+
+        async def all_refused() -> dict[str, Any] | None:
+            conditions = {}
+            for p in await list_pods(api, ns):
+                for c in p.get("status", {}).get("conditions") or []:
+                    if c["type"] == "PodScheduled" and c["status"] == "False":
+                        conditions[p["metadata"]["name"]] = c
+            return conditions if set(refused) <= set(conditions) else None
+
+        conditions = await poll(all_refused, within=60, interval=0.3)
+        events = await core.list_namespaced_event(ns, field_selector="reason=FailedScheduling")
+        for name, (_, reason) in refused.items():
+            message = f"0/{NODES} nodes are available: {reason}."
+            assert conditions[name]["reason"] == "Unschedulable"
+            assert conditions[name]["message"] == message
+            assert any(
+                e.involved_object.name == name and e.message == message and e.type == "Warning"
+                for e in events.items
+            ), f"no FailedScheduling event for {name}"
+
+        # The refusals were reported and an ordinary pod bound after them: nothing left to
+        # wait for. None of them was bound, assumed or got a Scheduled event.
+        pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
+        assert all(not pods[name]["spec"].get("nodeName") for name in refused)
+        scheduled = await core.list_namespaced_event(ns, field_selector="reason=Scheduled")
+        assert {e.involved_object.name for e in scheduled.items} == {"ordinary"}
+        placed = {
+            ln.get("pod") for ln in sched.lines() if ln.get("event") in ("pod_assumed", "pod_bound")
+        }
+        assert placed == {f"{ns}/ordinary"}
+    finally:
+        sched.stop()
+        plane.run(
+            "delete", "--wait=false", "-f", "-", stdin=yaml.safe_dump_all(objects), check=False
+        )
+    assert sched.proc is not None
+    assert sched.proc.returncode == 0
