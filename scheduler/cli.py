@@ -1,4 +1,9 @@
-"""The `lattice` command: one entry point, one subcommand per job."""
+"""The `lattice` command: one entry point, one subcommand per job.
+
+A command that cannot start says why in one line on stderr and exits non-zero, never with a
+traceback: a bad flag exits 2 (argparse's code), a refusal at start-up (busy port, no
+credentials, unreachable API server, missing CRDs or RBAC) exits 1.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,50 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from scheduler import __version__
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (the usage is what --help is for)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _number(
+    kind: Callable[[str], float], *, minimum: float, strict: bool
+) -> Callable[[str], float]:
+    """An argparse type that also checks the range, so `--resync-interval -1` names its flag."""
+    bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value < minimum or (strict and value == minimum):
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+
+    return parse
+
+
+_POSITIVE = _number(float, minimum=0, strict=True)
+_POSITIVE_INT = _number(int, minimum=0, strict=True)
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be within 0..65535 (0: any free port), got {text}")
+    return value
 
 
 def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -139,9 +184,22 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from scheduler.config import LeaderElectionConfig, RunConfig
 
     le, rc = LeaderElectionConfig(), RunConfig()
-    run = sub.add_parser("run", help="run the scheduler (watch, schedule, bind)")
+    run = sub.add_parser(
+        "run",
+        help="run the scheduler (watch, schedule, bind)",
+        description="Run the scheduler: watch, schedule, bind. It needs the LatticeScheduler "
+        "CRD (kubectl apply -f crds/, or the chart; the NodeTopology and PodGroup CRDs are "
+        "optional) and refuses to start without it, as it does on a busy --metrics-port, an "
+        "API server that does not answer within 15 s, or credentials the API server rejects: "
+        "one line on stderr, exit code 1.",
+    )
     run.add_argument(
-        "--kubeconfig", type=Path, default=None, help="default: the in-cluster service account"
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="any kubeconfig: tokens, client certificates (files or embedded data), exec "
+        "plugins, insecure-skip-tls-verify (default: the in-cluster service account, else "
+        "$KUBECONFIG or ~/.kube/config)",
     )
     run.add_argument("--scheduler-name", default=rc.scheduler_name)
     run.add_argument(
@@ -153,12 +211,19 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--lease-name", default=le.lease_name)
     run.add_argument("--lease-namespace", default=le.lease_namespace)
     run.add_argument("--identity", default=le.identity)
-    run.add_argument("--lease-duration", type=int, default=le.lease_duration, help="seconds")
-    run.add_argument("--renew-deadline", type=float, default=le.renew_deadline)
-    run.add_argument("--retry-period", type=float, default=le.retry_period)
+    run.add_argument(
+        "--lease-duration", type=_POSITIVE_INT, default=le.lease_duration, help="seconds"
+    )
+    run.add_argument("--renew-deadline", type=_POSITIVE, default=le.renew_deadline)
+    run.add_argument("--retry-period", type=_POSITIVE, default=le.retry_period)
     run.add_argument("--metrics-host", default=rc.metrics_host)
-    run.add_argument("--metrics-port", type=int, default=rc.metrics_port)
-    run.add_argument("--resync-interval", type=float, default=rc.resync_interval)
+    run.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=rc.metrics_port,
+        help=f"/metrics, /healthz, /readyz (default {rc.metrics_port}; 0: any free port)",
+    )
+    run.add_argument("--resync-interval", type=_POSITIVE, default=rc.resync_interval)
     run.add_argument("--log-level", default="info", choices=("debug", "info", "warning"))
 
 
@@ -168,6 +233,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from scheduler.config import LeaderElectionConfig, RunConfig
     from scheduler.control.app import App
+    from scheduler.control.kubeconfig import StartupError
     from scheduler.obs.logging import configure
 
     configure(level=getattr(logging, args.log_level.upper()))
@@ -192,12 +258,19 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"lattice run: {exc}", file=sys.stderr)
         return 2
+    except StartupError as exc:
+        print(f"lattice run: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C before the signal handlers are installed
+        return 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lattice", description=__doc__)
+    parser = _Parser(prog="lattice", description=__doc__)
     parser.add_argument("--version", action="version", version=f"lattice {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub: argparse._SubParsersAction[argparse.ArgumentParser] = parser.add_subparsers(
+        dest="command", required=True, parser_class=_Parser
+    )
     _add_devcluster(sub)
     _add_agent(sub)
     _add_explain(sub)

@@ -13,6 +13,11 @@ on a machine (``lattice agent --once --dry-run``). The first report comes one sa
 after start, from two samples, so even a single one includes the load; pass a small
 ``--sample-interval`` for a quicker answer. The node name comes from ``--node-name`` or
 ``NODE_NAME`` (the downward API's ``spec.nodeName``); a dry run falls back to the host name.
+
+An agent that cannot start says why in one line on stderr, never with a traceback: bad flags
+exit 2; no credentials, an API server that does not answer within 15 s, credentials it rejects
+or a missing NodeTopology CRD exit 1 (the DaemonSet's pod restarts and tries again). Once
+publishing, a failed report is retried at the next one.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -38,6 +45,8 @@ from scheduler.agent.runner import ADVISED_REPORT_INTERVAL, AgentSettings, run_a
 from scheduler.model.topology import GPU_RESOURCE, RDMA_RESOURCE
 
 NODE_NAME_ENV = "NODE_NAME"
+API_WAIT_SECONDS = 15.0
+CRD_WAIT_SECONDS = 5.0
 
 log = structlog.get_logger(__name__)
 
@@ -93,7 +102,9 @@ def run(args: argparse.Namespace) -> int:
     if node_name is None and args.dry_run:
         node_name = socket.gethostname()
     if not node_name:
-        log.error(f"no node name: pass --node-name or set {NODE_NAME_ENV}")
+        print(
+            f"lattice agent: no node name: pass --node-name or set {NODE_NAME_ENV}", file=sys.stderr
+        )
         return 2
     try:
         settings = AgentSettings(
@@ -107,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             sample_interval_seconds=args.sample_interval,
         )
     except ValueError as exc:
-        log.error(f"invalid intervals: {exc}")
+        print(f"lattice agent: invalid intervals: {exc}", file=sys.stderr)
         return 2
     if settings.report_interval_seconds < ADVISED_REPORT_INTERVAL and not args.dry_run:
         log.warning(
@@ -117,7 +128,13 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.dry_run:
         return asyncio.run(_dry_run(settings, once=args.once, output=args.output, out=sys.stdout))
-    return asyncio.run(_publish(settings, once=args.once))
+    try:
+        return asyncio.run(_publish(settings, once=args.once))
+    except Refusal as exc:
+        print(f"lattice agent: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C before the signal handlers are installed
+        return 130
 
 
 def render(node_name: str, reading: NodeReading, *, output: str, now: datetime) -> str:
@@ -145,19 +162,114 @@ async def _dry_run(settings: AgentSettings, *, once: bool, output: str, out: Tex
     return 0
 
 
+class Refusal(Exception):
+    """The agent cannot start; the message is the one line the operator reads."""
+
+
+def _one_line(text: object) -> str:
+    flat = re.sub(r"\s+", " ", str(text)).strip()
+    return flat if len(flat) <= 300 else flat[:297] + "..."
+
+
 async def _publish(settings: AgentSettings, *, once: bool) -> int:
-    from kubernetes_asyncio import client, config
+    from kubernetes_asyncio import client
 
     from scheduler.agent.publisher import KubernetesTopologyApi, run_publisher
 
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        await config.load_kube_config()
-    stop = _stop_on_signals()
-    async with client.ApiClient() as api_client:
+    configuration, source = await _credentials()
+    async with client.ApiClient(configuration=configuration) as api_client:
+        await _preflight(api_client, str(configuration.host), source)
+        stop = _stop_on_signals()
         ok = await run_publisher(settings, KubernetesTopologyApi(api_client), stop, once=once)
     return 0 if ok else 1
+
+
+async def _credentials() -> tuple[Any, str]:
+    """The service account in a pod, else $KUBECONFIG or ~/.kube/config (any credential
+    kubernetes-asyncio reads: tokens, certificates, embedded data, exec plugins)."""
+    from kubernetes_asyncio import client, config
+
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return configuration, "the in-cluster service account"
+    except config.ConfigException:
+        pass
+    path = _default_kubeconfig()
+    try:
+        await config.load_kube_config(
+            config_file=path, client_configuration=configuration, persist_config=False
+        )
+    except (config.ConfigException, OSError, KeyError, TypeError, ValueError) as exc:
+        raise Refusal(f"cannot load credentials from kubeconfig {path}: {_one_line(exc)}") from exc
+    return configuration, f"kubeconfig {path}"
+
+
+def _default_kubeconfig() -> str:
+    path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    if not os.path.isfile(path.split(os.pathsep)[0]):
+        raise Refusal(
+            "no credentials: not running in a pod (no service account token), and no "
+            "$KUBECONFIG or ~/.kube/config"
+        )
+    return path
+
+
+async def _preflight(api_client: Any, server: str, source: str) -> None:
+    """The API server answers (bounded retry) and serves the NodeTopology CRD."""
+    import aiohttp
+    from kubernetes_asyncio import client
+
+    from scheduler.model.topology import GROUP, PLURAL, VERSION
+
+    deadline = time.monotonic() + API_WAIT_SECONDS
+    delay, attempts = 0.5, 0
+    while True:
+        attempts += 1
+        try:
+            await client.VersionApi(api_client).get_code(_request_timeout=5)
+            break
+        except client.ApiException as exc:
+            if exc.status == 401:
+                raise Refusal(
+                    f"the API server at {server} rejected the credentials of {source} (401)"
+                ) from exc
+            if exc.status not in (429, 500, 502, 503, 504):
+                raise Refusal(
+                    f"the API server at {server} answered {exc.status} {exc.reason}"
+                ) from exc
+            reason = f"{exc.status} {exc.reason}"
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            reason = _one_line(exc) or type(exc).__name__
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Refusal(
+                f"cannot reach the API server at {server} ({source}) after {attempts} attempts "
+                f"over {API_WAIT_SECONDS:.0f}s: {reason}"
+            )
+        await asyncio.sleep(min(delay, left))
+        delay = min(delay * 2, 4.0)
+
+    deadline = time.monotonic() + CRD_WAIT_SECONDS  # a CRD applied with the DaemonSet
+    while True:
+        try:
+            found = await client.CustomObjectsApi(api_client).get_api_resources(GROUP, VERSION)
+            if PLURAL in {r.name for r in (found.resources or [])}:
+                return
+        except client.ApiException as exc:
+            if exc.status == 403:
+                raise Refusal(
+                    f"forbidden to look up {GROUP}/{VERSION} ({source}): grant the agent's RBAC "
+                    "in manifests/agent.yaml (or install the chart)"
+                ) from exc
+            if exc.status != 404:
+                raise Refusal(f"the API server answered {exc.status} {exc.reason}") from exc
+        if time.monotonic() >= deadline:
+            raise Refusal(
+                f"the API server at {server} does not serve {PLURAL}.{GROUP}/{VERSION}: install "
+                "Lattice's CRDs first: kubectl apply -f crds/ (or install the chart)"
+            )
+        await asyncio.sleep(1.0)
 
 
 def _stop_on_signals() -> asyncio.Event:

@@ -3,14 +3,54 @@
 /healthz: the event loop runs (an answer at all proves it).
 /readyz: the cache has synced with the API at least once, so this replica
 could take over as leader with a warm cache.
+
+A port already taken (a second replica on the same host) is :class:`PortInUse`, raised
+before anything else starts by :func:`check_port_free`, and again by :func:`start_server`
+should another process take the port in between.
 """
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+class PortInUse(OSError):
+    """The metrics port is taken; the message names the flag that moves it."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(
+            errno.EADDRINUSE,
+            f"{host}:{port} is already in use (another replica on this host?); "
+            "choose a free port with --metrics-port",
+        )
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail fast, before touching the API, if ``host:port`` cannot be bound (0: any port)."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise OSError(errno.EADDRNOTAVAIL, f"--metrics-host {host}: {exc}") from exc
+    for family, kind, proto, _, addr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            # As the server will: SO_REUSEADDR, so only a live listener makes this fail.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(addr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise PortInUse(host, port) from exc
+                raise OSError(exc.errno, f"cannot bind {host}:{port}: {exc.strerror}") from exc
 
 
 async def start_server(
@@ -37,7 +77,13 @@ async def start_server(
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(host, port) from exc
+        raise
     server = site._server
     sockets = getattr(server, "sockets", None) or []
     bound = sockets[0].getsockname()[1] if sockets else port

@@ -11,6 +11,7 @@ refuses to start a twin.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -33,6 +34,8 @@ ADMIN_KUBECONFIG = "kubeconfig"
 LATTICE_USER = pki.User("lattice-scheduler")
 AGENT_USER = pki.User("lattice-agent")
 USERS = [pki.ADMIN, pki.KUBE_SCHEDULER, pki.KWOK, LATTICE_USER, AGENT_USER]
+CERT_USERS = [LATTICE_USER]
+"""Users that also get a kubeconfig with embedded client-certificate data, as kind writes."""
 KCM_USER = pki.User("kube-controller-manager-dev", ("system:masters",))
 
 
@@ -107,8 +110,12 @@ class DevCluster:
     def kubeconfig(self) -> Path:
         return self.state_dir / ADMIN_KUBECONFIG
 
-    def kubeconfig_for(self, user: str) -> Path:
-        return self.state_dir / "kubeconfigs" / f"{user}.kubeconfig"
+    def kubeconfig_for(self, user: str, *, embedded_cert: bool = False) -> Path:
+        """The user's kubeconfig: a bearer token, or (``embedded_cert``, for
+        :data:`CERT_USERS`) ``client-certificate-data``/``client-key-data`` and
+        ``certificate-authority-data``, the shape kind and kubeadm write."""
+        suffix = "cert.kubeconfig" if embedded_cert else "kubeconfig"
+        return self.state_dir / "kubeconfigs" / f"{user}.{suffix}"
 
     def log(self, component: str) -> Path:
         return self.state_dir / "logs" / f"{component}.log"
@@ -241,8 +248,44 @@ class DevCluster:
         (self.state_dir / "kubeconfigs").mkdir()
         for user, token in tokens.items():
             self._write_kubeconfig(self.kubeconfig_for(user), state, user, token)
+        for cert_user in CERT_USERS:
+            self._write_cert_kubeconfig(state, cert_user)
         shutil.copy(self.kubeconfig_for(pki.ADMIN.name), self.kubeconfig)
         self._save(state)
+
+    def _write_cert_kubeconfig(self, state: ClusterState, user: pki.User) -> None:
+        pkid = self.state_dir / "pki"
+        cert, key = pki.write_client_cert(pkid, user)
+
+        def b64(path: Path) -> str:
+            return base64.standard_b64encode(path.read_bytes()).decode("ascii")
+
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "lattice-dev",
+                    "cluster": {
+                        "server": state.server,
+                        "certificate-authority-data": b64(pkid / "ca.crt"),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": user.name,
+                    "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)},
+                }
+            ],
+            "contexts": [
+                {"name": "lattice-dev", "context": {"cluster": "lattice-dev", "user": user.name}}
+            ],
+            "current-context": "lattice-dev",
+        }
+        path = self.kubeconfig_for(user.name, embedded_cert=True)
+        path.touch(mode=0o600)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
     def _write_kubeconfig(self, path: Path, state: ClusterState, user: str, token: str) -> None:
         doc = {

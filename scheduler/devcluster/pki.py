@@ -5,6 +5,11 @@ TLS instead of skipping it), and each client gets a bearer token mapped to a
 user and groups in kube-apiserver's static token file. Tokens keep the
 kubeconfigs short; RBAC still decides what each user may do, which is what the
 least-privilege tests need.
+
+Some users also get an x509 client certificate signed by the same CA (CN = user
+name, O = groups, as kube-apiserver's ``--client-ca-file`` maps them), which is
+how kind and kubeadm kubeconfigs authenticate; the CA key stays in the folder
+(0600) so certificates can be issued after the cluster is up.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ def _name(cn: str) -> x509.Name:
 
 
 def write_pki(directory: Path) -> None:
-    """Write ca.crt, apiserver.{crt,key} and sa.{key,pub} into ``directory``."""
+    """Write ca.{crt,key}, apiserver.{crt,key} and sa.{key,pub} into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC)
     not_after = now + dt.timedelta(days=365)
@@ -107,6 +112,7 @@ def write_pki(directory: Path) -> None:
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
     (directory / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    _write_private(directory / "ca.key", _pem_key(ca_key))
     (directory / "apiserver.crt").write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
     _write_private(directory / "apiserver.key", _pem_key(server_key))
     _write_private(directory / "sa.key", _pem_key(sa_key))
@@ -115,6 +121,41 @@ def write_pki(directory: Path) -> None:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
+
+
+def write_client_cert(directory: Path, user: User) -> tuple[Path, Path]:
+    """Issue ``user`` a client certificate from the CA in ``directory``; returns the
+    paths of ``<name>.crt`` and ``<name>.key``."""
+    ca_cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"unexpected CA key type in {directory}")
+    now = dt.datetime.now(dt.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name(
+        [
+            *(x509.NameAttribute(NameOID.ORGANIZATION_NAME, group) for group in user.groups),
+            x509.NameAttribute(NameOID.COMMON_NAME, user.name),
+        ]
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / f"{user.name}.crt", directory / f"{user.name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_private(key_path, _pem_key(key))
+    return cert_path, key_path
 
 
 def _write_private(path: Path, data: bytes) -> None:

@@ -1,0 +1,178 @@
+"""`lattice run` authenticates its watches and its writes alike, whatever the kubeconfig holds.
+
+The scheduler runs as a real process with the shipped RBAC, bound to the user
+``lattice-scheduler``; the API server knows that user by a bearer token, by the CN of a
+client certificate signed by the cluster CA, or by whatever an exec plugin hands out. A pod
+created after start-up reaches the scheduler only through kopf's watch, so its binding
+proves the watch authenticated, and the binding itself proves the writes did.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from scheduler.devcluster.cluster import LATTICE_USER, ClusterConfig
+from scheduler.devcluster.kube import api_client, poll
+from tests.e2e.lattice_proc import LatticeProcess
+from tests.e2e.test_scheduler import LEASE_NS, Plane, lattice_plane, pod, wait_bound
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    with lattice_plane(tmp_path_factory.mktemp("credplane"), ClusterConfig(nodes=2)) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+async def api(plane: Plane) -> AsyncIterator[client.ApiClient]:
+    async with api_client(plane.cluster.kubeconfig) as a:
+        yield a
+
+
+@pytest.fixture
+async def ns(api: client.ApiClient) -> AsyncIterator[str]:
+    name = f"c-{int(time.time() * 1000) % 10**9}"
+    core = client.CoreV1Api(api)
+    await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": name}}))
+    yield name
+    await core.delete_namespace(name)
+
+
+def whoami(plane: Plane, kubeconfig: Path) -> str:
+    out = subprocess.run(
+        [plane.kubectl, f"--kubeconfig={kubeconfig}", "auth", "whoami", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    name: str = json.loads(out.stdout)["status"]["userInfo"]["username"]
+    return name
+
+
+async def binds_a_pod(
+    plane: Plane, api: client.ApiClient, ns: str, kubeconfig: Path, ident: str
+) -> dict[str, Any]:
+    """Start `lattice run` with ``kubeconfig``; once it serves, create a pod; it must bind."""
+    sched = LatticeProcess(
+        kubeconfig, plane.tmp / f"{ident}.log", ident, "--lease-namespace", LEASE_NS
+    ).start()
+    try:
+
+        async def serving() -> bool:
+            assert sched.proc is not None
+            assert sched.proc.poll() is None, sched.log.read_text()
+            return any(line.get("event") == "serving" for line in sched.lines())
+
+        await poll(serving, within=60, interval=0.2)
+        await client.CoreV1Api(api).create_namespaced_pod(ns, cast(client.V1Pod, pod("cred-0")))
+        (bound,) = await wait_bound(api, ns, 1, within=60)
+        assert bound["spec"]["schedulerName"] == "lattice"
+        assert bound["spec"]["nodeName"].startswith("kwok-node-")
+    finally:
+        sched.stop()
+    text = sched.log.read_text()
+    assert "Traceback" not in text
+    assert "Unauthorized" not in text
+    assert "LoginError" not in text
+    assert sched.proc is not None
+    assert sched.proc.returncode == 0
+    return bound
+
+
+async def test_embedded_client_certificate(plane: Plane, api: client.ApiClient, ns: str) -> None:
+    """What kind and kubeadm write: client-certificate-data and client-key-data."""
+    kubeconfig = plane.cluster.kubeconfig_for(LATTICE_USER.name, embedded_cert=True)
+    doc = yaml.safe_load(kubeconfig.read_text())
+    assert set(doc["users"][0]["user"]) == {"client-certificate-data", "client-key-data"}
+    assert set(doc["clusters"][0]["cluster"]) == {"server", "certificate-authority-data"}
+    assert whoami(plane, kubeconfig) == LATTICE_USER.name  # the certificate's CN
+    await binds_a_pod(plane, api, ns, kubeconfig, "cert")
+
+
+async def test_client_certificate_files(
+    plane: Plane, api: client.ApiClient, ns: str, tmp_path: Path
+) -> None:
+    """The same identity as files next to the kubeconfig, named relative to it."""
+    embedded = yaml.safe_load(
+        plane.cluster.kubeconfig_for(LATTICE_USER.name, embedded_cert=True).read_text()
+    )
+    cluster, user = embedded["clusters"][0]["cluster"], embedded["users"][0]["user"]
+    for name, data in (
+        ("ca.crt", cluster.pop("certificate-authority-data")),
+        ("me.crt", user.pop("client-certificate-data")),
+        ("me.key", user.pop("client-key-data")),
+    ):
+        (tmp_path / name).write_bytes(base64.standard_b64decode(data))
+        (tmp_path / name).chmod(0o600)
+    cluster["certificate-authority"] = "ca.crt"
+    user.update({"client-certificate": "me.crt", "client-key": "me.key"})
+    kubeconfig = tmp_path / "files.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(embedded))
+    assert whoami(plane, kubeconfig) == LATTICE_USER.name
+    await binds_a_pod(plane, api, ns, kubeconfig, "files")
+
+
+async def test_exec_plugin_and_insecure_skip_tls_verify(
+    plane: Plane, api: client.ApiClient, ns: str, tmp_path: Path
+) -> None:
+    """An exec plugin (the EKS/GKE shape) hands out the token; no CA, TLS not verified."""
+    token_doc = yaml.safe_load(plane.user_kubeconfig.read_text())
+    script = tmp_path / "plugin.py"
+    script.write_text(
+        "import json, sys\n"
+        f"doc = json.load(open({str(tmp_path / 'token.json')!r}))\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1',"
+        " 'kind': 'ExecCredential', 'status': {'token': doc['token']}}))\n"
+    )
+    (tmp_path / "token.json").write_text(json.dumps(token_doc["users"][0]["user"]))
+    script.chmod(0o700)
+    (tmp_path / "token.json").chmod(0o600)
+    kubeconfig = tmp_path / "exec.kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "dev",
+                        "cluster": {
+                            "server": token_doc["clusters"][0]["cluster"]["server"],
+                            "insecure-skip-tls-verify": True,
+                        },
+                    }
+                ],
+                "users": [
+                    {
+                        "name": "plugin",
+                        "user": {
+                            "exec": {
+                                "apiVersion": "client.authentication.k8s.io/v1",
+                                "command": sys.executable,
+                                "args": [str(script)],
+                                "interactiveMode": "Never",
+                            }
+                        },
+                    }
+                ],
+                "contexts": [{"name": "dev", "context": {"cluster": "dev", "user": "plugin"}}],
+                "current-context": "dev",
+            }
+        )
+    )
+    kubeconfig.chmod(0o600)
+    await binds_a_pod(plane, api, ns, kubeconfig, "exec")
