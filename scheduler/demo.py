@@ -4,9 +4,11 @@ A local control plane with 12 fake nodes in three zones (two of them tainted
 for a dedicated team, one small), `lattice run` beside it, and a sample
 workload that exercises what a scheduler is for: a zone-spread web tier, a
 database with hostname anti-affinity, a cache that wants to sit with the web
-pods, a batch job that tolerates the dedicated nodes, and one pod that fits
-nowhere. It prints where each pod went and why, and the LatticeScheduler
-object as `kubectl get` shows it. The cluster (and Lattice) keep running
+pods, a batch job that tolerates the dedicated nodes, a training gang
+(scheduler-plugins PodGroup) placed all-or-nothing, a gang too big for the
+cluster that binds nothing, and one pod that fits nowhere. It prints where
+each pod went and why, and the LatticeScheduler and PodGroup objects as
+`kubectl get` shows them. The cluster (and Lattice) keep running
 afterwards; `lattice devcluster down` stops everything.
 """
 
@@ -26,6 +28,9 @@ from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client, poll
 
 NS = "demo"
+GANG_LABEL = "scheduling.x-k8s.io/pod-group"
+GANGS = (("train", 4, "6"), ("too-big", 3, "40"))
+"""(PodGroup, minMember, CPU per member): the second cannot fit anywhere."""
 REPO = Path(__file__).resolve().parents[1]
 ZONE = "topology.kubernetes.io/zone"
 
@@ -140,8 +145,30 @@ def workload() -> list[tuple[dict[str, Any], str]]:
                 "dedicated ml nodes (selector + toleration)",
             )
         )
+    for group, members, cpu in GANGS:
+        for i in range(members):
+            body = _pod(f"{group}-{i}", group, cpu, "4Gi")
+            body["metadata"]["labels"][GANG_LABEL] = group
+            why = (
+                f"gang of {members}, all or nothing (PodGroup {group})"
+                if group == "train"
+                else f"gang of {members} x {cpu} CPUs: no member binds"
+            )
+            pods.append((body, why))
     pods.append((_pod("giant", "giant", "64", "1Gi"), "needs 64 CPUs: fits nowhere"))
     return pods
+
+
+def podgroups() -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": group, "namespace": NS},
+            "spec": {"minMember": members},
+        }
+        for group, members, _ in GANGS
+    ]
 
 
 async def _prepare_nodes(api: client.ApiClient) -> None:
@@ -161,6 +188,11 @@ async def _run_workload(cluster: DevCluster) -> int:
         await _prepare_nodes(api)
         await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": NS}}))
         pods = workload()
+        objects = client.CustomObjectsApi(api)
+        for group in podgroups():
+            await objects.create_namespaced_custom_object(
+                "scheduling.x-k8s.io", "v1alpha1", NS, "podgroups", group
+            )
         for body, _ in pods:
             await core.create_namespaced_pod(NS, cast(client.V1Pod, body))
 
@@ -244,6 +276,13 @@ def main(nodes: int = 12) -> int:
     subprocess.run(
         [kubectl, f"--kubeconfig={cluster.kubeconfig}", "get", "latticeschedulers"], check=False
     )
+    print()
+    subprocess.run(
+        [kubectl, f"--kubeconfig={cluster.kubeconfig}", "get", "podgroups", "-n", NS], check=False
+    )
     print(f"\nexplain any pod:  lattice explain --kubeconfig {cluster.kubeconfig} {NS}/web-0")
+    print(
+        f"explain a gang:   lattice explain --kubeconfig {cluster.kubeconfig} --gang {NS}/too-big"
+    )
     print("stop everything:  lattice devcluster down")
     return code

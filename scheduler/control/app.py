@@ -19,21 +19,30 @@ import json
 import signal
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import kopf
 import structlog
-import yaml
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
 from scheduler.config import RunConfig
-from scheduler.control.kubeio import KubeWriter
+from scheduler.control.gangs import GangEntry
+from scheduler.control.kubeconfig import (
+    CONNECTION_ERRORS,
+    Credentials,
+    StartupError,
+    describe_api_error,
+    load_credentials,
+    one_line,
+    require_lattice_crds,
+    wait_for_api,
+)
+from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION, KubeWriter
 from scheduler.control.leader import Elector
 from scheduler.control.queue import PENDING_QUEUES
 from scheduler.control.ratelimit import TokenBucket
 from scheduler.control.scheduler import Scheduler
-from scheduler.control.server import start_server
+from scheduler.control.server import PortInUse, check_port_free, start_server
 from scheduler.control.settings import (
     API_GROUP,
     API_VERSION,
@@ -48,37 +57,14 @@ from scheduler.obs.metrics import Metrics
 log = structlog.get_logger("lattice.app")
 
 
-async def _api_client(kubeconfig: Path | None) -> client.ApiClient:
-    cfg = client.Configuration()
-    if kubeconfig is None:
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    else:
-        await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    return client.ApiClient(configuration=cfg)
+def _api_client(credentials: Credentials) -> client.ApiClient:
+    """Our own client: the same Configuration kopf's credentials are derived from."""
+    return client.ApiClient(configuration=credentials.configuration)
 
 
-def _kopf_login(kubeconfig: Path | None) -> Any:
-    """kopf connects with the same credentials as our own client."""
-
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        if kubeconfig is None:
-            return kopf.login_with_service_account(**kwargs)
-        doc = yaml.safe_load(kubeconfig.read_text())
-        ctx_name = doc.get("current-context")
-        ctx = next(c["context"] for c in doc["contexts"] if c["name"] == ctx_name)
-        cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == ctx["cluster"])
-        user = next(u["user"] for u in doc["users"] if u["name"] == ctx["user"])
-        return kopf.ConnectionInfo(
-            server=cluster["server"],
-            ca_path=cluster.get("certificate-authority"),
-            ca_data=cluster.get("certificate-authority-data"),
-            scheme="Bearer" if user.get("token") else None,
-            token=user.get("token"),
-            certificate_path=user.get("client-certificate"),
-            private_key_path=user.get("client-key"),
-        )
-
-    return login
+def _kopf_login(credentials: Credentials) -> Any:
+    """kopf connects with the same credentials as our own client (see kubeconfig.py)."""
+    return credentials.kopf_login()
 
 
 async def _list(call: Any, **kwargs: Any) -> tuple[list[dict[str, Any]], int | None]:
@@ -127,16 +113,21 @@ class App:
     async def sync(self) -> None:
         """List everything once: the initial fill, and the reconcile after re-lists."""
         core = client.CoreV1Api(self.api)
-        (nodes, nrv), (namespaces, nsrv), (pods, prv) = await asyncio.gather(
+        (nodes, nrv), (namespaces, nsrv), (pods, prv), podgroups = await asyncio.gather(
             _list(core.list_node),
             _list(core.list_namespace),
             _list(core.list_pod_for_all_namespaces),
+            self._list_podgroups(),
         )
+        # PodGroups first: a member pod finds its gang's spec when it arrives.
+        for group in podgroups:
+            self.scheduler.podgroup_upserted(group)
         # Watch events processed while the lists were in flight are newer than the lists.
         known = [rv for rv in (nrv, nsrv, prv) if rv is not None]
         list_rv = min(known) if len(known) == 3 else None
         bound = [p for p in pods if (p.get("spec") or {}).get("nodeName")]
         removed = self.scheduler.cache.reconcile(nodes, bound, namespaces, list_rv)
+        self.scheduler.note_bound_gang_members(bound)
         live = set()
         for pod in pods:
             if not (pod.get("spec") or {}).get("nodeName"):
@@ -145,14 +136,31 @@ class App:
                 live.add(f"{meta['namespace']}/{meta['name']}")
         for name in PENDING_QUEUES:
             for queued in self.scheduler.queue.pods(name):
+                if isinstance(queued, GangEntry):
+                    continue  # kept in step with its members by the scheduler
                 key = f"{queued.namespace}/{queued.name}"
                 if key not in live and self.scheduler.queued_before(key, list_rv):
                     self.scheduler.queue.delete(queued)
+        self.scheduler.prune_gang_members(live, list_rv)
         for report in await self._list_topologies():
             self.scheduler.topology_upserted(report)
         if any(removed.values()):
             log.warning("cache_reconciled", reason=json.dumps(removed))
         self.synced = True
+
+    async def _list_podgroups(self) -> list[dict[str, Any]]:
+        objects = client.CustomObjectsApi(self.api)
+        try:
+            found: dict[str, Any] = await objects.list_cluster_custom_object(
+                PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL
+            )
+        except client.ApiException as exc:
+            # 404: no PodGroup CRD in this cluster, so no gangs; gang pods wait with an event.
+            if exc.status != 404:
+                log.warning("podgroup_list_failed", reason=f"{exc.status} {exc.reason}")
+            return []
+        items: list[dict[str, Any]] = found.get("items", [])
+        return items
 
     async def _list_topologies(self) -> list[dict[str, Any]]:
         objects = client.CustomObjectsApi(self.api)
@@ -224,9 +232,16 @@ class App:
                 log.warning("status_write_failed", reason=str(exc))
             await asyncio.sleep(self.cfg.status_interval)
 
+    async def _gang_status_loop(self) -> None:
+        """PodGroup status, written on change only, at most once a second per gang."""
+        while True:
+            await self.scheduler.write_gang_statuses()
+            await asyncio.sleep(1.0)
+
     async def _lead(self) -> None:
-        """Runs while we lead: the scheduling loop and the status writer."""
+        """Runs while we lead: the scheduling loop and the status writers."""
         self._spawn(self._status_loop())
+        self._spawn(self._gang_status_loop())
         await self.scheduler.run()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
@@ -236,10 +251,27 @@ class App:
 
     # -- the whole life -----------------------------------------------------
     async def run(self) -> int:
+        """Start-up refusals (busy port, no credentials, unreachable API server, missing
+        CRDs or RBAC) raise :class:`StartupError`: one line, printed by the CLI."""
         self.cfg.validate()
-        self.api = await _api_client(self.cfg.kubeconfig)
         try:
+            check_port_free(self.cfg.metrics_host, self.cfg.metrics_port)  # before any API call
+        except OSError as exc:
+            raise StartupError(str(exc)) from exc
+        self.credentials = await load_credentials(self.cfg.kubeconfig)
+        self.api = _api_client(self.credentials)
+        try:
+            await wait_for_api(self.api, self.credentials)
+            await require_lattice_crds(self.api, self.credentials)
             return await self._run()
+        except PortInUse as exc:
+            raise StartupError(str(exc)) from exc
+        except client.ApiException as exc:
+            raise StartupError(describe_api_error(exc, self.credentials, "starting")) from exc
+        except CONNECTION_ERRORS as exc:
+            raise StartupError(
+                f"lost the API server at {self.credentials.server} while starting: {one_line(exc)}"
+            ) from exc
         finally:
             await self.api.close()
 
@@ -266,7 +298,7 @@ class App:
         kopf_ready = asyncio.Event()
         registry = build_registry(
             self.scheduler,
-            login=_kopf_login(self.cfg.kubeconfig),
+            login=_kopf_login(self.credentials),
             on_settings=self._on_settings,
             on_relist=self._on_relist,
             synced=lambda: self.synced,

@@ -29,20 +29,24 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client
 
-from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL, parse_spec
+from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
+from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL, GangSettings, parse_spec
 from scheduler.core.explain import Decision
 from scheduler.core.from_api import as_pending, scheduled_at, snapshot_from_api
 from scheduler.core.load import LoadView, load_report
 from scheduler.core.profile import DEFAULT_PROFILE, Profile
-from scheduler.core.schedule import schedule
+from scheduler.core.schedule import Framework, framework_for, schedule
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
 from scheduler.devcluster.kube import api_client
 from scheduler.model.errors import InvalidObjectError
+from scheduler.model.gang import POD_GROUP_LABEL, GangSpec
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.pod import Pod
+from scheduler.model.podgroup import gang_from_podgroup
 from scheduler.model.topology import NodeTopology, NodeTopologyStatus, TopologyParseError
 from scheduler.predict import CpuMem, LoadPredictor, NodeLoadBreakdown
+from scheduler.solver import GangPlan, SolveStatus, build_problem, solve
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("pod", nargs="?", help="NAMESPACE/POD of a pod in the cluster")
     source.add_argument("-f", "--filename", type=Path, help="a pod manifest (YAML or JSON)")
+    source.add_argument(
+        "--gang", metavar="NAMESPACE/PODGROUP", help="a PodGroup: the joint plan or why none"
+    )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
     parser.add_argument("--seed", type=int, default=0, help="tie-break seed (default 0)")
     parser.add_argument(
@@ -60,10 +67,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @dataclass(frozen=True)
+class GangExplained:
+    """A gang's joint plan as the running scheduler would make it now."""
+
+    gang: GangSpec
+    placed: int
+    pending: int
+    plan: GangPlan
+
+
+@dataclass(frozen=True)
 class Explained:
-    decision: Decision
+    decision: Decision | None
     load: dict[str, NodeLoadBreakdown]
     skipped: list[str]
+    gang: GangExplained | None = None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,15 +95,23 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for line in explained.skipped:
         print(f"warning: skipped unreadable {line}", file=sys.stderr)
+    decision, gang = explained.decision, explained.gang
     if args.output == "json":
-        data = explained.decision.to_json()
+        data: dict[str, Any] = {} if decision is None else decision.to_json()
         data["load"] = {name: load_json(b) for name, b in explained.load.items()}
+        if gang is not None:
+            data["gang"] = gang_json(gang)
         print(json.dumps(data, indent=2))
-    else:
-        print(render_table(explained.decision))
+        return 0
+    if decision is not None:
+        print(render_table(decision))
         if any(b.status.name != "UNKNOWN" for b in explained.load.values()):
             print()
-            print(render_load_table(explained.decision, explained.load))
+            print(render_load_table(decision, explained.load))
+    if gang is not None:
+        if decision is not None:
+            print()
+        print(render_gang(gang))
     return 0
 
 
@@ -98,8 +124,15 @@ async def _list(call: Any) -> list[dict[str, Any]]:
 async def _explain(args: argparse.Namespace) -> Explained:
     async with api_client(args.kubeconfig) as api:
         core = client.CoreV1Api(api)
-        if args.filename is not None:
-            body: dict[str, Any] = yaml.safe_load(args.filename.read_text())
+        gang_ref: tuple[str, str] | None = None
+        body: dict[str, Any] = {}
+        if args.gang is not None:
+            ns, sep, name = str(args.gang).partition("/")
+            if not sep or not ns or not name:
+                raise ValueError(f"expected NAMESPACE/PODGROUP, got {args.gang!r}")
+            gang_ref = (ns, name)
+        elif args.filename is not None:
+            body = yaml.safe_load(args.filename.read_text())
             if not isinstance(body, dict) or body.get("kind") != "Pod":
                 raise ValueError(f"{args.filename} is not a Pod manifest")
             body.setdefault("metadata", {}).setdefault("namespace", "default")
@@ -109,6 +142,11 @@ async def _explain(args: argparse.Namespace) -> Explained:
                 raise ValueError(f"expected NAMESPACE/POD, got {args.pod!r}")
             raw: Any = await core.read_namespaced_pod(name, ns, _preload_content=False)
             body = json.loads(await raw.read())
+        if body and not (body.get("spec") or {}).get("nodeName"):
+            meta = body.get("metadata") or {}
+            group = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
+            if group:
+                gang_ref = (str(meta.get("namespace", "default")), str(group))
         nodes, pods, namespaces = await asyncio.gather(
             _list(core.list_node),
             _list(core.list_pod_for_all_namespaces),
@@ -124,6 +162,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
                 raise
             reports = {"items": []}
         profile = DEFAULT_PROFILE
+        gang_settings = GangSettings()
         try:
             obj: dict[str, Any] = await custom.get_cluster_custom_object(
                 API_GROUP, API_VERSION, PLURAL, args.scheduler_name
@@ -132,11 +171,22 @@ async def _explain(args: argparse.Namespace) -> Explained:
             if exc.status != 404:
                 raise
         else:
-            profile = parse_spec(obj.get("spec") or {}, args.scheduler_name).profile
-    meta = body["metadata"]
-    built = snapshot_from_api(
-        nodes, pods, namespaces, exclude_pod=(meta.get("namespace"), meta.get("name"))
-    )
+            settings = parse_spec(obj.get("spec") or {}, args.scheduler_name)
+            profile, gang_settings = settings.profile, settings.gang
+        group_body: dict[str, Any] | None = None
+        if gang_ref is not None:
+            try:
+                group_body = await custom.get_namespaced_custom_object(
+                    PODGROUP_GROUP, PODGROUP_VERSION, gang_ref[0], PODGROUP_PLURAL, gang_ref[1]
+                )
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+                if args.gang is not None:
+                    raise ValueError(f"PodGroup {gang_ref[0]}/{gang_ref[1]} not found") from None
+    meta = body.get("metadata") or {}
+    exclude = (str(meta.get("namespace")), str(meta.get("name"))) if body else None
+    built = snapshot_from_api(nodes, pods, namespaces, exclude_pod=exclude)
     topology = TopologyState()
     for report in reports.get("items", []):
         try:
@@ -148,7 +198,6 @@ async def _explain(args: argparse.Namespace) -> Explained:
     for row in range(built.snapshot.num_nodes):
         for placed in built.snapshot.pods_on(row):
             topology.pod_placed(placed, built.snapshot.node_names[row])
-    pod = Pod.from_api(as_pending(body))
     now = time.time()
     predictor = seed_predictor(
         profile,
@@ -157,15 +206,150 @@ async def _explain(args: argparse.Namespace) -> Explained:
         exclude=f"{meta.get('namespace')}/{meta.get('name')}",
         skipped=built.skipped,
     )
-    decision = schedule(
-        built.snapshot,
-        pod,
-        profile,
-        seed=args.seed,
+    view = LoadView(predictor, now)
+    decision = None
+    if body:
+        pod = Pod.from_api(as_pending(body))
+        decision = schedule(
+            built.snapshot, pod, profile, seed=args.seed, topology=topology, load=view
+        )
+    gang = None
+    if group_body is not None:
+        gang = explain_gang(
+            group_body,
+            pods,
+            framework_for(profile),
+            built.snapshot,
+            topology=topology,
+            load=view,
+            seed=args.seed,
+            scheduler_name=args.scheduler_name,
+            time_limit_s=gang_settings.solver_time_limit_s,
+            use_solver=gang_settings.use_solver,
+        )
+    return Explained(decision, load_breakdowns(predictor, built.snapshot, now), built.skipped, gang)
+
+
+def explain_gang(
+    group: dict[str, Any],
+    pods: list[dict[str, Any]],
+    framework: Framework,
+    snapshot: Snapshot,
+    *,
+    topology: TopologyState,
+    load: LoadView,
+    seed: int,
+    scheduler_name: str,
+    time_limit_s: float,
+    use_solver: bool,
+) -> GangExplained:
+    """The plan the scheduler would make for the gang's pending members now: members
+    bound already count toward minMember, as in the running scheduler."""
+    spec = gang_from_podgroup(group)
+    placed = 0
+    pending: list[Pod] = []
+    for body in pods:
+        meta, pod_spec = body.get("metadata") or {}, body.get("spec") or {}
+        if meta.get("namespace") != spec.namespace:
+            continue
+        if (meta.get("labels") or {}).get(POD_GROUP_LABEL) != spec.name:
+            continue
+        if pod_spec.get("nodeName"):
+            placed += (body.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        elif pod_spec.get("schedulerName") == scheduler_name and not meta.get("deletionTimestamp"):
+            member = Pod.from_api(body)
+            if not member.scheduling_gates:
+                pending.append(member)
+    need = spec.min_member - placed
+    if need <= 0 or not pending:
+        reason = "admitted" if need <= 0 else "no pending members"
+        plan = GangPlan(
+            status=SolveStatus.OPTIMAL if need <= 0 else SolveStatus.INFEASIBLE,
+            placements=(),
+            admitted=need <= 0,
+            message=f"gang {spec.key}: {reason}",
+            solve_time_s=0.0,
+            members=(),
+            need=max(need, 0),
+        )
+        return GangExplained(spec, placed, len(pending), plan)
+    problem = build_problem(
+        framework,
+        snapshot,
+        spec,
+        pending,
+        need=min(need, len(pending)),
         topology=topology,
-        load=LoadView(predictor, now),
+        load=load,
+        seed=seed,
     )
-    return Explained(decision, load_breakdowns(predictor, built.snapshot, now), built.skipped)
+    plan = solve(problem, time_limit_s=time_limit_s, seed=seed, use_solver=use_solver)
+    return GangExplained(spec, placed, len(pending), plan)
+
+
+def gang_json(g: GangExplained) -> dict[str, Any]:
+    p = g.plan
+    return {
+        "gang": g.gang.key,
+        "minMember": g.gang.min_member,
+        "placed": g.placed,
+        "pending": g.pending,
+        "need": p.need,
+        "status": p.status.value,
+        "admitted": p.admitted,
+        "message": p.message,
+        "solveSeconds": round(p.solve_time_s, 6),
+        "buildSeconds": round(p.build_time_s, 6),
+        "variables": p.variables,
+        "classes": p.classes,
+        "greedyPlaced": p.greedy_placed,
+        "domain": p.domain,
+        "placements": {m.pod: m.node for m in p.members if m.node is not None},
+        "members": [
+            {
+                "pod": m.pod,
+                "class": m.member_class,
+                "feasibleNodes": m.feasible_nodes,
+                "node": m.node,
+                "score": m.score,
+                "rejectingPlugins": list(m.rejecting_plugins),
+                "summary": m.summary,
+            }
+            for m in p.members
+        ],
+    }
+
+
+def render_gang(g: GangExplained) -> str:
+    """Per member: the class it was merged into, its feasible nodes, the plan's node."""
+    p = g.plan
+    lines = [
+        f"gang {g.gang.key}: minMember {g.gang.min_member}, placed {g.placed}, "
+        f"pending {g.pending}, need {p.need}",
+        f"solver: {p.status.value} in {p.solve_time_s * 1000:.1f} ms "
+        f"(build {p.build_time_s * 1000:.1f} ms, {p.variables} variables, {p.classes} classes, "
+        f"greedy placed {p.greedy_placed})" + (f", domain {p.domain}" if p.domain else ""),
+        p.message,
+    ]
+    if p.members:
+        rows = [["MEMBER", "CLASS", "FEASIBLE NODES", "PLAN", "SCORE", "REJECTED BY"]]
+        for m in p.members:
+            rows.append(
+                [
+                    m.pod,
+                    str(m.member_class),
+                    str(m.feasible_nodes),
+                    m.node or "-",
+                    "-" if m.score is None else str(m.score),
+                    ", ".join(m.rejecting_plugins) or "-",
+                ]
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines.append("")
+        lines.extend(
+            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+        )
+    return "\n".join(lines)
 
 
 def seed_predictor(

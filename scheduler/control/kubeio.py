@@ -12,6 +12,7 @@ import datetime as dt
 import enum
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -20,6 +21,9 @@ from kubernetes_asyncio import client
 from scheduler.control.ratelimit import TokenBucket
 
 TRACE_ANNOTATION = "lattice.dev/trace-id"
+PODGROUP_GROUP = "scheduling.x-k8s.io"
+PODGROUP_VERSION = "v1alpha1"
+PODGROUP_PLURAL = "podgroups"
 
 
 class BindResult(enum.Enum):
@@ -58,6 +62,7 @@ class KubeWriter:
         self, api: client.ApiClient, *, component: str, instance: str, limiter: TokenBucket
     ) -> None:
         self._core = client.CoreV1Api(api)
+        self._objects = client.CustomObjectsApi(api)
         self._component = component
         self._instance = instance
         self.limiter = limiter
@@ -120,8 +125,11 @@ class KubeWriter:
         warning: bool = False,
         action: str = "Scheduling",
         trace_id: str | None = None,
+        kind: str = "Pod",
+        api_version: str = "v1",
     ) -> None:
-        """A core/v1 Event on the pod, as kube-scheduler records Scheduled/FailedScheduling."""
+        """A core/v1 Event on the pod (or, with ``kind``, another namespaced object such as
+        a PodGroup), as kube-scheduler records Scheduled/FailedScheduling."""
         now = _now()
         meta: dict[str, Any] = {
             "name": f"{pod.name}.{time.time_ns():x}",  # as client-go names them
@@ -134,8 +142,8 @@ class KubeWriter:
             "kind": "Event",
             "metadata": meta,
             "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
+                "apiVersion": api_version,
+                "kind": kind,
                 "namespace": pod.namespace,
                 "name": pod.name,
                 "uid": pod.uid,
@@ -159,6 +167,27 @@ class KubeWriter:
             cast(Any, resp).release()  # nothing to read: skip building a model object
         except client.ApiException as exc:
             if exc.status != 404:  # namespace being deleted: nobody will read it
+                raise
+
+    async def podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch a PodGroup's status subresource; a PodGroup that is gone is ignored."""
+        await self.limiter.acquire()
+        try:
+            # The generated signature lacks _content_type; the method accepts it.
+            patch = cast(Any, self._objects).patch_namespaced_custom_object_status
+            resp = await patch(
+                PODGROUP_GROUP,
+                PODGROUP_VERSION,
+                namespace,
+                PODGROUP_PLURAL,
+                name,
+                {"status": status},
+                _preload_content=False,
+                _content_type="application/merge-patch+json",
+            )
+            cast(Any, resp).release()
+        except client.ApiException as exc:
+            if exc.status != 404:
                 raise
 
     async def mark_unschedulable(self, pod: PodRef, message: str) -> None:

@@ -42,6 +42,38 @@ class SchedulerSettings:
     """Recorded, and shown in status. Lattice filters and scores every node: its
     vectorised cycle costs less than kube-scheduler's sampling saves."""
     seed: int = 0
+    gang: GangSettings = field(default_factory=lambda: GangSettings())
+
+
+@dataclass(frozen=True)
+class GangSettings:
+    """spec.gang: how a PodGroup is placed."""
+
+    solver_time_limit_s: float = 1.0
+    """CP-SAT's budget per gang; the greedy answer stands when it runs out."""
+    use_solver: bool = True
+    """False: greedy only (what the benchmark compares against)."""
+
+
+def parse_gang(raw: object) -> GangSettings:
+    if raw is None:
+        return GangSettings()
+    if not isinstance(raw, Mapping):
+        raise SettingsError("spec.gang must be an object")
+    problems: list[str] = []
+    limit: object = raw.get("solverTimeLimitSeconds", 1.0)
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or not 0 < limit <= 60:
+        problems.append(f"spec.gang.solverTimeLimitSeconds: {limit!r} is not within (0, 60]")
+    solver: object = raw.get("solver", "CPSAT")
+    if solver not in ("CPSAT", "Greedy"):
+        problems.append(f"spec.gang.solver: {solver!r} is not CPSAT or Greedy")
+    for key in raw:
+        if key not in ("solverTimeLimitSeconds", "solver"):
+            problems.append(f"spec.gang: unknown key {key!r}")
+    if problems:
+        raise SettingsError("; ".join(problems))
+    assert isinstance(limit, int | float)
+    return GangSettings(solver_time_limit_s=float(limit), use_solver=solver == "CPSAT")
 
 
 def default_spec(scheduler_name: str) -> dict[str, Any]:
@@ -66,6 +98,7 @@ def default_spec(scheduler_name: str) -> dict[str, Any]:
             "cpuPreferBelow": load.cpu_prefer_below,
             "memoryPreferBelow": load.memory_prefer_below,
         },
+        "gang": {"solver": "CPSAT", "solverTimeLimitSeconds": s.gang.solver_time_limit_s},
     }
 
 
@@ -219,4 +252,5 @@ def parse_spec(spec: Mapping[str, Any], scheduler_name: str) -> SchedulerSetting
         client_burst=_int(spec, "clientBurst", 1000, 1, 1_000_000),
         percentage_of_nodes_to_score=_int(spec, "percentageOfNodesToScore", 0, 0, 100),
         seed=_int(spec, "seed", 0, -(2**63), 2**63 - 1),
+        gang=parse_gang(spec.get("gang")),
     )

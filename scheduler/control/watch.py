@@ -1,5 +1,5 @@
-"""kopf as a thin shell: raw watch events of pods, nodes, namespaces and our
-LatticeScheduler objects, handed to the scheduler as plain dicts.
+"""kopf as a thin shell: raw watch events of pods, nodes, namespaces, PodGroups and our
+LatticeScheduler and NodeTopology objects, handed to the scheduler as plain dicts.
 
 Only ``on.event`` handlers are used: they persist nothing onto the objects (no
 finalizers, no progress annotations), and kopf's k8s-event posting and peering
@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import kopf
 
+from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL
 
@@ -105,6 +106,14 @@ def build_registry(
             scheduler.topology_deleted(event["object"])
         else:
             scheduler.topology_upserted(event["object"])
+
+    @kopf.on.event(PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL, registry=registry)
+    async def _podgroup(*, event: kopf.RawEvent, **_: Any) -> None:
+        relisted("podgroups", event)
+        if event.get("type") == "DELETED":
+            scheduler.podgroup_deleted(event["object"])
+        else:
+            scheduler.podgroup_upserted(event["object"])
 
     @kopf.on.event(API_GROUP, API_VERSION, PLURAL, registry=registry)
     async def _settings(*, event: kopf.RawEvent, **_: Any) -> None:

@@ -33,6 +33,7 @@ from structlog.typing import EventDict, FilteringBoundLogger, Processor, Wrapped
 VOCABULARY: Final = frozenset(
     {
         "pod",  # namespace/name
+        "gang",  # namespace/name of a PodGroup
         "node",
         "plugin",
         "trace_id",  # 32 hex digits (W3C trace-id format), one per scheduling attempt

@@ -45,6 +45,17 @@ LOAD_REPORT_OUTCOMES: Final = (
     "unreadable",
 )
 LOAD_STATUSES: Final = ("fresh", "stale", "unknown")
+GANG_OUTCOMES: Final = (
+    "optimal",
+    "feasible",
+    "infeasible",
+    "timeout_greedy",
+    "timeout_rejected",
+    "greedy",
+    "greedy_rejected",
+)
+"""Values of ``outcome`` on gang attempts: the solver's verdicts (``SolveStatus``; the last
+two when ``spec.gang.solver`` is Greedy, which proves nothing when it fails)."""
 """Values of ``state`` on the cached-pods gauge (the cache lifecycle's counted states)."""
 
 
@@ -57,6 +68,7 @@ _CYCLE_BUCKETS: Final = _exponential(0.001, 2, 15)  # 1 ms .. 16 s
 _E2E_BUCKETS: Final = _exponential(0.01, 2, 20)  # 10 ms .. ~87 min
 _PLUGIN_BUCKETS: Final = _exponential(0.00001, 1.5, 20)  # 10 µs .. ~22 ms
 _BIND_BUCKETS: Final = _exponential(0.001, 2, 15)
+_SOLVE_BUCKETS: Final = _exponential(0.001, 2, 14)  # 1 ms .. 8 s
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +102,15 @@ class Metrics:
     load_nodes: Gauge
     """Cached nodes by load ``status`` (fresh, stale, unknown): stale nodes are scored by
     requests."""
+    gang_attempts: Counter
+    """Joint placements of a gang by ``outcome`` (:data:`GANG_OUTCOMES`)."""
+    gang_solve_duration: Histogram
+    """One gang's solve (greedy and CP-SAT), off the event loop."""
+    gangs_partial: Gauge
+    """Gangs with members bound but fewer than minMember placed (0 unless a binding failed
+    or the scheduler restarted mid-gang)."""
+    gang_admit_duration: Histogram
+    """From a gang's quorum to its last member's binding."""
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -181,7 +202,36 @@ class Metrics:
                 namespace=NAMESPACE,
                 registry=reg,
             ),
+            gang_attempts=Counter(
+                "gang_attempts",
+                "Joint placements of a gang by solver outcome.",
+                ["outcome"],
+                namespace=NAMESPACE,
+                registry=reg,
+            ),
+            gang_solve_duration=Histogram(
+                "gang_solve_duration_seconds",
+                "Duration of one gang's solve.",
+                namespace=NAMESPACE,
+                registry=reg,
+                buckets=_SOLVE_BUCKETS,
+            ),
+            gangs_partial=Gauge(
+                "gang_partial_gangs",
+                "Gangs with some but fewer than minMember members placed.",
+                namespace=NAMESPACE,
+                registry=reg,
+            ),
+            gang_admit_duration=Histogram(
+                "gang_admit_duration_seconds",
+                "Time from a gang's quorum to its last member's binding.",
+                namespace=NAMESPACE,
+                registry=reg,
+                buckets=_E2E_BUCKETS,
+            ),
         )
+        for outcome in GANG_OUTCOMES:
+            metrics.gang_attempts.labels(outcome=outcome)
         for result in AttemptResult:
             metrics.schedule_attempts.labels(result=result)
             metrics.scheduling_cycle_duration.labels(result=result)

@@ -33,6 +33,7 @@ def test_a_line_is_json_with_the_vocabulary() -> None:
     log.info(
         "pod_filtered",
         pod="ns/web-0",
+        gang="ns/train",
         node="n1",
         plugin="NodeResourcesFit",
         trace_id=new_trace_id(),

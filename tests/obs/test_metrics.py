@@ -11,11 +11,13 @@ from scheduler.control.lifecycle import PodState
 from scheduler.control.queue import QueueName
 from scheduler.obs.metrics import CACHE_POD_STATES, QUEUE_LABELS, AttemptResult, Metrics
 
-NAME = re.compile(r"^lattice_(scheduling|framework|queue|binding|graph|cache|load)_[a-z0-9_]+$")
+NAME = re.compile(
+    r"^lattice_(scheduling|framework|queue|binding|graph|cache|load|gang)_[a-z0-9_]+$"
+)
 UNIT_BY_TYPE = {
     "counter": ("_total",),
     "histogram": ("_seconds",),
-    "gauge": ("_pods", "_nodes"),
+    "gauge": ("_pods", "_nodes", "_gangs"),
 }
 
 
@@ -33,7 +35,7 @@ def _families(metrics: Metrics) -> dict[str, str]:
 
 def test_every_metric_follows_the_naming_convention() -> None:
     families = _families(Metrics.create())
-    assert len(families) == 12
+    assert len(families) == 16
     for name, kind in families.items():
         assert NAME.match(name), name
         assert name.endswith(UNIT_BY_TYPE[kind]), (name, kind)
@@ -53,6 +55,10 @@ def test_expected_names() -> None:
         "lattice_cache_size_pods",
         "lattice_load_reports_total",
         "lattice_load_nodes",
+        "lattice_gang_attempts_total",
+        "lattice_gang_solve_duration_seconds",
+        "lattice_gang_partial_gangs",
+        "lattice_gang_admit_duration_seconds",
     }
 
 

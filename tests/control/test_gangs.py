@@ -1,0 +1,268 @@
+"""Gangs in the scheduler process, without a server: a fake writer records what would be
+written. Quorum gates the gang's one queue entry; a commit assumes every member or none;
+a failed binding is re-placed or makes the gang partial and first in line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from scheduler.control.gangs import PARTIAL_BOOST, GangEntry, entry_key
+from scheduler.control.kubeio import BindOutcome, BindResult, KubeWriter, PodRef
+from scheduler.control.queue import QueueName, pod_key
+from scheduler.control.ratelimit import TokenBucket
+from scheduler.control.scheduler import Scheduler
+from scheduler.control.settings import parse_spec
+from scheduler.obs.metrics import Metrics
+from tests.builders import make_node, make_pod
+
+NOW = 1_800_000_000.0
+LABEL = "scheduling.x-k8s.io/pod-group"
+
+
+class FakeWriter:
+    """What KubeWriter would send, recorded; bindings of names in ``fail`` fail once."""
+
+    def __init__(self) -> None:
+        self.limiter = TokenBucket(1000.0, 1000)
+        self.binds: list[tuple[str, str]] = []
+        self.events: list[tuple[str, str, str, str]] = []
+        self.statuses: list[tuple[str, Mapping[str, Any]]] = []
+        self.fail: set[str] = set()
+        self.on_fail: Callable[[str], None] = lambda node: None
+        """Called with the node of a failed binding (a test deletes it: node gone)."""
+
+    async def bind(
+        self, pod: PodRef, node: str, annotations: dict[str, str] | None = None
+    ) -> BindOutcome:
+        if pod.name in self.fail:
+            self.fail.discard(pod.name)
+            self.on_fail(node)
+            return BindOutcome(BindResult.ERROR, "500: injected")
+        self.binds.append((pod.name, node))
+        return BindOutcome(BindResult.BOUND, node=node)
+
+    async def event(
+        self,
+        pod: PodRef,
+        *,
+        reason: str,
+        message: str,
+        warning: bool = False,
+        action: str = "Scheduling",
+        trace_id: str | None = None,
+        kind: str = "Pod",
+        api_version: str = "v1",
+    ) -> None:
+        self.events.append((kind, pod.name, reason, message))
+
+    async def mark_unschedulable(self, pod: PodRef, message: str) -> None:
+        return None
+
+    async def podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        self.statuses.append((name, status))
+
+
+def node_gone(sched: Scheduler) -> Callable[[str], None]:
+    return lambda node: sched.node_deleted({"metadata": {"name": node}})
+
+
+def scheduler(nodes: int = 3, cpu: str = "4") -> tuple[Scheduler, FakeWriter]:
+    writer = FakeWriter()
+    sched = Scheduler(
+        parse_spec({}, "lattice"),
+        writer=cast(KubeWriter, writer),
+        metrics=Metrics.create(),
+        wall_clock=lambda: NOW,
+    )
+    for i in range(nodes):
+        sched.node_upserted(make_node(f"n{i}", cpu=cpu, memory="16Gi").obj())
+    return sched, writer
+
+
+def podgroup(name: str, min_member: int, **annotations: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"pg-{name}",
+            "annotations": dict(annotations),
+        },
+        "spec": {"minMember": min_member},
+    }
+
+
+def member(name: str, group: str, cpu: str = "1") -> dict[str, Any]:
+    body = make_pod(name, cpu).label(LABEL, group).obj()
+    body["spec"]["schedulerName"] = "lattice"
+    return body
+
+
+async def run_one(sched: Scheduler) -> None:
+    """Pop one entry, run its cycle, and let its solve, commit and bindings finish."""
+    info = sched.queue.try_pop()
+    assert info is not None
+    if isinstance(info.pod, GangEntry):
+        sched.schedule_gang(info)
+    else:
+        sched.schedule_one(info)
+    await sched.drain(30)
+    await sched.drain(30)  # bindings spawned by a commit
+
+
+async def test_quorum_gates_the_one_entry_and_members_never_queue_alone() -> None:
+    sched, writer = scheduler()
+    sched.podgroup_upserted(podgroup("g", 3))
+    sched.pod_upserted(member("a", "g"))
+    sched.pod_upserted(member("b", "g"))
+    key = entry_key("default/g")
+    assert sched.queue.where(key) is QueueName.GATED
+    assert sched.queue.where(pod_key("default", "a")) is None
+    await sched.drain(5)
+    waiting = [e for e in writer.events if e[2] == "FailedScheduling"]
+    assert {e[1] for e in waiting} == {"a", "b"}
+    assert "waiting for quorum" in waiting[0][3]
+    sched.pod_upserted(member("c", "g"))
+    assert sched.queue.where(key) is QueueName.ACTIVE
+    await run_one(sched)
+    assert sorted(n for n, _ in writer.binds) == ["a", "b", "c"]
+    assert sched.queue.where(key) is None
+    assert sched.metrics.gang_attempts.labels(outcome="optimal")._value.get() == 1
+
+
+async def test_missing_podgroup_waits_with_a_clear_event() -> None:
+    sched, writer = scheduler()
+    sched.pod_upserted(member("a", "nope"))
+    assert sched.queue.where(entry_key("default/nope")) is QueueName.GATED
+    await sched.drain(5)
+    assert any("waiting for PodGroup default/nope" in e[3] for e in writer.events)
+    sched.podgroup_upserted(podgroup("nope", 1))
+    assert sched.queue.where(entry_key("default/nope")) is QueueName.ACTIVE
+
+
+async def test_a_gang_that_does_not_fit_binds_nothing_and_waits_as_one() -> None:
+    sched, writer = scheduler(nodes=2)
+    sched.podgroup_upserted(podgroup("g", 3))
+    for name in "abc":
+        sched.pod_upserted(member(name, "g", cpu="3"))
+    await run_one(sched)
+    assert writer.binds == []
+    assert sched.queue.where(entry_key("default/g")) is QueueName.UNSCHEDULABLE
+    failed = [e for e in writer.events if e[2] == "FailedScheduling" and "quorum" not in e[3]]
+    assert {e[1] for e in failed} == {"a", "b", "c"}
+    assert all(e[3].startswith("gang default/g: ") for e in failed)
+    assert sched.cache.snapshot.pod_counts.sum() == 0, "nothing reserved for a rejected gang"
+    sched.node_upserted(make_node("n9", cpu="4", memory="16Gi").obj())
+    assert sched.queue.where(entry_key("default/g")) in (QueueName.ACTIVE, QueueName.BACKOFF)
+
+
+async def test_members_beyond_min_member_are_placed_one_by_one_after_admission() -> None:
+    sched, writer = scheduler()
+    sched.podgroup_upserted(podgroup("g", 2))
+    for name in "ab":
+        sched.pod_upserted(member(name, "g"))
+    await run_one(sched)
+    assert len(writer.binds) >= 2
+    sched.pod_upserted(member("late", "g"))
+    assert sched.queue.where(pod_key("default", "late")) is QueueName.ACTIVE
+    await run_one(sched)
+    assert "late" in {n for n, _ in writer.binds}
+
+
+async def test_a_failed_binding_is_replaced_elsewhere() -> None:
+    sched, writer = scheduler(nodes=3, cpu="4")
+    sched.podgroup_upserted(podgroup("g", 2))
+    for name in "ab":
+        sched.pod_upserted(member(name, "g", cpu="3"))
+    writer.fail.add("a")
+    lost: list[str] = []
+
+    def lose(node: str) -> None:
+        lost.append(node)
+        node_gone(sched)(node)
+
+    writer.on_fail = lose
+    await run_one(sched)
+    await sched.drain(10)
+    assert sorted(n for n, _ in writer.binds) == ["a", "b"]
+    assert len({node for _, node in writer.binds}) == 2
+    assert lost[0] not in {node for _, node in writer.binds}
+    assert sched.gangs.partial_count() == 0
+
+
+async def test_a_member_that_cannot_be_replaced_makes_the_gang_partial_and_first() -> None:
+    sched, writer = scheduler(nodes=2, cpu="4")
+    sched.podgroup_upserted(podgroup("g", 2))
+    for name in "ab":
+        sched.pod_upserted(member(name, "g", cpu="3"))
+    writer.fail.add("a")
+    writer.on_fail = node_gone(sched)
+    await run_one(sched)
+    await sched.drain(10)
+    assert [n for n, _ in writer.binds] == ["b"]
+    gang = sched.gangs.get("default/g")
+    assert gang is not None
+    assert gang.partial
+    queued = sched.queue.get(entry_key("default/g"))
+    assert queued is not None
+    assert queued.pod.priority >= PARTIAL_BOOST
+    assert any(e[0] == "PodGroup" and e[2] == "GangPartial" for e in writer.events)
+    sched.tick()
+    assert sched.metrics.gangs_partial._value.get() == 1
+
+
+async def test_status_is_written_on_change_only() -> None:
+    sched, writer = scheduler()
+    sched.podgroup_upserted(podgroup("g", 2))
+    for name in "ab":
+        sched.pod_upserted(member(name, "g"))
+    await run_one(sched)
+    await sched.write_gang_statuses()
+    assert writer.statuses
+    name, status = writer.statuses[-1]
+    assert name == "g"
+    assert status["phase"] == "Scheduled"
+    assert status["scheduled"] == 2
+    assert status.get("scheduleStartTime")
+    count = len(writer.statuses)
+    sched.gangs_dirty.add("default/g")
+    await sched.write_gang_statuses()
+    assert len(writer.statuses) == count
+
+
+async def test_an_invalid_podgroup_is_reported_and_crashes_nothing() -> None:
+    sched, writer = scheduler()
+    bad = podgroup("g", 2)
+    bad["spec"]["minMember"] = "two"
+    sched.podgroup_upserted(bad)
+    sched.pod_upserted(member("a", "g"))
+    assert sched.queue.where(entry_key("default/g")) is QueueName.GATED
+    await sched.drain(5)
+    assert any("PodGroup is invalid" in e[3] for e in writer.events)
+
+
+async def test_restart_counts_bound_members_so_the_rest_is_completed() -> None:
+    sched, writer = scheduler()
+    sched.podgroup_upserted(podgroup("g", 3))
+    bound = member("a", "g")
+    bound["spec"]["nodeName"] = "n0"
+    bound["metadata"]["resourceVersion"] = "5"
+    sched.cache.observe_bound_pod(bound)  # as the start-up list fills the cache
+    sched.note_bound_gang_members([bound])
+    for name in "bc":
+        sched.pod_upserted(member(name, "g"))
+    gang = sched.gangs.get("default/g")
+    assert gang is not None
+    assert gang.need == 2
+    assert gang.partial
+    await run_one(sched)
+    assert sorted(n for n, _ in writer.binds) == ["b", "c"]
+
+
+def test_every_solver_outcome_has_a_precreated_metric_series() -> None:
+    from scheduler.obs.metrics import GANG_OUTCOMES
+    from scheduler.solver import SolveStatus
+
+    assert set(GANG_OUTCOMES) == {s.value for s in SolveStatus}
