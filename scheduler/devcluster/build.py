@@ -7,20 +7,27 @@ key names the versions and hashes the module files, so a warm run never
 rebuilds and a changed pin never reuses a stale binary. A build goes to a
 temporary folder and is renamed into place, under a file lock, so an
 interrupted or concurrent build never leaves a half-filled cache.
+
+helm (for the chart in ``charts/lattice``) is built the same way but on its own,
+by ``go install`` into ``~/.cache/lattice/bin/helm-<version>/``: a new helm pin
+builds helm alone and never the control plane.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +35,8 @@ KUBERNETES_VERSION = "v1.34.4"
 ETCD_VERSION = "v3.6.4"
 KWOK_VERSION = "v0.7.0"
 KWOK_MODULE = "sigs.k8s.io/kwok/cmd/kwok"
+HELM_VERSION = "v3.22.0"
+HELM_MODULE = "helm.sh/helm/v3"
 
 CONTROL_PLANE_BINARIES = (
     "kube-apiserver",
@@ -36,7 +45,10 @@ CONTROL_PLANE_BINARIES = (
     "etcd",
     "kubectl",
 )
-ALL_BINARIES = (*CONTROL_PLANE_BINARIES, "kwok")
+CACHED_BINARIES = (*CONTROL_PLANE_BINARIES, "kwok")
+"""What one control-plane cache folder holds."""
+ALL_BINARIES = (*CACHED_BINARIES, "helm")
+"""What a ``LATTICE_BIN_DIR`` folder must hold."""
 
 Progress = Callable[[str], None]
 
@@ -50,6 +62,8 @@ class Binaries:
     """Paths of the built binaries."""
 
     directory: Path
+    helm_directory: Path | None = None
+    """Where helm is, if not in ``directory`` (it has a cache folder of its own)."""
 
     def path(self, name: str) -> Path:
         return self.directory / name
@@ -77,6 +91,10 @@ class Binaries:
     @property
     def kwok(self) -> Path:
         return self.path("kwok")
+
+    @property
+    def helm(self) -> Path:
+        return (self.helm_directory or self.directory) / "helm"
 
 
 def cache_root() -> Path:
@@ -106,6 +124,11 @@ def cache_key(module: Path) -> str:
     digest.update(KWOK_VERSION.encode())
     versions = f"k8s-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}-kwok-{KWOK_VERSION}"
     return f"{versions}-{digest.hexdigest()[:10]}"
+
+
+def helm_dir() -> Path:
+    """helm's cache folder: keyed by its version alone."""
+    return cache_root() / "bin" / f"helm-{HELM_VERSION}"
 
 
 def _print(msg: str) -> None:
@@ -149,7 +172,8 @@ def _run_go(
 def ensure_binaries(progress: Progress = _print) -> Binaries:
     """Return built binaries, building them first if this version is not cached.
 
-    ``LATTICE_BIN_DIR`` points at a folder of prebuilt binaries and skips building.
+    ``LATTICE_BIN_DIR`` points at a folder of prebuilt binaries (helm included) and
+    skips building.
     """
     override = os.environ.get("LATTICE_BIN_DIR")
     if override:
@@ -161,19 +185,44 @@ def ensure_binaries(progress: Progress = _print) -> Binaries:
 
     module = module_dir()
     target = cache_root() / "bin" / cache_key(module)
-    bins = Binaries(target)
-    if all(bins.path(n).is_file() for n in ALL_BINARIES):
-        return bins
-
-    if shutil.which("go") is None:
-        raise BuildError("Go is needed once to build the control plane; `go` is not on PATH")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with (target.parent / ".build.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if all(bins.path(n).is_file() for n in ALL_BINARIES):
-            return bins  # another process built it while we waited
-        _build(module, target, progress)
+    bins = Binaries(target, helm_directory=helm_dir())
+    if not all(bins.path(n).is_file() for n in CACHED_BINARIES):
+        with _build_lock(target.parent):
+            if not all(bins.path(n).is_file() for n in CACHED_BINARIES):
+                _build(module, target, progress)  # else another process built it meanwhile
+    ensure_helm(progress)
     return bins
+
+
+def ensure_helm(progress: Progress = _print) -> Path:
+    """Return the path of helm, building it first if this version is not cached."""
+    override = os.environ.get("LATTICE_BIN_DIR")
+    if override:
+        path = Path(override) / "helm"
+        if not path.is_file():
+            raise BuildError(f"LATTICE_BIN_DIR={override} lacks helm")
+        return path
+    target = helm_dir()
+    path = target / "helm"
+    if path.is_file():
+        return path
+    with _build_lock(target.parent):
+        if not path.is_file():
+            _build_helm(target, progress)
+    return path
+
+
+@contextlib.contextmanager
+def _build_lock(bin_root: Path) -> Iterator[None]:
+    """One build at a time per cache (two Go builds on 2 cores only slow each other)."""
+    if shutil.which("go") is None:
+        raise BuildError(
+            "Go is needed once to build the control plane and helm; `go` is not on PATH"
+        )
+    bin_root.mkdir(parents=True, exist_ok=True)
+    with (bin_root / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _build(module: Path, target: Path, progress: Progress) -> None:
@@ -232,3 +281,64 @@ def _build(module: Path, target: Path, progress: Progress) -> None:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     progress(f"control plane built in {int(time.monotonic() - started)}s")
+
+
+def _helm_kube_minor(env: dict[str, str], log: Path) -> str:
+    """The Kubernetes minor helm's own Makefile stamps in: that of the client-go it builds
+    with. It is the version `helm template` and `helm lint` assume without a cluster."""
+    args = ["go", "mod", "download", "-json", f"{HELM_MODULE}@{HELM_VERSION}"]
+    out = subprocess.run(
+        args, cwd=tempfile.gettempdir(), env=env, capture_output=True, text=True, check=False
+    )
+    with log.open("a") as f:
+        f.write(f"$ {' '.join(args)}\n{out.stdout}{out.stderr}")
+    if out.returncode != 0:
+        raise BuildError(f"downloading {HELM_MODULE}@{HELM_VERSION} failed; log: {log}")
+    go_mod_path = json.loads(out.stdout)["GoMod"]
+    found = re.search(
+        r"^\s*k8s\.io/client-go v0\.(\d+)\.", Path(go_mod_path).read_text(), re.MULTILINE
+    )
+    if found is None:
+        raise BuildError(f"no k8s.io/client-go requirement in {go_mod_path}")
+    return found.group(1)
+
+
+def _build_helm(target: Path, progress: Progress) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="build-helm-", dir=target.parent))
+    log = target.parent / f"{target.name}.build.log"
+    log.write_text("")
+    env = {**os.environ, "GOFLAGS": "-trimpath", "CGO_ENABLED": "0", "GOBIN": str(tmp)}
+    env.setdefault("GOPROXY", "https://proxy.golang.org,direct")
+    progress(
+        f"building helm {HELM_VERSION} once into {target}; takes 2-6 minutes on 2 cores, log: {log}"
+    )
+    started = time.monotonic()
+    try:
+        minor = _helm_kube_minor(env, log)
+        pkg = HELM_MODULE
+        stamp = " ".join(
+            [
+                "-s -w",
+                f"-X {pkg}/internal/version.version={HELM_VERSION}",
+                f"-X {pkg}/internal/version.gitTreeState=clean",
+                f"-X {pkg}/pkg/lint/rules.k8sVersionMajor=1",
+                f"-X {pkg}/pkg/lint/rules.k8sVersionMinor={minor}",
+                f"-X {pkg}/pkg/chartutil.k8sVersionMajor=1",
+                f"-X {pkg}/pkg/chartutil.k8sVersionMinor={minor}",
+            ]
+        )
+        _run_go(
+            ["go", "install", "-v", "-ldflags", stamp, f"{HELM_MODULE}/cmd/helm@{HELM_VERSION}"],
+            tmp,
+            env,
+            log,
+            "helm",
+            progress,
+        )
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    progress(f"helm built in {int(time.monotonic() - started)}s")

@@ -186,7 +186,9 @@ def test_rbac_is_least_privilege(plane: Plane) -> None:
     assert can("patch", "pods", "--subresource=status")
     assert can("watch", "pods")
     assert can("create", "events")
-    assert can("update", "leases", "-n", LEASE_NS)
+    # Its own Lease only, by name (create cannot be limited by name).
+    assert can("update", "leases/lattice-scheduler", "-n", LEASE_NS)
+    assert not can("update", "leases/someone-else", "-n", LEASE_NS)
     assert can("patch", "latticeschedulers.lattice.dev", "--subresource=status")
     for verb, resource in [
         ("get", "secrets"),
@@ -379,8 +381,6 @@ async def test_standby_takes_over_within_the_lease(
         "4",
         "--retry-period",
         "1",
-        "--lease-name",
-        "lattice-ha",
     )
     a = plane.lattice(*fast, identity="ha-a").start()
     b = plane.lattice(*fast, identity="ha-b").start()
@@ -389,7 +389,7 @@ async def test_standby_takes_over_within_the_lease(
 
         async def holder() -> str | None:
             try:
-                lease = await coord.read_namespaced_lease("lattice-ha", LEASE_NS)
+                lease = await coord.read_namespaced_lease("lattice-scheduler", LEASE_NS)
             except client.ApiException:
                 return None
             return lease.spec.holder_identity or None
@@ -398,7 +398,7 @@ async def test_standby_takes_over_within_the_lease(
         await create_pods(api, ns, [pod(f"ha-{i}") for i in range(100)])
         await wait_bound(api, ns, 100, within=120)
         victim, survivor = (a, b) if leader == "ha-a" else (b, a)
-        before = await coord.read_namespaced_lease("lattice-ha", LEASE_NS)
+        before = await coord.read_namespaced_lease("lattice-scheduler", LEASE_NS)
         victim.signal(signal.SIGKILL)
         victim.wait(10)
         killed_at = time.monotonic()
@@ -408,7 +408,7 @@ async def test_standby_takes_over_within_the_lease(
 
         await poll(taken_over, within=30, interval=0.2)
         takeover = time.monotonic() - killed_at
-        after = await coord.read_namespaced_lease("lattice-ha", LEASE_NS)
+        after = await coord.read_namespaced_lease("lattice-scheduler", LEASE_NS)
         # The lease is valid for its duration after the last renewal; the standby
         # checks every retry period and notices a renewal up to one period late.
         gap = (after.spec.acquire_time - before.spec.renew_time).total_seconds()
