@@ -39,3 +39,11 @@ bench-load *ARGS:
 # The pure core's cycle time at 1000 and 5000 nodes against a per-node Python loop.
 bench-core:
     python -m scheduler.core.bench
+
+# Gangs on 64 gpu-8x kwok nodes under churn: Lattice CP-SAT, greedy-only, kube-scheduler (~8 min).
+bench-gang *ARGS:
+    python -m scheduler.benchmarks.gangs {{ARGS}}
+
+# Render manifests/ from charts/lattice (default values) and copy crds/ into the chart.
+manifests:
+    python -m tests.charts.render --write
