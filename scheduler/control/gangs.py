@@ -142,7 +142,9 @@ class Gang:
 
     @property
     def partial(self) -> bool:
-        return bool(self.placed) and self.need > 0
+        """Some members placed, fewer than minMember, and others waiting to join them. A
+        gang whose members are finishing (or being deleted) with nobody pending is not."""
+        return bool(self.placed) and bool(self.pending) and self.need > 0
 
     def entry(self) -> GangEntry:
         priority = max((int(getattr(p, "priority", 0)) for p in self.pending.values()), default=0)

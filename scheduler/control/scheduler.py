@@ -433,6 +433,9 @@ class Scheduler:
         self._sync_gang(gkey)
 
     def _gang_member_bound(self, gkey: str, key: PodKey, body: Body) -> None:
+        if (body.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            self._gang_member_gone(gkey, key)  # finished: it holds nothing any more
+            return
         gang = self.gangs.obtain(gkey)
         changed = gang.pending.pop(key, None) is not None or key not in gang.placed
         gang.placed.add(key)

@@ -266,3 +266,20 @@ def test_every_solver_outcome_has_a_precreated_metric_series() -> None:
     from scheduler.solver import SolveStatus
 
     assert set(GANG_OUTCOMES) == {s.value for s in SolveStatus}
+
+
+async def test_a_finishing_gang_with_nobody_waiting_is_not_partial() -> None:
+    sched, _ = scheduler()
+    sched.podgroup_upserted(podgroup("g", 2))
+    for name in "ab":
+        sched.pod_upserted(member(name, "g"))
+    await run_one(sched)
+    done = member("a", "g")
+    done["spec"]["nodeName"] = "n0"
+    done["status"] = {"phase": "Succeeded"}
+    sched.pod_upserted(done)
+    gang = sched.gangs.get("default/g")
+    assert gang is not None
+    assert gang.need == 1
+    assert not gang.partial
+    assert sched.queue.get(entry_key("default/g")) is None
