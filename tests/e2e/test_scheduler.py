@@ -410,13 +410,15 @@ async def test_standby_takes_over_within_the_lease(
         takeover = time.monotonic() - killed_at
         after = await coord.read_namespaced_lease("lattice-scheduler", LEASE_NS)
         # The lease is valid for its duration after the last renewal; the standby
-        # checks every retry period and notices a renewal up to one period late.
+        # checks every retry period and notices a renewal up to one period late. The
+        # victim may renew once more after `before` was read, and on two shared cores a
+        # loaded Python process lags by up to a second: hence one more period and 1 s.
         gap = (after.spec.acquire_time - before.spec.renew_time).total_seconds()
         report_line(
             f"leader failover: standby acquired {gap:.1f}s after the last renewal "
             f"({takeover:.1f}s after SIGKILL), lease 6s, retry 1s"
         )
-        assert gap <= 6 + 2 * 1 + 0.5, f"standby took {gap:.1f}s after the last renewal"
+        assert gap <= 6 + 3 * 1 + 1.0, f"standby took {gap:.1f}s after the last renewal"
         await create_pods(api, ns, [pod(f"ha2-{i}") for i in range(100)])
         await wait_bound(api, ns, 200, within=120)
         events = await scheduled_events(api, ns)
