@@ -18,11 +18,12 @@ down:
 test: lint
     python -m pytest -q
 
-# ruff and mypy, as CI runs them.
+# ruff, mypy and the import layers, as CI runs them.
 lint:
     ruff check .
     ruff format --check .
     mypy
+    lint-imports --no-cache --no-logo
 
 # Build the control-plane binaries into the cache (done on first use anyway).
 build:

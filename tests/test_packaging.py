@@ -47,6 +47,7 @@ TOOLS: Final = {
     "pytest-timeout": "the `timeout` option in [tool.pytest.ini_options]",
     "ruff": "`just lint`",
     "mypy": "`just lint`",
+    "import-linter": "`just lint` (lint-imports)",
     "types-PyYAML": "mypy's stubs for yaml",
     "rust-just": "the `just` command itself",
 }

@@ -1185,7 +1185,7 @@ class GangBench:
                 await asyncio.shield(self._delete_pod(ns, rec, t0))
 
     async def _watch_gauge(self, port: int, seen: list[float], stop: asyncio.Event) -> None:
-        """Samples ``lattice_gang_partial_gangs`` every 2 s: a partial gang may heal before the end."""
+        """Samples ``lattice_gang_partial_gangs`` every 2 s: a partial gang may heal later."""
         while not stop.is_set():
             with contextlib.suppress(OSError):
                 text = await asyncio.to_thread(_scrape, port)

@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client
 
+from scheduler.control.kubeconfig import StartupError, load_credentials
 from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL, GangSettings, parse_spec
 from scheduler.core.explain import Decision
@@ -38,7 +39,6 @@ from scheduler.core.profile import DEFAULT_PROFILE, Profile
 from scheduler.core.schedule import Framework, framework_for, schedule
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
-from scheduler.devcluster.kube import api_client
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.gang import POD_GROUP_LABEL, GangSpec
 from scheduler.model.names import CPU, MEMORY
@@ -50,7 +50,11 @@ from scheduler.solver import GangPlan, SolveStatus, build_problem, solve
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="default: the in-cluster service account, else $KUBECONFIG or ~/.kube/config",
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("pod", nargs="?", help="NAMESPACE/POD of a pod in the cluster")
     source.add_argument("-f", "--filename", type=Path, help="a pod manifest (YAML or JSON)")
@@ -87,7 +91,7 @@ class Explained:
 def run(args: argparse.Namespace) -> int:
     try:
         explained = asyncio.run(_explain(args))
-    except (InvalidObjectError, ValueError, FileNotFoundError) as exc:
+    except (InvalidObjectError, ValueError, FileNotFoundError, StartupError) as exc:
         print(f"lattice explain: {exc}", file=sys.stderr)
         return 2
     except client.ApiException as exc:
@@ -122,7 +126,8 @@ async def _list(call: Any) -> list[dict[str, Any]]:
 
 
 async def _explain(args: argparse.Namespace) -> Explained:
-    async with api_client(args.kubeconfig) as api:
+    creds = await load_credentials(args.kubeconfig)
+    async with client.ApiClient(configuration=creds.configuration) as api:
         core = client.CoreV1Api(api)
         gang_ref: tuple[str, str] | None = None
         body: dict[str, Any] = {}

@@ -16,10 +16,9 @@ from typing import Any
 from scheduler.core.snapshot import Snapshot
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.node import Namespace, Node
-from scheduler.model.pod import Pod
+from scheduler.model.pod import TERMINAL_PHASES, Pod
 from scheduler.model.topology import parse_time
 
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 Body = Mapping[str, Any]
 
 

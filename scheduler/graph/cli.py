@@ -16,15 +16,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, config
 
-from scheduler.core.from_api import TERMINAL_PHASES
-from scheduler.devcluster.kube import api_client
 from scheduler.graph.affinity import AffinityGraph
 from scheduler.graph.dot import DEFAULT_FANOUT, View, namespace_view, pod_view, to_dot
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.node import Namespace, Node
-from scheduler.model.pod import Pod
+from scheduler.model.pod import TERMINAL_PHASES, Pod
 
 Body = Mapping[str, Any]
 
@@ -69,7 +67,7 @@ async def _list(call: Any) -> list[dict[str, Any]]:
 async def _export(args: argparse.Namespace) -> tuple[str, list[str]]:
     if args.depth < 0 or args.max_fanout < 1:
         raise ValueError("--depth must be >= 0 and --max-fanout >= 1")
-    async with api_client(args.kubeconfig) as api:
+    async with await config.new_client_from_config(config_file=str(args.kubeconfig)) as api:
         core = client.CoreV1Api(api)
         nodes, pods, namespaces = await asyncio.gather(
             _list(core.list_node),

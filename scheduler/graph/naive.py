@@ -23,6 +23,13 @@ from scheduler.core.framework import (
 from scheduler.core.oracle import inter_pod_affinity as ipa
 from scheduler.core.oracle import pod_topology_spread as pts
 from scheduler.core.plugins._normalize import scatter
+from scheduler.core.plugins.inter_pod_affinity import (
+    REASON_AFFINITY,
+    REASON_ANTI_AFFINITY,
+    REASON_EXISTING_ANTI_AFFINITY,
+    RequiredState,
+)
+from scheduler.core.plugins.pod_topology_spread import REASON, REASON_MISSING_LABEL
 from scheduler.core.profile import (
     INTER_POD_AFFINITY,
     POD_TOPOLOGY_SPREAD,
@@ -34,9 +41,9 @@ from scheduler.core.snapshot import BoolArray, IntArray
 from scheduler.model.pod import UnsatisfiableAction
 
 _IPA_CODES: Final = {
-    ipa.AFFINITY_RULES_NOT_MATCH: Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
-    ipa.ANTI_AFFINITY_RULES_NOT_MATCH: Code.UNSCHEDULABLE,
-    ipa.EXISTING_ANTI_AFFINITY_NOT_MATCH: Code.UNSCHEDULABLE,
+    REASON_AFFINITY: Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+    REASON_ANTI_AFFINITY: Code.UNSCHEDULABLE,
+    REASON_EXISTING_ANTI_AFFINITY: Code.UNSCHEDULABLE,
 }
 
 
@@ -61,7 +68,7 @@ class NaiveInterPodAffinity:
         return PREFILTER_SUCCESS
 
     def filter(self, cycle: Cycle, candidates: BoolArray) -> FilterResult | None:
-        state: ipa.RequiredState = cycle.state[self.name]
+        state: RequiredState = cycle.state[self.name]
         n = cycle.num_nodes
         masks = {reason: np.zeros(n, dtype=np.bool_) for reason in _IPA_CODES}
         for i in np.flatnonzero(candidates).tolist():
@@ -132,8 +139,8 @@ class NaivePodTopologySpread:
         reasons = tuple(
             (reason, mask)
             for reason, mask in (
-                (pts.NODE_LABEL_NOT_MATCH, missing),
-                (pts.CONSTRAINTS_NOT_MATCH, skewed),
+                (REASON_MISSING_LABEL, missing),
+                (REASON, skewed),
             )
             if mask.any()
         )

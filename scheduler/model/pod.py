@@ -53,6 +53,9 @@ from scheduler.model.selectors import (
 DEFAULT_SCHEDULER_NAME: Final = "default-scheduler"
 DEFAULT_BIND_ALL_HOST_IP: Final = "0.0.0.0"
 UNSCHEDULABLE_TAINT_KEY: Final = "node.kubernetes.io/unschedulable"
+TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+"""``status.phase`` values of a finished pod: it holds no node capacity and takes no part in
+affinity or spread."""
 
 
 class UnsatisfiableAction(StrEnum):

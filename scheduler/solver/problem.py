@@ -47,9 +47,8 @@ import numpy as np
 
 from scheduler.core.framework import Cycle
 from scheduler.core.load import LoadView
-from scheduler.core.oracle.inter_pod_affinity import incoming_term_matches
 from scheduler.core.plugins import pod_topology_spread as spread_plugin
-from scheduler.core.plugins.inter_pod_affinity import required_state
+from scheduler.core.plugins.inter_pod_affinity import incoming_term_matches, required_state
 from scheduler.core.plugins.node_ports import conflicts
 from scheduler.core.plugins.topology import Placement, Topology
 from scheduler.core.profile import GpuAlignment

@@ -23,28 +23,22 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Final
 
+# The reasons, the PreFilter state and the incoming-term rule are the plugin's (the runtime
+# never imports this reference); the loops below are the reference.
+from scheduler.core.plugins.inter_pod_affinity import (
+    REASON_AFFINITY,
+    REASON_ANTI_AFFINITY,
+    REASON_EXISTING_ANTI_AFFINITY,
+    RequiredState,
+    TopologyPair,
+    incoming_term_matches,
+)
 from scheduler.core.snapshot import Snapshot
 from scheduler.model.pod import Pod, PodAffinityTerm, WeightedPodAffinityTerm
 
-AFFINITY_RULES_NOT_MATCH: Final = "node(s) didn't match pod affinity rules"
-ANTI_AFFINITY_RULES_NOT_MATCH: Final = "node(s) didn't match pod anti-affinity rules"
-EXISTING_ANTI_AFFINITY_NOT_MATCH: Final = "node(s) didn't satisfy existing pods anti-affinity rules"
-
-TopologyPair = tuple[str, str]
 _NO_LABELS: Final[Mapping[str, str]] = {}
-
-
-def incoming_term_matches(term: PodAffinityTerm, pod: Pod, snapshot: Snapshot) -> bool:
-    """Whether a term of the incoming pod selects ``pod`` (an existing pod, or itself)."""
-    selector = term.namespace_selector
-    namespace_ok = pod.namespace in term.namespaces or selector.matches(_NO_LABELS)
-    if not namespace_ok and not selector.selects_nothing:
-        labels = snapshot.namespace_labels(pod.namespace)
-        namespace_ok = labels is not None and selector.matches(labels)
-    return namespace_ok and term.selector.matches(pod.labels)
 
 
 def existing_term_matches(
@@ -60,22 +54,6 @@ def existing_term_matches(
 
 def _namespace_labels(snapshot: Snapshot, namespace: str) -> Mapping[str, str]:
     return snapshot.namespace_labels(namespace) or _NO_LABELS
-
-
-@dataclass(frozen=True, slots=True)
-class RequiredState:
-    """PreFilter state: match counts per topology pair (kube's topologyToMatchedTermCount)."""
-
-    affinity_counts: Counter[TopologyPair]
-    anti_affinity_counts: Counter[TopologyPair]
-    existing_anti_affinity_counts: Counter[TopologyPair]
-    pod_matches_own_affinity: bool
-    has_terms: bool
-
-    @property
-    def has_work(self) -> bool:
-        """False when kube-scheduler's PreFilter would return Skip."""
-        return bool(self.existing_anti_affinity_counts) or self.has_terms
 
 
 def required_state(snapshot: Snapshot, pod: Pod) -> RequiredState:
@@ -118,16 +96,16 @@ def required_state(snapshot: Snapshot, pod: Pod) -> RequiredState:
 def filter_node(state: RequiredState, pod: Pod, node_labels: Mapping[str, str]) -> str | None:
     """The rejection reason for one node, or None when the node passes (kube's order)."""
     if not _satisfies_affinity(state, pod, node_labels):
-        return AFFINITY_RULES_NOT_MATCH
+        return REASON_AFFINITY
     if state.anti_affinity_counts:
         for term in pod.required_anti_affinity:
             value = node_labels.get(term.topology_key)
             if value is not None and state.anti_affinity_counts[(term.topology_key, value)] > 0:
-                return ANTI_AFFINITY_RULES_NOT_MATCH
+                return REASON_ANTI_AFFINITY
     if state.existing_anti_affinity_counts:
         for pair in node_labels.items():
             if state.existing_anti_affinity_counts[pair] > 0:
-                return EXISTING_ANTI_AFFINITY_NOT_MATCH
+                return REASON_EXISTING_ANTI_AFFINITY
     return None
 
 

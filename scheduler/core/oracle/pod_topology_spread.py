@@ -27,6 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+# The reasons and the constraint selection are the plugin's (the runtime never imports this
+# reference); the loops below are the reference.
+from scheduler.core.plugins.pod_topology_spread import REASON, REASON_MISSING_LABEL, constraints
 from scheduler.core.snapshot import Snapshot
 from scheduler.model.names import LABEL_HOSTNAME
 from scheduler.model.pod import (
@@ -36,13 +39,7 @@ from scheduler.model.pod import (
     UnsatisfiableAction,
 )
 
-CONSTRAINTS_NOT_MATCH: Final = "node(s) didn't match pod topology spread constraints"
-NODE_LABEL_NOT_MATCH: Final = CONSTRAINTS_NOT_MATCH + " (missing required label)"
 _MAX_INT32: Final = 2**31 - 1
-
-
-def constraints(pod: Pod, action: UnsatisfiableAction) -> tuple[TopologySpreadConstraint, ...]:
-    return tuple(c for c in pod.spread_constraints if c.when_unsatisfiable is action)
 
 
 def count_matching(
@@ -106,11 +103,11 @@ def filter_node(
     for i, c in enumerate(state.constraints):
         value = node_labels.get(c.topology_key)
         if value is None:
-            return NODE_LABEL_NOT_MATCH, True
+            return REASON_MISSING_LABEL, True
         self_match = 1 if c.selector.matches(pod.labels) else 0
         skew = state.counts[i].get(value, 0) + self_match - state.min_count(i)
         if skew > c.max_skew:
-            return CONSTRAINTS_NOT_MATCH, False
+            return REASON, False
     return None
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -33,7 +34,6 @@ from scheduler.core.framework import (
     FilterResult,
     PreFilterResult,
 )
-from scheduler.core.oracle import inter_pod_affinity as oracle
 from scheduler.core.profile import INTER_POD_AFFINITY, InterPodAffinityArgs, Profile
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.graph.affinity import (
@@ -44,12 +44,12 @@ from scheduler.graph.affinity import (
     AffinityGraph,
 )
 from scheduler.graph.terms import TermKey
-from scheduler.model.pod import Pod
+from scheduler.model.pod import Pod, PodAffinityTerm
 
 NAME: Final = INTER_POD_AFFINITY
-REASON_AFFINITY: Final = oracle.AFFINITY_RULES_NOT_MATCH
-REASON_ANTI_AFFINITY: Final = oracle.ANTI_AFFINITY_RULES_NOT_MATCH
-REASON_EXISTING_ANTI_AFFINITY: Final = oracle.EXISTING_ANTI_AFFINITY_NOT_MATCH
+REASON_AFFINITY: Final = "node(s) didn't match pod affinity rules"
+REASON_ANTI_AFFINITY: Final = "node(s) didn't match pod anti-affinity rules"
+REASON_EXISTING_ANTI_AFFINITY: Final = "node(s) didn't satisfy existing pods anti-affinity rules"
 _CODES: Final = {
     REASON_AFFINITY: Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
     REASON_ANTI_AFFINITY: Code.UNSCHEDULABLE,
@@ -59,10 +59,41 @@ _EXISTING_ANTI: Final = frozenset({REQUIRED_ANTI_AFFINITY})
 _PREFERRED: Final = frozenset({PREFERRED_AFFINITY, PREFERRED_ANTI_AFFINITY})
 _PREFERRED_AND_HARD: Final = _PREFERRED | {REQUIRED_AFFINITY}
 
-TopologyPair = oracle.TopologyPair
+TopologyPair = tuple[str, str]
+_NO_LABELS: Final[Mapping[str, str]] = {}
 
 
-def required_state(graph: AffinityGraph, pod: Pod) -> oracle.RequiredState:
+@dataclass(frozen=True, slots=True)
+class RequiredState:
+    """PreFilter state: match counts per topology pair (kube's topologyToMatchedTermCount)."""
+
+    affinity_counts: Counter[TopologyPair]
+    anti_affinity_counts: Counter[TopologyPair]
+    existing_anti_affinity_counts: Counter[TopologyPair]
+    pod_matches_own_affinity: bool
+    has_terms: bool
+
+    @property
+    def has_work(self) -> bool:
+        """False when kube-scheduler's PreFilter would return Skip."""
+        return bool(self.existing_anti_affinity_counts) or self.has_terms
+
+
+def incoming_term_matches(term: PodAffinityTerm, pod: Pod, snapshot: Snapshot) -> bool:
+    """Whether a term of the incoming pod selects ``pod`` (an existing pod, or itself).
+
+    Pod by pod, as the oracle and the gang solver ask; the plugin itself reads the graph's
+    index of the same rule (:func:`scheduler.graph.terms.selects`).
+    """
+    selector = term.namespace_selector
+    namespace_ok = pod.namespace in term.namespaces or selector.matches(_NO_LABELS)
+    if not namespace_ok and not selector.selects_nothing:
+        labels = snapshot.namespace_labels(pod.namespace)
+        namespace_ok = labels is not None and selector.matches(labels)
+    return namespace_ok and term.selector.matches(pod.labels)
+
+
+def required_state(graph: AffinityGraph, pod: Pod) -> RequiredState:
     """kube's PreFilter state (``topologyToMatchedTermCount`` x3) from the graph's indexes."""
     affinity: Counter[TopologyPair] = Counter()
     anti: Counter[TopologyPair] = Counter()
@@ -87,7 +118,7 @@ def required_state(graph: AffinityGraph, pod: Pod) -> oracle.RequiredState:
             anti[(term.topology_key, value)] += count
     self_match = bool(affinity_terms) and all(graph.selects_pod(t, pod) for t in affinity_terms)
     has_terms = bool(pod.required_affinity or pod.required_anti_affinity)
-    return oracle.RequiredState(affinity, anti, existing, self_match, has_terms)
+    return RequiredState(affinity, anti, existing, self_match, has_terms)
 
 
 def topology_scores(
@@ -157,7 +188,7 @@ class InterPodAffinity:
         return PREFILTER_SUCCESS
 
     def filter(self, cycle: Cycle, candidates: BoolArray) -> FilterResult | None:
-        state: oracle.RequiredState = cycle.state[NAME]
+        state: RequiredState = cycle.state[NAME]
         pod, snapshot, n = cycle.pod, cycle.snapshot, cycle.num_nodes
         undecided = candidates.copy()
         masks: dict[str, BoolArray] = {}

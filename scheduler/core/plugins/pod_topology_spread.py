@@ -30,17 +30,26 @@ from scheduler.core.framework import (
     FilterResult,
     PreFilterResult,
 )
-from scheduler.core.oracle import pod_topology_spread as oracle
 from scheduler.core.profile import POD_TOPOLOGY_SPREAD, Profile
 from scheduler.core.snapshot import BoolArray, IntArray
 from scheduler.graph.terms import TermKey
 from scheduler.model.names import LABEL_HOSTNAME
-from scheduler.model.pod import InclusionPolicy, TopologySpreadConstraint, UnsatisfiableAction
+from scheduler.model.pod import (
+    InclusionPolicy,
+    Pod,
+    TopologySpreadConstraint,
+    UnsatisfiableAction,
+)
 
 NAME: Final = POD_TOPOLOGY_SPREAD
-REASON: Final = oracle.CONSTRAINTS_NOT_MATCH
-REASON_MISSING_LABEL: Final = oracle.NODE_LABEL_NOT_MATCH
+REASON: Final = "node(s) didn't match pod topology spread constraints"
+REASON_MISSING_LABEL: Final = REASON + " (missing required label)"
 _MAX_INT32: Final = 2**31 - 1
+
+
+def constraints(pod: Pod, action: UnsatisfiableAction) -> tuple[TopologySpreadConstraint, ...]:
+    """The pod's constraints with ``whenUnsatisfiable: action`` (Filter's or Score's)."""
+    return tuple(c for c in pod.spread_constraints if c.when_unsatisfiable is action)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +112,7 @@ class PodTopologySpread:
     name: Final = NAME
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
-        hard = oracle.constraints(cycle.pod, UnsatisfiableAction.DO_NOT_SCHEDULE)
+        hard = constraints(cycle.pod, UnsatisfiableAction.DO_NOT_SCHEDULE)
         if not hard:
             return PREFILTER_SKIP
         snapshot, n = cycle.snapshot, cycle.num_nodes
@@ -160,7 +169,7 @@ class PodTopologySpread:
         return FilterResult(codes, reasons) if reasons else None
 
     def score(self, cycle: Cycle, feasible: BoolArray) -> IntArray | None:
-        soft = oracle.constraints(cycle.pod, UnsatisfiableAction.SCHEDULE_ANYWAY)
+        soft = constraints(cycle.pod, UnsatisfiableAction.SCHEDULE_ANYWAY)
         snapshot, n = cycle.snapshot, cycle.num_nodes
         if not soft or n == 0:
             return None
