@@ -24,6 +24,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
+from scheduler.devcluster.build import BuildError, checkout_path
 from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client, poll
 
@@ -31,7 +32,6 @@ NS = "demo"
 GANG_LABEL = "scheduling.x-k8s.io/pod-group"
 GANGS = (("train", 4, "6"), ("too-big", 3, "40"))
 """(PodGroup, minMember, CPU per member): the second cannot fit anywhere."""
-REPO = Path(__file__).resolve().parents[1]
 ZONE = "topology.kubernetes.io/zone"
 
 
@@ -235,6 +235,11 @@ async def _run_workload(cluster: DevCluster) -> int:
 
 def main(nodes: int = 12) -> int:
     """Bring everything up from nothing and show the placements."""
+    try:
+        crds = checkout_path("crds")
+    except BuildError as exc:
+        print(f"lattice demo: {exc}", file=sys.stderr)
+        return 1
     cluster = DevCluster()
     cluster.down()
     started = time.monotonic()
@@ -251,7 +256,7 @@ def main(nodes: int = 12) -> int:
             "apply",
             "--server-side",
             "-f",
-            str(REPO / "crds"),
+            str(crds),
         ],
         check=True,
         capture_output=True,

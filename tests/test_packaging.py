@@ -151,6 +151,7 @@ class Installed:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
         env["PATH"] = f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         env["VIRTUAL_ENV"] = str(self.venv)
+        env["LATTICE_STATE_DIR"] = str(self.outside / "devcluster")  # never a developer's
         return subprocess.run(
             list(args),
             cwd=self.outside,
@@ -264,3 +265,16 @@ def test_every_installed_module_imports_outside_the_checkout(installed: Installe
         for p in (REPO / "scheduler").rglob("*.py")
     }
     assert set(modules) == expected
+
+
+@pytest.mark.parametrize("args", [["demo"], ["devcluster", "build"], ["devcluster", "up"]])
+def test_dev_tools_say_what_they_need_without_the_checkout(
+    installed: Installed, args: list[str]
+) -> None:
+    """From a wheel, the developer tools refuse in one line instead of a traceback."""
+    out = installed.run("lattice", *args, timeout=120)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
+    assert "need a Lattice source checkout" in out.stderr or "run from a Lattice checkout" in (
+        out.stderr
+    ), out.stderr

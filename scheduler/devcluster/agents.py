@@ -49,9 +49,11 @@ class FixtureError(RuntimeError):
 
 def fixtures_root() -> Path:
     env = os.environ.get(FIXTURES_ENV)
-    return (
-        Path(env) if env else Path(__file__).resolve().parents[2] / "tests" / "agent" / "fixtures"
-    )
+    if env:
+        return Path(env)
+    from scheduler.devcluster.build import checkout_path
+
+    return checkout_path("tests", "agent", "fixtures")
 
 
 def fixture_for_profile(profile: str) -> Path | None:

@@ -103,6 +103,19 @@ def cache_root() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "lattice"
 
 
+def checkout_path(*parts: str) -> Path:
+    """A file of the source checkout: the devcluster and demo are developer tools that
+    build from and apply files of the repository, which a wheel does not carry."""
+    path = Path(__file__).resolve().parents[2].joinpath(*parts)
+    if not path.exists():
+        raise BuildError(
+            f"{'/'.join(parts)} not found at {path}: `lattice devcluster` and `lattice demo` "
+            "are developer tools that need a Lattice source checkout (clone the repository "
+            "and `pip install -e .` there)"
+        )
+    return path
+
+
 def module_dir() -> Path:
     """The Go module that pins the control plane (``LATTICE_E2E_DIR`` overrides)."""
     env = os.environ.get("LATTICE_E2E_DIR")

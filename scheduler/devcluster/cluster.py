@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from scheduler.devcluster import pki, process
-from scheduler.devcluster.build import Binaries, cache_root, ensure_binaries
+from scheduler.devcluster.build import Binaries, cache_root, checkout_path, ensure_binaries
 from scheduler.devcluster.profiles import get_profile, node_name
 
 ADMIN_KUBECONFIG = "kubeconfig"
@@ -525,7 +525,7 @@ class DevCluster:
         fixture = fixture_for_profile(config.node_profile)
         if fixture is None or config.nodes == 0:
             return
-        crd = Path(__file__).resolve().parents[2] / "crds" / "nodetopology.yaml"
+        crd = checkout_path("crds", "nodetopology.yaml")
         kubectl = [str(bins.kubectl), f"--kubeconfig={self.kubeconfig}"]
         for args in (
             ["apply", "--server-side", "-f", str(crd)],
