@@ -601,7 +601,7 @@ def _topology_caps(
             free = topology.free(name, cpus)
             simulated: list[Holding] = []
             while free is not None and count < size:
-                outcome = plugin._place(topology, name, layout, request, free)
+                outcome = plugin.place(topology, name, layout, request, free)
                 if isinstance(outcome, Placement):
                     count += 1
                     held_now = Holding(
@@ -716,9 +716,9 @@ def _spreads(
             )
             if not matched:
                 continue
-            ids, size = spread_plugin._value_ids(cycle, s.topology_key)
-            included = spread_plugin._included(cycle, s, has_all)
-            per_value = spread_plugin._counts_by_value_id(cycle, s, included, ids, size)
+            ids, size = spread_plugin.value_ids(cycle, s.topology_key)
+            included = spread_plugin.included_nodes(cycle, s, has_all)
+            per_value = spread_plugin.counts_by_value_id(cycle, s, included, ids, size)
             present = np.zeros(size + 1, dtype=np.bool_)
             present[ids[included]] = True
             local_ids = ids[union].astype(np.int64)

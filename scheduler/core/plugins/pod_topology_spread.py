@@ -64,7 +64,7 @@ class _Hard:
     self_match: int
 
 
-def _included(cycle: Cycle, c: TopologySpreadConstraint, eligible: BoolArray) -> BoolArray:
+def included_nodes(cycle: Cycle, c: TopologySpreadConstraint, eligible: BoolArray) -> BoolArray:
     """Nodes counted for ``c``: ``eligible`` ones passing its inclusion policies."""
     included = eligible
     if c.node_affinity_policy is InclusionPolicy.HONOR:
@@ -74,7 +74,7 @@ def _included(cycle: Cycle, c: TopologySpreadConstraint, eligible: BoolArray) ->
     return included
 
 
-def _counts_by_value_id(
+def counts_by_value_id(
     cycle: Cycle, c: TopologySpreadConstraint, included: BoolArray, ids: IntArray, size: int
 ) -> IntArray:
     """Matching pods per value id of ``c``'s key over ``included`` nodes (index ``size`` = 0)."""
@@ -96,7 +96,7 @@ def _counts_by_value_id(
     return out
 
 
-def _value_ids(cycle: Cycle, key: str) -> tuple[IntArray, int]:
+def value_ids(cycle: Cycle, key: str) -> tuple[IntArray, int]:
     """Per node row, the value id of ``key`` (``size`` when absent), and ``size``."""
     n = cycle.num_nodes
     column = cycle.snapshot.label_column(key)
@@ -121,9 +121,9 @@ class PodTopologySpread:
             has_all &= snapshot.has_label_mask(c.topology_key)
         state: list[_Hard] = []
         for c in hard:
-            ids, size = _value_ids(cycle, c.topology_key)
-            included = _included(cycle, c, has_all)
-            per_value = _counts_by_value_id(cycle, c, included, ids, size)
+            ids, size = value_ids(cycle, c.topology_key)
+            included = included_nodes(cycle, c, has_all)
+            per_value = counts_by_value_id(cycle, c, included, ids, size)
             present = np.zeros(size + 1, dtype=np.bool_)
             present[ids[included]] = True
             domains = int(present.sum())
@@ -179,7 +179,7 @@ class PodTopologySpread:
         scored = feasible & has_all
         total = np.zeros(n, dtype=np.float64)
         for c in soft:
-            ids, size = _value_ids(cycle, c.topology_key)
+            ids, size = value_ids(cycle, c.topology_key)
             if c.topology_key == LABEL_HOSTNAME:
                 domains = int(scored.sum())
                 term = TermKey.of_spread(c, cycle.pod.namespace)
@@ -189,7 +189,8 @@ class PodTopologySpread:
                 present = np.zeros(size + 1, dtype=np.bool_)
                 present[ids[scored]] = True
                 domains = int(present.sum())
-                per_value = _counts_by_value_id(cycle, c, _included(cycle, c, has_all), ids, size)
+                counted = included_nodes(cycle, c, has_all)
+                per_value = counts_by_value_id(cycle, c, counted, ids, size)
                 count = per_value[ids]
             weight = math.log(float(domains + 2))
             total += count.astype(np.float64) * weight + float(c.max_skew - 1)

@@ -176,7 +176,7 @@ class Topology:
             if key in memo:
                 outcome = memo[key]
             else:
-                outcome = memo[key] = self._place(state, name, layout, request, free)
+                outcome = memo[key] = self.place(state, name, layout, request, free)
             if isinstance(outcome, Placement):
                 cs.placements[row] = outcome
             elif outcome is not None:
@@ -185,7 +185,7 @@ class Topology:
             return None
         return FilterResult(codes, tuple(reasons.items()))
 
-    def _place(
+    def place(
         self,
         state: TopologyState,
         name: str,
@@ -193,7 +193,8 @@ class Topology:
         request: TopologyRequest,
         free: FreeState,
     ) -> _Outcome:
-        """The outcome on one node (see :data:`_Outcome`)."""
+        """The outcome on one node (see :data:`_Outcome`); public because the gang solver
+        simulates how many members the node can align with the same placement."""
         pin = layout.single_numa and layout.pins_cpus and request.cpus > 0
         if not request.wants_devices and not pin:
             return None
