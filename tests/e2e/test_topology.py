@@ -13,7 +13,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import api_client
+from scheduler.devcluster.kube import api_client, poll
 from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, wait_bound
 
 NODES = 4
@@ -82,3 +82,53 @@ async def test_gpu_stream_is_aligned_and_recorded(
         assert max(counts.values()) == 1, f"a GPU on {node} was handed out twice: {counts}"
         assert set(counts) <= set(range(8))
     assert sum(sum(c.values()) for c in used.values()) == sum(STREAM)
+
+
+async def test_a_gang_of_gpu_workers_is_placed_whole_and_aligned(
+    gpu_plane: Plane, gpu_api: client.ApiClient
+) -> None:
+    """Six 4-GPU workers, strict alignment, one PodGroup: all bound at once, each member's
+    GPUs on one NUMA node, no GPU handed out twice (members share nodes: the commit
+    re-checks each against the ledger with the members before it assumed)."""
+    core = client.CoreV1Api(gpu_api)
+    objects = client.CustomObjectsApi(gpu_api)
+    ns = "gpu-gang"
+    await core.create_namespace({"metadata": {"name": ns}})  # type: ignore[arg-type]
+    # The stream above filled the fleet; free it (its namespace stays for the other test).
+    await core.delete_collection_namespaced_pod("gpus", grace_period_seconds=0)
+
+    async def freed() -> bool:
+        return not (await core.list_namespaced_pod("gpus")).items
+
+    await poll(freed, within=60, interval=0.3)
+    group = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train"},
+        "spec": {"minMember": 6},
+    }
+    await objects.create_namespaced_custom_object(
+        "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups", group
+    )
+    members = []
+    for i in range(6):
+        body = gpu_pod(100 + i, 4)
+        body["metadata"]["name"] = f"train-{i}"
+        body["metadata"]["annotations"] = {"lattice.dev/gpu-alignment": "strict"}
+        body["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "train"}
+        members.append(body)
+    sched = gpu_plane.lattice().start()
+    try:
+        await create_pods(gpu_api, ns, members)
+        bound = await wait_bound(gpu_api, ns, 6, within=120)
+    finally:
+        sched.stop()
+    used: dict[str, collections.Counter[int]] = collections.defaultdict(collections.Counter)
+    for pod in bound:
+        devices = json.loads(pod["metadata"]["annotations"]["lattice.dev/devices"])
+        assert len(devices["gpus"]) == 4, pod["metadata"]["name"]
+        assert devices["numa"] is not None, f"{pod['metadata']['name']}: {devices}"
+        used[pod["spec"]["nodeName"]].update(devices["gpus"])
+    for node, counts in used.items():
+        assert max(counts.values()) == 1, f"a GPU on {node} was handed out twice: {counts}"
+    assert sum(sum(c.values()) for c in used.values()) == 24
