@@ -6,9 +6,14 @@ missing) -> one full list into the cache (readiness) -> /metrics server ->
 kopf watches -> leader election -> (leader only) scheduling loop and status.
 
 Shutdown on SIGTERM/SIGINT: stop taking pods, let in-flight bindings finish
-(bounded), release the lease, stop the watches. Losing the lease ends the
-process with a non-zero code, as kube-scheduler does: a fresh start is the
-simplest way back to a consistent standby.
+(bounded), cancel what is left, release the lease, stop the watches, cancel
+every task this module started. Losing the lease ends the process with a
+non-zero code, as kube-scheduler does: a fresh start is the simplest way back to
+a consistent standby.
+
+/healthz fails while the lease is lost (until the process has ended) and when the
+scheduling loop stalls: the leader has had poppable pods for :data:`STALL_AFTER`
+seconds without a single pop. An idle leader and a standby are healthy.
 """
 
 from __future__ import annotations
@@ -52,9 +57,15 @@ from scheduler.control.settings import (
 )
 from scheduler.control.status import build_status, ensure_object, write_status
 from scheduler.control.watch import build_registry, operator_settings
+from scheduler.model import noderesourcetopology as nrt
 from scheduler.obs.metrics import Metrics
 
 log = structlog.get_logger("lattice.app")
+
+STALL_AFTER = 60.0
+"""Seconds a leader may hold poppable pods without popping one before /healthz fails. A
+cycle takes milliseconds and never awaits, and bindings and solves run beside the loop, so
+only a dead or wedged loop gets near this."""
 
 
 def _api_client(credentials: Credentials) -> client.ApiClient:
@@ -87,7 +98,10 @@ class App:
         self.generation: int | None = None
         self.stopping = asyncio.Event()
         self._relist_pending = False
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._elector: Elector | None = None
+        self._leading_since: float | None = None
+        """Monotonic time this replica started scheduling (None: a standby)."""
 
     # -- settings -----------------------------------------------------------
     def _apply_object(self, body: Mapping[str, Any]) -> None:
@@ -140,10 +154,18 @@ class App:
                     continue  # kept in step with its members by the scheduler
                 key = f"{queued.namespace}/{queued.name}"
                 if key not in live and self.scheduler.queued_before(key, list_rv):
-                    self.scheduler.queue.delete(queued)
+                    self.scheduler.queue.delete(queued)  # deleted during a watch gap
+                    self.scheduler.forget_reports(queued.uid)
         self.scheduler.prune_gang_members(live, list_rv)
         for report in await self._list_topologies():
             self.scheduler.topology_upserted(report)
+        found = await self._list_noderesourcetopologies()
+        if found is not None:
+            listed = {str((o.get("metadata") or {}).get("name", "")) for o in found}
+            for node in self.scheduler.nrt_names() - listed:  # deleted during a watch gap
+                self.scheduler.nrt_deleted({"metadata": {"name": node}})
+            for obj in found:
+                self.scheduler.nrt_upserted(obj)
         if any(removed.values()):
             log.warning("cache_reconciled", reason=json.dumps(removed))
         self.synced = True
@@ -173,6 +195,22 @@ class App:
             # (a CRD whose storage is still initialising answers 429) is left to the watch.
             if exc.status != 404:
                 log.warning("topology_list_failed", reason=f"{exc.status} {exc.reason}")
+            return []
+        items: list[dict[str, Any]] = found.get("items", [])
+        return items
+
+    async def _list_noderesourcetopologies(self) -> list[dict[str, Any]] | None:
+        """NFD's NodeResourceTopologies; None when they could not be listed."""
+        objects = client.CustomObjectsApi(self.api)
+        try:
+            found: dict[str, Any] = await objects.list_cluster_custom_object(
+                nrt.GROUP, nrt.VERSION, nrt.PLURAL
+            )
+        except client.ApiException as exc:
+            # 404: no NFD topology-updater here; nodes are then known from our agents only.
+            if exc.status != 404:
+                log.warning("topology_list_failed", reason=f"{exc.status} {exc.reason}")
+                return None
             return []
         items: list[dict[str, Any]] = found.get("items", [])
         return items
@@ -239,14 +277,37 @@ class App:
             await asyncio.sleep(1.0)
 
     async def _lead(self) -> None:
-        """Runs while we lead: the scheduling loop and the status writers."""
+        """Runs while we lead. The election library runs this in a task of its own that it
+        does not cancel when its own task is cancelled, so the work is a task of ours,
+        cancelled with this one or at shutdown."""
+        await self._spawn(self._leading())
+
+    async def _leading(self) -> None:
+        """The scheduling loop and the status writers."""
+        self._leading_since = time.monotonic()
         self._spawn(self._status_loop())
         self._spawn(self._gang_status_loop())
         await self.scheduler.run()
 
+    def health(self) -> str | None:
+        """What /healthz reports: None when healthy, else the problem (see the module)."""
+        if self._elector is not None and self._elector.lost.is_set():
+            return "the leader lease was lost"
+        if self._leading_since is None:
+            return None
+        starved = self.scheduler.queue.starved_for(since=self._leading_since)
+        if starved > STALL_AFTER:
+            return (
+                f"the scheduling loop stalled: pods have been ready for {starved:.0f}s "
+                "without a scheduling cycle"
+            )
+        return None
+
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        """Every task of the process is started here, so shutdown can cancel them all."""
         task = asyncio.create_task(coro)
-        self._tasks.append(task)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         return task
 
     # -- the whole life -----------------------------------------------------
@@ -292,6 +353,7 @@ class App:
             lambda: self.synced,
             self.cfg.metrics_host,
             self.cfg.metrics_port,
+            health=self.health,
         )
         log.info("serving", reason=f"metrics on {self.cfg.metrics_host}:{port}")
         kopf_stop = asyncio.Event()
@@ -313,10 +375,9 @@ class App:
                 ready_flag=kopf_ready,
             )
         )
-        await asyncio.wait(
-            [asyncio.ensure_future(kopf_ready.wait()), kopf_task],
-            return_when=asyncio.FIRST_COMPLETED,
-        )
+        ready_wait = self._spawn(kopf_ready.wait())
+        await asyncio.wait([ready_wait, kopf_task], return_when=asyncio.FIRST_COMPLETED)
+        ready_wait.cancel()
         await asyncio.sleep(0.1)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):  # ours, not kopf's: we stop in order
@@ -325,13 +386,13 @@ class App:
 
         elector: Elector | None = None
         if self.cfg.leader_election.enabled:
-            elector = Elector(self.api, self.cfg.leader_election, self._lead)
+            elector = self._elector = Elector(self.api, self.cfg.leader_election, self._lead)
             leading = self._spawn(elector.run())
-            lost = asyncio.ensure_future(elector.lost.wait())
+            lost = self._spawn(elector.lost.wait())
         else:
             leading = self._spawn(self._lead())
-            lost = asyncio.ensure_future(asyncio.Event().wait())
-        stop = asyncio.ensure_future(self.stopping.wait())
+            lost = self._spawn(asyncio.Event().wait())
+        stop = self._spawn(self.stopping.wait())
         await asyncio.wait([stop, lost, kopf_task, leading], return_when=asyncio.FIRST_COMPLETED)
         code = 0 if stop.done() else 1
         reason = "signal" if stop.done() else "leadership lost" if lost.done() else "task ended"
@@ -342,7 +403,7 @@ class App:
 
         # Stop taking pods, let in-flight bindings finish, then give up the lease.
         self.scheduler.queue.close()
-        await self.scheduler.drain(self.cfg.shutdown_grace)
+        await self.scheduler.shutdown(self.cfg.shutdown_grace)
         if elector is not None and elector.leading.is_set():
             leading.cancel()  # no renewal may overwrite the release
             await asyncio.gather(leading, return_exceptions=True)
@@ -350,10 +411,9 @@ class App:
         kopf_stop.set()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(kopf_task), 10)
-        for task in self._tasks:
+        left = set(self._tasks)
+        for task in left:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        for fut in (stop, lost):
-            fut.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
         await runner.cleanup()
         return code

@@ -190,15 +190,19 @@ class KubeWriter:
             if exc.status != 404:
                 raise
 
-    async def mark_unschedulable(self, pod: PodRef, message: str) -> None:
-        """PodScheduled=False, reason Unschedulable: what cluster-autoscaler looks for."""
+    async def mark_unschedulable(
+        self, pod: PodRef, message: str, *, reason: str = "Unschedulable"
+    ) -> None:
+        """PodScheduled=False. Reason Unschedulable (no node fits) is what cluster-autoscaler
+        scales up for; SchedulerError (an internal error, an unreadable pod) is not, as in
+        kube-scheduler."""
         patch = {
             "status": {
                 "conditions": [
                     {
                         "type": "PodScheduled",
                         "status": "False",
-                        "reason": "Unschedulable",
+                        "reason": reason,
                         "message": message,
                         "lastTransitionTime": _now(),
                     }

@@ -345,6 +345,9 @@ class SchedulingQueue(Generic[P]):
         self._move_request_cycle = -1
         self._closed = False
         self._wake = asyncio.Event()
+        self._active_since = -math.inf
+        """When active last went from empty to non-empty."""
+        self._last_pop = -math.inf
 
     # -- introspection -------------------------------------------------------------------
 
@@ -387,6 +390,15 @@ class SchedulingQueue(Generic[P]):
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self._find(PodKey(key)) is not None
+
+    def starved_for(self, *, since: float = -math.inf) -> float:
+        """Seconds that poppable pods have waited with no pop at all, counted from no earlier
+        than ``since`` (when the caller started popping): how a stalled scheduling loop
+        shows. 0 while active is empty or the queue is closed, so an idle queue is fine."""
+        if self._closed or not self._active:
+            return 0.0
+        start = max(self._active_since, self._last_pop, since)
+        return max(0.0, self._clock.now() - start)
 
     def next_flush_at(self) -> float | None:
         """When ``flush`` will next have something to move, so the caller can sleep until."""
@@ -505,6 +517,7 @@ class SchedulingQueue(Generic[P]):
         entry = self._active.pop_head()
         if entry is None:
             return None
+        self._last_pop = self._clock.now()
         self._cycle += 1
         entry.cycle = self._cycle
         entry.attempts += 1
@@ -600,6 +613,8 @@ class SchedulingQueue(Generic[P]):
         return self._to_active(entry, now)
 
     def _to_active(self, entry: _Entry[P], now: float) -> QueueName:
+        if not self._active:
+            self._active_since = now
         if entry.first_queued_at is None:
             entry.first_queued_at = now
         self._active.push(entry.key, (-entry.pod.priority, entry.enqueued_at), entry)

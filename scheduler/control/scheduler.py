@@ -13,7 +13,14 @@ Theory of operation (one asyncio loop, no threads, no locks):
 * A binding that fails forgets the assumption and requeues with backoff; a
   409 for a pod already bound is resolved by reading the pod, never by a
   second binding.
+* A failed attempt's outcome picks its queue: Unschedulable (no node fits) waits in the
+  unschedulable queue for a cluster event that can help; an error (a plugin bug, an
+  unreadable pod) backs off with PodScheduled reason SchedulerError, since no event would
+  wake it. PodScheduled is patched only when its reason or message changed; an unchanged
+  FailedScheduling is sent at most once per backoff window.
 * Every attempt has a trace id on each of its log lines and on its Event.
+* Plugins run timed (``scheduler_plugin_execution_duration_seconds``) on one cycle in ten,
+  by wrappers made here around the core's plugin instances; the core itself never times.
 * Gangs (PodGroups, see :mod:`scheduler.control.gangs`) are one queue entry until
   admitted: the cycle builds the joint problem from the snapshot, the solve runs in a
   worker thread (the loop keeps scheduling other pods meanwhile), and the commit re-checks
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import dataclasses
 import time
 from collections.abc import Mapping
@@ -55,6 +63,7 @@ from scheduler.control.queue import (
     pod_key,
 )
 from scheduler.control.settings import SchedulerSettings
+from scheduler.core.framework import Code, Cycle, PluginSet
 from scheduler.core.from_api import scheduled_at
 from scheduler.core.load import LoadView, load_report
 from scheduler.core.schedule import Framework
@@ -63,6 +72,7 @@ from scheduler.model.errors import InvalidObjectError
 from scheduler.model.gang import GangSpec
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.node import Node
+from scheduler.model.noderesourcetopology import NodeResourceTopology
 from scheduler.model.pod import Pod
 from scheduler.model.podgroup import (
     PodGroupStatus,
@@ -78,11 +88,16 @@ from scheduler.model.topology import (
     TopologyParseError,
 )
 from scheduler.obs.logging import attempt_logger, new_trace_id
-from scheduler.obs.metrics import AttemptResult, Metrics
+from scheduler.obs.metrics import AttemptResult, Metrics, PluginTimer
 from scheduler.predict import LoadPredictor, ObserveOutcome
 from scheduler.solver import GangPlan, GangProblem, build_problem, solve
 
 Body = Mapping[str, Any]
+
+UNSCHEDULABLE = "Unschedulable"
+"""PodScheduled reason when no node fits (kube's ``v1.PodReasonUnschedulable``)."""
+SCHEDULER_ERROR = "SchedulerError"
+"""PodScheduled reason for an internal error or an unreadable pod (``PodReasonSchedulerError``)."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +149,80 @@ def _node_changes(old: Node, new: Node) -> NodeChange:
     return changes
 
 
+_STATUS_NAMES = {
+    Code.SUCCESS: "Success",
+    Code.ERROR: "Error",
+    Code.UNSCHEDULABLE: "Unschedulable",
+    Code.UNSCHEDULABLE_AND_UNRESOLVABLE: "UnschedulableAndUnresolvable",
+    Code.SKIP: "Skip",
+}
+
+
+class _TimedPlugin:
+    """One plugin at one extension point, timed while the timer is on. The core stays
+    pure: timing is wrapped around its plugins here, in the shell."""
+
+    def __init__(self, inner: Any, timer: PluginTimer, point: str) -> None:
+        self._inner = inner
+        self._timer = timer
+        self._point = point
+        self.name: str = inner.name
+
+    def _run(self, method: str, *args: Any) -> Any:
+        call = getattr(self._inner, method)
+        if not self._timer.on:
+            return call(*args)
+        started = time.perf_counter()
+        try:
+            result = call(*args)
+        except Exception:
+            self._timer.observe(self.name, self._point, "Error", time.perf_counter() - started)
+            raise
+        elapsed = time.perf_counter() - started
+        self._timer.observe(self.name, self._point, self._status(result, args), elapsed)
+        return result
+
+    def _status(self, result: Any, args: tuple[Any, ...]) -> str:
+        if self._point == "PreFilter":
+            return _STATUS_NAMES[result.code]
+        if result is None:
+            return "Skip" if self._point == "Score" else "Success"
+        if self._point == "Filter":
+            candidates = args[1]
+            codes = result.codes[candidates]
+            return _STATUS_NAMES[Code(int(codes.max()))] if codes.size else "Success"
+        return "Success"
+
+    def pre_filter(self, cycle: Cycle) -> Any:
+        return self._run("pre_filter", cycle)
+
+    def filter(self, cycle: Cycle, candidates: Any) -> Any:
+        return self._run("filter", cycle, candidates)
+
+    def score(self, cycle: Cycle, feasible: Any) -> Any:
+        return self._run("score", cycle, feasible)
+
+    def prefer(self, cycle: Cycle, feasible: Any) -> Any:
+        return self._run("prefer", cycle, feasible)
+
+    def annotate(self, cycle: Cycle, row: int) -> Any:
+        return self._run("annotate", cycle, row)
+
+
+def timed(framework: Framework, timer: PluginTimer) -> Framework:
+    """A framework running ``framework``'s plugin instances, each timed by ``timer``."""
+    plugins = framework.plugins
+    out = copy.copy(framework)
+    out.plugins = PluginSet(
+        pre_filters=tuple(_TimedPlugin(p, timer, "PreFilter") for p in plugins.pre_filters),
+        filters=tuple(_TimedPlugin(p, timer, "Filter") for p in plugins.filters),
+        scores=tuple((_TimedPlugin(p, timer, "Score"), w) for p, w in plugins.scores),
+        annotators=tuple(_TimedPlugin(p, timer, "Annotate") for p in plugins.annotators),
+        preferences=tuple(_TimedPlugin(p, timer, "Prefer") for p in plugins.preferences),
+    )
+    return out
+
+
 class Scheduler:
     """Cache, queue and framework of one scheduler name, and its binding pool."""
 
@@ -148,12 +237,20 @@ class Scheduler:
     ) -> None:
         self.settings = settings
         self.framework = Framework(settings.profile)
+        """The profile's plugins as they are (the gang solver looks them up by type)."""
+        self.plugin_timer = PluginTimer(metrics.plugin_execution_duration)
+        self._timed_framework = timed(self.framework, self.plugin_timer)
+        """The same plugin instances, timed on sampled cycles: what scheduling cycles run."""
+        metrics.precreate_profile(settings.scheduler_name)
+        self._graph_seq = 0
         self.cache = SchedulerCache(topology=TopologyState(settings.profile.topology))
         self.load = LoadPredictor(settings.profile.load_aware.predict)
         """Predicted node load, fed by agents' reports and our own placements."""
         self.wall_clock = wall_clock
         """Unix time: agents date their samples with it, so report ages are measured on it."""
         self._topology_specs: dict[str, Any] = {}
+        self._nrt_inputs: dict[str, Any] = {}
+        """Per node, the parts of its NodeResourceTopology that placement reads."""
         self._last_cpu: dict[str, float] = {}
         self.queue: SchedulingQueue[QueuedPod] = SchedulingQueue(
             is_relevant_update=_relevant_update
@@ -177,12 +274,21 @@ class Scheduler:
         self._solve_slot = asyncio.Semaphore(1)
         self.last_plans: dict[str, GangPlan] = {}
         """The latest plan per gang, for status and explanations."""
+        self._conditions: dict[str, tuple[str, str]] = {}
+        """Per pod uid, the PodScheduled reason and message last written (or seen)."""
+        self._failure_events: dict[str, tuple[tuple[str, str], float]] = {}
+        """Per pod uid, the last FailedScheduling reason and message, and when it was sent."""
+        self.event_repeat_after = self.queue.config.max_backoff
+        """Seconds before an unchanged FailedScheduling is sent again: one per backoff window."""
 
     # -- settings -----------------------------------------------------------
     def apply_settings(self, settings: SchedulerSettings) -> None:
         """New profile from the next cycle on; in-flight bindings keep their slots."""
         if settings.profile != self.settings.profile:
             self.framework = Framework(settings.profile)
+            self._timed_framework = timed(self.framework, self.plugin_timer)
+        if settings.scheduler_name != self.settings.scheduler_name:
+            self.metrics.precreate_profile(settings.scheduler_name)
         if settings.profile.load_aware.predict != self.load.config:
             self.load.replace_config(settings.profile.load_aware.predict)
         if settings.bind_concurrency != self.settings.bind_concurrency:
@@ -198,6 +304,7 @@ class Scheduler:
         key = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if spec.get("nodeName"):
+            self.forget_reports(str(meta.get("uid", "")))
             known = self.cache.cached_pod(key)
             pod = self.cache.observe_bound_pod(body)
             self._drop_from_queue(key)
@@ -215,9 +322,11 @@ class Scheduler:
             "Failed",
         ):
             self._drop_from_queue(key)
+            self.forget_reports(str(meta.get("uid", "")))
             if gang is not None:
                 self._gang_member_gone(gang, key)
             return
+        self._note_condition(str(meta.get("uid", "")), body)
         cached = self.cache.cached_pod(key)
         if cached is not None:
             if cached.pod.uid == str(meta.get("uid", "")):
@@ -266,8 +375,18 @@ class Scheduler:
             placed,
         )
 
+    def _note_condition(self, uid: str, body: Body) -> None:
+        """A pending pod's PodScheduled as the API has it, for a uid we never wrote (a new
+        leader): an unchanged condition is then not patched again."""
+        if uid in self._conditions:
+            return  # what we wrote is newer than any view of it we may still receive
+        for cond in (body.get("status") or {}).get("conditions") or ():
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                self._conditions[uid] = (str(cond.get("reason", "")), str(cond.get("message", "")))
+
     def pod_deleted(self, body: Body) -> None:
         meta = body.get("metadata") or {}
+        self.forget_reports(str(meta.get("uid", "")))
         key = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
         self._drop_from_queue(key)
         self.load.forget_pod(key)
@@ -366,6 +485,36 @@ class Scheduler:
                 c.memory_pressure_threshold,
             )
         )
+
+    def nrt_upserted(self, body: Body) -> None:
+        """A NodeResourceTopology (NFD's topology-updater): the NUMA view of a node without
+        our agent. Re-read only when zones or policy changed (the updater rewrites the
+        object every minute with the same content)."""
+        name = str((body.get("metadata") or {}).get("name", ""))
+        inputs = (body.get("zones"), body.get("attributes"), body.get("topologyPolicies"))
+        if self._nrt_inputs.get(name) == inputs:
+            return
+        try:
+            nrt = NodeResourceTopology.from_api(body)
+        except (TopologyParseError, InvalidObjectError, ValueError) as exc:
+            self.log.warning("topology_unreadable", node=name, reason=str(exc))
+            self._nrt_inputs.pop(name, None)
+            self.cache.topology.remove_node_resource_topology(name)
+            return
+        self._nrt_inputs[name] = inputs
+        self.cache.topology.set_node_resource_topology(nrt)
+        self.queue.move_all_on_event(
+            ClusterEvent(ClusterEventType.NODE_TOPOLOGY_CHANGED, subject=name)
+        )
+
+    def nrt_deleted(self, body: Body) -> None:
+        name = str((body.get("metadata") or {}).get("name", ""))
+        self._nrt_inputs.pop(name, None)
+        self.cache.topology.remove_node_resource_topology(name)
+
+    def nrt_names(self) -> set[str]:
+        """Nodes whose NodeResourceTopology is in use (a full list reconciles them)."""
+        return set(self._nrt_inputs)
 
     def topology_deleted(self, body: Body) -> None:
         name = str((body.get("metadata") or {}).get("name", ""))
@@ -585,8 +734,9 @@ class Scheduler:
             self._failed(info, log, trace_id, pod.error, started, AttemptResult.ERROR)
             return
         assert isinstance(pod, Pod)
+        self.plugin_timer.start_cycle(self.queue.scheduling_cycle)
         try:
-            decision = self.framework.schedule(
+            decision = self._timed_framework.schedule(
                 self.cache.snapshot,
                 pod,
                 seed=self.settings.seed,
@@ -734,7 +884,7 @@ class Scheduler:
             tries.insert(0, frozenset({preferred}))
         summary = ""
         for restrict in tries:
-            decision = self.framework.schedule(
+            decision = self._timed_framework.schedule(
                 self.cache.snapshot,
                 pod,
                 seed=self.settings.seed,
@@ -812,7 +962,16 @@ class Scheduler:
             binding.add(pod_key(pod.namespace, pod.name))
             member_log = log.bind(pod=f"{pod.namespace}/{pod.name}")
             self._spawn(
-                self._bind(None, pod, node, annotations, member_log, trace_id, gang=gang.key)
+                self._bind(
+                    None,
+                    pod,
+                    node,
+                    annotations,
+                    member_log,
+                    trace_id,
+                    gang=gang.key,
+                    gang_queued=(info.first_queued_at, info.attempts),
+                )
             )
         self._sync_gang(gang.key)
 
@@ -828,8 +987,10 @@ class Scheduler:
         """The gang as one unit: one requeue (one backoff), an event per member."""
         result = AttemptResult.UNSCHEDULABLE if unschedulable else AttemptResult.ERROR
         self.metrics.observe_attempt(result, 0.0)
+        self.metrics.count_attempt(result, self.settings.scheduler_name)
         queue = self.queue.requeue_after_failure(info, unschedulable=unschedulable, reason=message)
-        gang.last_reason = "Unschedulable" if unschedulable else "SchedulerError"
+        reason = UNSCHEDULABLE if unschedulable else SCHEDULER_ERROR
+        gang.last_reason = reason
         gang.last_message = message
         self.gangs_dirty.add(gang.key)
         log.info("gang_unschedulable", reason=message, queue=str(queue))
@@ -837,7 +998,7 @@ class Scheduler:
             return
         for member in gang.pending.values():
             ref = PodRef(member.namespace, member.name, member.uid)
-            self._spawn(self._report_failure(ref, message, log, ""))
+            self._spawn(self._report_failure(ref, message, log, "", reason=reason))
 
     def _gang_member_failed(
         self, gkey: str, pod: Pod, detail: str, log: Any, trace_id: str
@@ -980,15 +1141,19 @@ class Scheduler:
         started: float,
         result: AttemptResult,
     ) -> None:
+        """The outcome picks the queue: Unschedulable waits for a cluster event that can
+        help; an error (a bug, an unreadable pod) backs off, since no event would wake it."""
         elapsed = time.perf_counter() - started
         self.metrics.observe_attempt(result, elapsed)
-        if result is AttemptResult.UNSCHEDULABLE:
+        self.metrics.count_attempt(result, self.settings.scheduler_name)
+        unschedulable = result is AttemptResult.UNSCHEDULABLE
+        if unschedulable:
             self.counters.unschedulable += 1
         else:
             self.counters.errors += 1
-        queue = self.queue.requeue_after_failure(info, unschedulable=True, reason=message)
+        queue = self.queue.requeue_after_failure(info, unschedulable=unschedulable, reason=message)
         log.info(
-            "pod_unschedulable",
+            "pod_unschedulable" if unschedulable else "pod_schedule_error",
             reason=message,
             queue=str(queue),
             duration_ms=round(elapsed * 1000, 3),
@@ -997,19 +1162,52 @@ class Scheduler:
         if self.writer is not None:
             self._spawn(
                 self._report_failure(
-                    PodRef(pod.namespace, pod.name, pod.uid), message, log, trace_id
+                    PodRef(pod.namespace, pod.name, pod.uid),
+                    message,
+                    log,
+                    trace_id,
+                    reason=UNSCHEDULABLE if unschedulable else SCHEDULER_ERROR,
                 )
             )
 
-    async def _report_failure(self, ref: PodRef, message: str, log: Any, trace_id: str) -> None:
+    async def _report_failure(
+        self, ref: PodRef, message: str, log: Any, trace_id: str, *, reason: str = UNSCHEDULABLE
+    ) -> None:
+        """FailedScheduling and PodScheduled=False, each only when it says something new:
+        the condition when reason or message changed since we last wrote it, the event
+        at most once per :attr:`event_repeat_after` for an unchanged message."""
         assert self.writer is not None
+        said = (reason, message)
+        now = self.clock()
+        last_event = self._failure_events.get(ref.uid)
         try:
-            await self.writer.event(
-                ref, reason="FailedScheduling", message=message, warning=True, trace_id=trace_id
-            )
-            await self.writer.mark_unschedulable(ref, message)
+            if (
+                last_event is None
+                or last_event[0] != said
+                or now - last_event[1] >= self.event_repeat_after
+            ):
+                self._failure_events[ref.uid] = (said, now)
+                await self.writer.event(
+                    ref,
+                    reason="FailedScheduling",
+                    message=message,
+                    warning=True,
+                    trace_id=trace_id,
+                )
+            if self._conditions.get(ref.uid) != said:
+                self._conditions[ref.uid] = said
+                try:
+                    await self.writer.mark_unschedulable(ref, message, reason=reason)
+                except BaseException:
+                    self._conditions.pop(ref.uid, None)  # not written: write it next time
+                    raise
         except Exception as exc:  # reporting is best effort; the pod stays queued
             log.warning("report_failed", reason=str(exc))
+
+    def forget_reports(self, uid: str) -> None:
+        """The pod was bound or is gone: its condition and event memory go with it."""
+        self._conditions.pop(uid, None)
+        self._failure_events.pop(uid, None)
 
     async def _bind(
         self,
@@ -1021,9 +1219,11 @@ class Scheduler:
         trace_id: str,
         *,
         gang: str | None = None,
+        gang_queued: tuple[float | None, int] | None = None,
     ) -> None:
         """``info`` is the queue's handle of a single pod; gang members have none (their
-        gang's entry ended with the commit) and report to ``gang`` instead."""
+        gang's entry ended with the commit) and report to ``gang`` instead, with the gang
+        entry's first-queued time and attempts in ``gang_queued`` for the SLI histogram."""
         assert self.writer is not None
         ref = PodRef(pod.namespace, pod.name, pod.uid)
         async with self._bind_slots:
@@ -1033,9 +1233,16 @@ class Scheduler:
             outcome = await self.writer.bind(ref, node, annotations or None)
             self.metrics.bind_duration.observe(time.perf_counter() - started)
         key = f"{pod.namespace}/{pod.name}"
+        profile = self.settings.scheduler_name
         if outcome.result is BindResult.BOUND:
             self.cache.finish_binding(pod, self.clock())
             self.counters.scheduled += 1
+            self.forget_reports(pod.uid)
+            # kube-scheduler counts "scheduled" once the binding succeeded.
+            self.metrics.count_attempt(AttemptResult.SCHEDULED, profile)
+            queued = (info.first_queued_at, info.attempts) if info is not None else gang_queued
+            if queued is not None and queued[0] is not None:
+                self.metrics.observe_sli(self.clock() - queued[0], attempts=queued[1])
             if info is not None:
                 self.queue.done(info)
                 latency = self.clock() - (info.first_queued_at or self.clock())
@@ -1069,6 +1276,7 @@ class Scheduler:
             return
         self.counters.bind_errors += 1
         self.metrics.bind_errors.inc()
+        self.metrics.count_attempt(AttemptResult.ERROR, profile)
         log.warning("binding_failed", node=node, reason=outcome.detail)
         if gang is not None:
             self._gang_member_done(gang, key)
@@ -1083,9 +1291,22 @@ class Scheduler:
         task.add_done_callback(self._tasks.discard)
 
     async def drain(self, within: float) -> None:
-        """Wait for in-flight bindings and reports, at most ``within`` seconds."""
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=within)
+        """Wait for in-flight bindings and reports, at most ``within`` seconds; tasks they
+        start meanwhile (a gang's commit starts its bindings) are waited for too."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while self._tasks and (left := deadline - loop.time()) > 0:
+            await asyncio.wait(set(self._tasks), timeout=left)
+
+    async def shutdown(self, within: float) -> None:
+        """Drain for at most ``within`` seconds, then cancel what is left (a solve, a report
+        to an API server that stopped answering): no task outlives the scheduler."""
+        await self.drain(within)
+        left = set(self._tasks)
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.gather(*left, return_exceptions=True)
 
     # -- housekeeping -------------------------------------------------------
     def tick(self) -> None:
@@ -1096,6 +1317,10 @@ class Scheduler:
         if len(self.gangs):
             self.gang_timeouts(self.wall_clock())
         self.metrics.gangs_partial.set(self.gangs.partial_count())
+        seq = self.cache.snapshot.affinity_graph.seq  # one per DeltaGraph patch applied
+        if seq != self._graph_seq:
+            self.metrics.graph_patches.inc(seq - self._graph_seq if seq > self._graph_seq else seq)
+            self._graph_seq = seq
         self.metrics.set_pending(self.queue.counts())
         self.metrics.set_cache_size(self.cache.snapshot.num_nodes, self.cache.lifecycle.counts())
         self.metrics.set_load_nodes(self.load_status_counts())

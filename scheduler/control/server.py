@@ -1,6 +1,8 @@
-"""/metrics, /healthz and /readyz on one small aiohttp server.
+"""/metrics, /livez, /healthz and /readyz on one small aiohttp server.
 
-/healthz: the event loop runs (an answer at all proves it).
+/livez: the event loop runs (an answer at all proves it).
+/healthz: the process does its job: ``health()`` names no problem (the app's checks: the
+scheduling loop has not stalled, the lease was not lost); 503 with the problem otherwise.
 /readyz: the cache has synced with the API at least once, so this replica
 could take over as leader with a warm cache.
 
@@ -53,17 +55,33 @@ def check_port_free(host: str, port: int) -> None:
                 raise OSError(exc.errno, f"cannot bind {host}:{port}: {exc.strerror}") from exc
 
 
+def _healthy() -> str | None:
+    return None
+
+
 async def start_server(
-    registry: CollectorRegistry, ready: Callable[[], bool], host: str, port: int
+    registry: CollectorRegistry,
+    ready: Callable[[], bool],
+    host: str,
+    port: int,
+    *,
+    health: Callable[[], str | None] = _healthy,
 ) -> tuple[web.AppRunner, int]:
-    """Start serving; returns the runner (for cleanup) and the bound port."""
+    """Start serving; returns the runner (for cleanup) and the bound port. ``health``
+    returns None when healthy, else what is wrong."""
 
     async def metrics(_: web.Request) -> web.Response:
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def healthz(_: web.Request) -> web.Response:
+    async def livez(_: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+    async def healthz(_: web.Request) -> web.Response:
+        problem = health()
+        if problem is None:
+            return web.Response(text="ok")
+        return web.Response(status=503, text=problem)
 
     async def readyz(_: web.Request) -> web.Response:
         if ready():
@@ -72,6 +90,7 @@ async def start_server(
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/livez", livez)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     runner = web.AppRunner(app, access_log=None)

@@ -68,7 +68,7 @@ def build_status(
     p50, p99 = (np.percentile(lat, [50, 99]) * 1000).round(1).tolist() if len(lat) else (0, 0)
     queue = scheduler.queue_counts()
     c = scheduler.counters
-    graph = getattr(scheduler.cache.snapshot, "graph", None)
+    graph = scheduler.cache.snapshot.affinity_graph.graph
     status: dict[str, Any] = {
         "leader": leader,
         "queue": {k: queue.get(k, 0) for k in ("active", "backoff", "unschedulable", "gated")},
@@ -100,8 +100,7 @@ def build_status(
             },
         ],
     }
-    if graph is not None and hasattr(graph, "number_of_nodes"):
-        status["graph"] = {"vertices": graph.number_of_nodes(), "edges": graph.number_of_edges()}
+    status["graph"] = {"vertices": len(graph), "edges": graph.number_of_edges()}
     if generation is not None:
         status["observedGeneration"] = generation
     return status

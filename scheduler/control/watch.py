@@ -1,5 +1,6 @@
-"""kopf as a thin shell: raw watch events of pods, nodes, namespaces, PodGroups and our
-LatticeScheduler and NodeTopology objects, handed to the scheduler as plain dicts.
+"""kopf as a thin shell: raw watch events of pods, nodes, namespaces, PodGroups,
+NodeResourceTopologies (NFD's) and our LatticeScheduler and NodeTopology objects, handed to
+the scheduler as plain dicts. A resource whose CRD is not installed is simply not watched.
 
 Only ``on.event`` handlers are used: they persist nothing onto the objects (no
 finalizers, no progress annotations), and kopf's k8s-event posting and peering
@@ -21,6 +22,7 @@ import kopf
 from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL
+from scheduler.model import noderesourcetopology as nrt
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -106,6 +108,14 @@ def build_registry(
             scheduler.topology_deleted(event["object"])
         else:
             scheduler.topology_upserted(event["object"])
+
+    @kopf.on.event(nrt.GROUP, nrt.VERSION, nrt.PLURAL, registry=registry)
+    async def _nrt(*, event: kopf.RawEvent, **_: Any) -> None:
+        relisted("noderesourcetopologies", event)
+        if event.get("type") == "DELETED":
+            scheduler.nrt_deleted(event["object"])
+        else:
+            scheduler.nrt_upserted(event["object"])
 
     @kopf.on.event(PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL, registry=registry)
     async def _podgroup(*, event: kopf.RawEvent, **_: Any) -> None:

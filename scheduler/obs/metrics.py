@@ -1,14 +1,19 @@
 """Every Prometheus metric Lattice exports, defined here and nowhere else.
 
 Names follow ``lattice_<subsystem>_<what>_<unit>`` (units: ``seconds``, ``total`` for counters,
-``pods``/``nodes`` for counts). Nothing is registered at import time: :meth:`Metrics.create`
-builds the whole set on the :class:`~prometheus_client.CollectorRegistry` it is given, so the
-process owns one registry (served by its metrics endpoint) and each test makes its own.
+``pods``/``nodes`` for counts). Beside them, kube-scheduler's own names with its labels and
+buckets (:data:`KUBE_SCHEDULER_NAMES`), so dashboards and alerts written for kube-scheduler
+read Lattice unchanged, and the process collectors (``process_*``, ``python_*``).
+
+Nothing is registered at import time: :meth:`Metrics.create` builds the whole set on the
+:class:`~prometheus_client.CollectorRegistry` it is given, so the process owns one registry
+(served by its metrics endpoint) and each test makes its own.
 
 Label values come from fixed vocabularies (:class:`AttemptResult`, :data:`QUEUE_LABELS`,
 :data:`CACHE_POD_STATES`) and are pre-created at zero, so a series exists before its first
 event and a typo fails loudly instead of inventing a new series. ``plugin`` and
-``extension_point`` are open sets (plugin names come from the registry) but small ones.
+``extension_point`` are open sets (plugin names come from the registry) but small ones;
+``profile`` is the schedulerName, pre-created per profile.
 """
 
 from __future__ import annotations
@@ -18,7 +23,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.utils import INF
 
 NAMESPACE: Final = "lattice"
@@ -33,7 +46,34 @@ class AttemptResult(enum.StrEnum):
 
 
 QUEUE_LABELS: Final = ("active", "backoff", "unschedulable", "gated")
-"""Values of ``queue`` on the pending-pods gauge (the scheduling queue's waiting places)."""
+"""Values of ``queue`` on the pending-pods gauges (the scheduling queue's waiting places; the
+same values as kube-scheduler's ``scheduler_pending_pods``)."""
+
+KUBE_SCHEDULER_NAMES: Final = (
+    "scheduler_schedule_attempts_total",
+    "scheduler_pod_scheduling_sli_duration_seconds",
+    "scheduler_pending_pods",
+    "scheduler_plugin_execution_duration_seconds",
+)
+"""kube-scheduler's metrics that Lattice exports under the same name, labels and buckets."""
+
+PLUGIN_STATUSES: Final = (
+    "Success",
+    "Error",
+    "Unschedulable",
+    "UnschedulableAndUnresolvable",
+    "Skip",
+)
+"""Values of ``status`` on plugin durations: kube-scheduler's status codes, by name."""
+
+ATTEMPTS_CAP: Final = 15
+"""kube-scheduler's cap of the ``attempts`` label of the SLI histogram ("15+")."""
+
+
+def attempts_label(attempts: int) -> str:
+    """The SLI histogram's ``attempts`` label, capped as kube-scheduler caps it."""
+    return f"{ATTEMPTS_CAP}+" if attempts >= ATTEMPTS_CAP else str(attempts)
+
 
 CACHE_POD_STATES: Final = ("assumed", "bound", "added")
 LOAD_REPORT_OUTCOMES: Final = (
@@ -59,6 +99,33 @@ two when ``spec.gang.solver`` is Greedy, which proves nothing when it fails)."""
 """Values of ``state`` on the cached-pods gauge (the cache lifecycle's counted states)."""
 
 
+class PluginTimer:
+    """Times plugins on sampled cycles only, as kube-scheduler does (10% of cycles): one
+    observation per plugin and extension point would be a noticeable share of a cycle.
+    Children are resolved once per label set, since ``labels()`` costs more than
+    ``observe()``."""
+
+    def __init__(self, histogram: Histogram, *, sample_every: int = 10) -> None:
+        self.histogram = histogram
+        self.sample_every = sample_every
+        """1: every cycle (tests); 0: never."""
+        self.on = False
+        self._children: dict[tuple[str, str, str], Histogram] = {}
+
+    def start_cycle(self, cycle: int) -> None:
+        self.on = self.sample_every > 0 and cycle % self.sample_every == 0
+
+    def observe(self, plugin: str, extension_point: str, status: str, seconds: float) -> None:
+        key = (plugin, extension_point, status)
+        child = self._children.get(key)
+        if child is None:
+            child = self.histogram.labels(
+                plugin=plugin, extension_point=extension_point, status=status
+            )
+            self._children[key] = child
+        child.observe(seconds)
+
+
 def _exponential(start: float, factor: float, count: int) -> tuple[float, ...]:
     return (*(start * factor**i for i in range(count)), INF)
 
@@ -82,10 +149,21 @@ class Metrics:
     """One cycle from pop to decision (filter, score, assume), by ``result``."""
     e2e_scheduling_duration: Histogram
     """From a pod's first entry into the active queue to its successful binding."""
-    plugin_duration: Histogram
-    """One plugin at one extension point, by ``plugin`` and ``extension_point``."""
+    plugin_execution_duration: Histogram
+    """kube-scheduler's ``scheduler_plugin_execution_duration_seconds``: one plugin at one
+    extension point, by ``plugin``, ``extension_point`` and ``status``; sampled cycles only,
+    as kube-scheduler samples them."""
     pending_pods: Gauge
     """Pods waiting in the scheduling queue, by ``queue``."""
+    kube_pending_pods: Gauge
+    """kube-scheduler's ``scheduler_pending_pods``: the same counts as ``pending_pods``."""
+    kube_schedule_attempts: Counter
+    """kube-scheduler's ``scheduler_schedule_attempts_total`` by ``result`` and ``profile``
+    (the schedulerName): "scheduled" is counted once the binding succeeded, a failed binding
+    is an "error", as kube-scheduler counts them."""
+    pod_scheduling_sli_duration: Histogram
+    """kube-scheduler's ``scheduler_pod_scheduling_sli_duration_seconds``: first entry into
+    the active queue (gated time excluded) to a successful binding, by ``attempts``."""
     bind_duration: Histogram
     """One pods/binding call, successful or not."""
     bind_errors: Counter
@@ -141,11 +219,10 @@ class Metrics:
                 registry=reg,
                 buckets=_E2E_BUCKETS,
             ),
-            plugin_duration=Histogram(
-                "framework_plugin_duration_seconds",
-                "Duration of one plugin at one extension point.",
-                ["plugin", "extension_point"],
-                namespace=NAMESPACE,
+            plugin_execution_duration=Histogram(
+                "scheduler_plugin_execution_duration_seconds",
+                "Duration for running a plugin at a specific extension point.",
+                ["plugin", "extension_point", "status"],
                 registry=reg,
                 buckets=_PLUGIN_BUCKETS,
             ),
@@ -155,6 +232,30 @@ class Metrics:
                 ["queue"],
                 namespace=NAMESPACE,
                 registry=reg,
+            ),
+            kube_pending_pods=Gauge(
+                "scheduler_pending_pods",
+                "Number of pending pods, by the queue type. 'active' means number of pods in "
+                "activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means "
+                "number of pods in unschedulablePods; 'gated' is the number of pods that are "
+                "gated.",
+                ["queue"],
+                registry=reg,
+            ),
+            kube_schedule_attempts=Counter(
+                "scheduler_schedule_attempts",
+                "Number of attempts to schedule pods, by the result. 'unschedulable' means a "
+                "pod could not be scheduled, while 'error' means an internal scheduler problem.",
+                ["result", "profile"],
+                registry=reg,
+            ),
+            pod_scheduling_sli_duration=Histogram(
+                "scheduler_pod_scheduling_sli_duration_seconds",
+                "E2e latency for a pod being scheduled, from the time the pod enters the "
+                "scheduling queue and might involve multiple scheduling attempts.",
+                ["attempts"],
+                registry=reg,
+                buckets=_E2E_BUCKETS,
             ),
             bind_duration=Histogram(
                 "binding_duration_seconds",
@@ -237,6 +338,10 @@ class Metrics:
             metrics.scheduling_cycle_duration.labels(result=result)
         for queue in QUEUE_LABELS:
             metrics.pending_pods.labels(queue=queue)
+            metrics.kube_pending_pods.labels(queue=queue)
+        ProcessCollector(registry=reg)
+        PlatformCollector(registry=reg)
+        GCCollector(registry=reg)
         for state in CACHE_POD_STATES:
             metrics.cache_pods.labels(state=state)
         for outcome in LOAD_REPORT_OUTCOMES:
@@ -254,12 +359,26 @@ class Metrics:
         self.schedule_attempts.labels(result=result).inc()
         self.scheduling_cycle_duration.labels(result=result).observe(seconds)
 
+    def precreate_profile(self, profile: str) -> None:
+        """kube-scheduler's attempt series of one profile, at zero before the first attempt."""
+        for result in AttemptResult:
+            self.kube_schedule_attempts.labels(result=result, profile=profile)
+
+    def count_attempt(self, result: AttemptResult, profile: str) -> None:
+        """One attempt as kube-scheduler counts it (see :attr:`kube_schedule_attempts`)."""
+        self.kube_schedule_attempts.labels(result=result, profile=profile).inc()
+
+    def observe_sli(self, seconds: float, *, attempts: int) -> None:
+        """A pod bound ``seconds`` after it first became schedulable, in ``attempts``."""
+        self.pod_scheduling_sli_duration.labels(attempts=attempts_label(attempts)).observe(seconds)
+
     def set_pending(self, counts: Mapping[K, int]) -> None:
         """Publish the queue's sizes (keyed by ``QueueName`` or plain strings); keys outside
         :data:`QUEUE_LABELS` (in-flight) are not pending and are skipped, missing ones are 0."""
         by_label = {str(k): v for k, v in counts.items()}
         for queue in QUEUE_LABELS:
             self.pending_pods.labels(queue=queue).set(by_label.get(queue, 0))
+            self.kube_pending_pods.labels(queue=queue).set(by_label.get(queue, 0))
 
     def set_cache_size(self, nodes: int, pods: Mapping[K, int]) -> None:
         """Publish the cache's sizes; ``pods`` by lifecycle state (``PodState`` or strings),

@@ -56,7 +56,9 @@ class FakeWriter:
     ) -> None:
         self.events.append((kind, pod.name, reason, message))
 
-    async def mark_unschedulable(self, pod: PodRef, message: str) -> None:
+    async def mark_unschedulable(
+        self, pod: PodRef, message: str, *, reason: str = "Unschedulable"
+    ) -> None:
         return None
 
     async def podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:

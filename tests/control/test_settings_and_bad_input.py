@@ -65,6 +65,7 @@ def test_unparsable_pod_waits_with_its_error() -> None:
     assert info is not None
     assert isinstance(info.pod, BrokenPod)
     assert "lots" in info.pod.error
-    sched.schedule_one(info)  # no exception: it is reported and parked
-    assert sched.queue.where(pod_key("default", "bad")) is QueueName.UNSCHEDULABLE
+    sched.schedule_one(info)  # no exception: it is reported and backs off
+    # An error, not Unschedulable: no cluster event would wake it, so it retries on backoff.
+    assert sched.queue.where(pod_key("default", "bad")) is QueueName.BACKOFF
     assert sched.counters.errors == 1

@@ -9,7 +9,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from scheduler.control.lifecycle import PodState
 from scheduler.control.queue import QueueName
-from scheduler.obs.metrics import CACHE_POD_STATES, QUEUE_LABELS, AttemptResult, Metrics
+from scheduler.obs.metrics import (
+    CACHE_POD_STATES,
+    KUBE_SCHEDULER_NAMES,
+    QUEUE_LABELS,
+    AttemptResult,
+    Metrics,
+    PluginTimer,
+    attempts_label,
+)
 
 NAME = re.compile(
     r"^lattice_(scheduling|framework|queue|binding|graph|cache|load|gang)_[a-z0-9_]+$"
@@ -33,20 +41,72 @@ def _families(metrics: Metrics) -> dict[str, str]:
     }
 
 
+def _ours(metrics: Metrics) -> dict[str, str]:
+    return {n: k for n, k in _families(metrics).items() if n.startswith("lattice_")}
+
+
 def test_every_metric_follows_the_naming_convention() -> None:
-    families = _families(Metrics.create())
-    assert len(families) == 16
+    families = _ours(Metrics.create())
+    assert len(families) == 15
     for name, kind in families.items():
         assert NAME.match(name), name
         assert name.endswith(UNIT_BY_TYPE[kind]), (name, kind)
 
 
+def test_beside_ours_only_kube_scheduler_names_and_process_collectors() -> None:
+    families = _families(Metrics.create())
+    others = {n for n in families if not n.startswith("lattice_")}
+    assert {n for n in others if n.startswith("scheduler_")} == set(KUBE_SCHEDULER_NAMES)
+    rest = others - set(KUBE_SCHEDULER_NAMES)
+    assert all(n.startswith(("process_", "python_")) for n in rest), rest
+    assert "python_info" in rest
+    assert "process_cpu_seconds_total" in rest  # Linux: read from /proc
+
+
+def test_kube_scheduler_names_have_kube_scheduler_labels() -> None:
+    metrics = Metrics.create()
+    metrics.precreate_profile("lattice")
+    metrics.set_pending({"active": 1})
+    metrics.observe_sli(0.5, attempts=2)
+    PluginTimer(metrics.plugin_execution_duration, sample_every=1).observe(
+        "NodeResourcesFit", "Filter", "Success", 1e-4
+    )
+    labels = {
+        f.name: {k for s in f.samples for k in s.labels if k != "le"}
+        for f in metrics.registry.collect()
+    }
+    assert labels["scheduler_schedule_attempts"] == {"result", "profile"}
+    assert labels["scheduler_pending_pods"] == {"queue"}
+    assert labels["scheduler_pod_scheduling_sli_duration_seconds"] == {"attempts"}
+    assert labels["scheduler_plugin_execution_duration_seconds"] == {
+        "plugin",
+        "extension_point",
+        "status",
+    }
+    assert _sample(metrics, "scheduler_pending_pods", queue="active") == 1
+    assert _sample(metrics, "scheduler_pending_pods", queue="gated") == 0
+    for result in AttemptResult:
+        assert (
+            _sample(metrics, "scheduler_schedule_attempts_total", result=result, profile="lattice")
+            == 0
+        )
+
+
+@pytest.mark.parametrize(("attempts", "label"), [(1, "1"), (14, "14"), (15, "15+"), (99, "15+")])
+def test_sli_attempts_are_capped_as_kube_scheduler_caps_them(attempts: int, label: str) -> None:
+    assert attempts_label(attempts) == label
+    metrics = Metrics.create()
+    metrics.observe_sli(3.0, attempts=attempts)
+    assert (
+        _sample(metrics, "scheduler_pod_scheduling_sli_duration_seconds_count", attempts=label) == 1
+    )
+
+
 def test_expected_names() -> None:
-    assert set(_families(Metrics.create())) == {
+    assert set(_ours(Metrics.create())) == {
         "lattice_scheduling_attempts_total",
         "lattice_scheduling_cycle_duration_seconds",
         "lattice_scheduling_e2e_duration_seconds",
-        "lattice_framework_plugin_duration_seconds",
         "lattice_queue_pending_pods",
         "lattice_binding_duration_seconds",
         "lattice_binding_errors_total",
@@ -121,17 +181,16 @@ def test_set_cache_size_takes_the_lifecycle_counts() -> None:
 
 def test_open_label_metrics_and_exposition() -> None:
     metrics = Metrics.create()
-    metrics.plugin_duration.labels(plugin="NodeResourcesFit", extension_point="filter").observe(
-        1e-4
-    )
+    timer = PluginTimer(metrics.plugin_execution_duration)
+    timer.observe("NodeResourcesFit", "Filter", "Success", 1e-4)
     metrics.bind_duration.observe(0.02)
     metrics.bind_errors.inc()
     metrics.graph_patches.inc(3)
     metrics.e2e_scheduling_duration.observe(1.5)
     text = generate_latest(metrics.registry).decode()
     assert (
-        'lattice_framework_plugin_duration_seconds_count{extension_point="filter",'
-        'plugin="NodeResourcesFit"} 1.0' in text
+        'scheduler_plugin_execution_duration_seconds_count{extension_point="Filter",'
+        'plugin="NodeResourcesFit",status="Success"} 1.0' in text
     )
     assert "lattice_binding_errors_total 1.0" in text
     assert "lattice_graph_patches_total 3.0" in text
