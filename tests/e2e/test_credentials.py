@@ -13,8 +13,7 @@ import base64
 import json
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,7 +22,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from scheduler.devcluster.cluster import LATTICE_USER, ClusterConfig
-from scheduler.devcluster.kube import api_client, poll
+from scheduler.devcluster.kube import poll
 from tests.e2e.lattice_proc import LatticeProcess
 from tests.e2e.test_scheduler import LEASE_NS, Plane, lattice_plane, pod, wait_bound
 
@@ -34,21 +33,6 @@ pytestmark = pytest.mark.cluster
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     with lattice_plane(tmp_path_factory.mktemp("credplane"), ClusterConfig(nodes=2)) as p:
         yield p
-
-
-@pytest.fixture(scope="module")
-async def api(plane: Plane) -> AsyncIterator[client.ApiClient]:
-    async with api_client(plane.cluster.kubeconfig) as a:
-        yield a
-
-
-@pytest.fixture
-async def ns(api: client.ApiClient) -> AsyncIterator[str]:
-    name = f"c-{int(time.time() * 1000) % 10**9}"
-    core = client.CoreV1Api(api)
-    await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": name}}))
-    yield name
-    await core.delete_namespace(name)
 
 
 def whoami(plane: Plane, kubeconfig: Path) -> str:

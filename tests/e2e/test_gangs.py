@@ -14,14 +14,14 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
 from kubernetes_asyncio import client
 
 from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import api_client, create_nodes, poll
+from scheduler.devcluster.kube import create_nodes, poll
 from scheduler.devcluster.profiles import get_profile
 from tests.e2e.lattice_proc import LatticeProcess
 from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods
@@ -41,28 +41,10 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
 
 
 @pytest.fixture(scope="module")
-async def api(plane: Plane) -> AsyncIterator[client.ApiClient]:
-    async with api_client(plane.cluster.kubeconfig) as a:
-        yield a
-
-
-@pytest.fixture(scope="module")
 def sched(plane: Plane) -> Iterator[LatticeProcess]:
     proc = plane.lattice(identity="gangs").start()
     yield proc
     proc.stop()
-
-
-_ns_seq = iter(range(10**6))
-
-
-@pytest.fixture
-async def ns(api: client.ApiClient) -> AsyncIterator[str]:
-    name = f"g-{next(_ns_seq)}-{id(api) % 10**6}"
-    core = client.CoreV1Api(api)
-    await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": name}}))
-    yield name
-    await core.delete_namespace(name)
 
 
 def member(name: str, group: str, cpu: str = "500m", **spec: Any) -> dict[str, Any]:

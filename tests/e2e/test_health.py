@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, cast
 
@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler.control.scheduler import UNSCHEDULABLE
 from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import api_client, create_nodes, poll
+from scheduler.devcluster.kube import create_nodes, poll
 from scheduler.devcluster.profiles import get_profile
 from scheduler.model import noderesourcetopology as nrt
 from tests.charts.test_dashboard import DASHBOARD, metric_names, panels
@@ -76,12 +76,6 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
         p.run("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(NRT_CRD))
         p.run("wait", "--for=condition=Established", f"crd/{NRT_CRD['metadata']['name']}")
         yield p
-
-
-@pytest.fixture(scope="module")
-async def api(plane: Plane) -> AsyncIterator[client.ApiClient]:
-    async with api_client(plane.cluster.kubeconfig) as a:
-        yield a
 
 
 async def namespace(api: client.ApiClient, name: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -21,7 +21,7 @@ from scheduler.agent.publisher import KubernetesTopologyApi
 from scheduler.agent.resource import node_topology_object
 from scheduler.cli import main
 from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import api_client, poll
+from scheduler.devcluster.kube import poll
 from scheduler.model.topology import (
     LOCAL_NUMA_DISTANCE,
     NodeLoad,
@@ -41,12 +41,6 @@ NODE_CPU, NODE_MEM = 4000, 16 * GIB  # the standard profile's allocatable
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     with lattice_plane(tmp_path_factory.mktemp("loadplane"), ClusterConfig(nodes=NODES)) as p:
         yield p
-
-
-@pytest.fixture(scope="module")
-async def api(plane: Plane) -> AsyncIterator[client.ApiClient]:
-    async with api_client(plane.cluster.kubeconfig) as a:
-        yield a
 
 
 def _topology() -> NodeTopology:

@@ -13,7 +13,7 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,7 +22,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from scheduler.devcluster.cluster import LATTICE_USER, ClusterConfig, DevCluster
-from scheduler.devcluster.kube import api_client, create_nodes, poll
+from scheduler.devcluster.kube import create_nodes, poll
 from scheduler.devcluster.profiles import get_profile
 from tests.conftest import report_line
 from tests.e2e.lattice_proc import LatticeProcess, least_privilege_rbac
@@ -89,21 +89,6 @@ def lattice_plane(tmp: Path, config: ClusterConfig) -> Iterator[Plane]:
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     with lattice_plane(tmp_path_factory.mktemp("schedplane"), ClusterConfig(nodes=NODES)) as p:
         yield p
-
-
-@pytest.fixture(scope="module")
-async def api(plane: Plane) -> AsyncIterator[client.ApiClient]:
-    async with api_client(plane.cluster.kubeconfig) as a:
-        yield a
-
-
-@pytest.fixture
-async def ns(api: client.ApiClient) -> AsyncIterator[str]:
-    name = f"s-{int(time.time() * 1000) % 10**9}"
-    core = client.CoreV1Api(api)
-    await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": name}}))
-    yield name
-    await core.delete_namespace(name)
 
 
 def pod(name: str, cpu: str = "100m", scheduler: str = "lattice", **spec: Any) -> dict[str, Any]:

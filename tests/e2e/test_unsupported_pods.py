@@ -11,8 +11,7 @@ unsupported, and stay unbound, while an ordinary pod created after them is bound
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any, Final
 
 import pytest
@@ -20,7 +19,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import api_client, poll
+from scheduler.devcluster.kube import poll
 from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods, pod, wait_bound
 
 NODES: Final = 3
@@ -34,21 +33,6 @@ NO_DRA: Final = "Lattice does not allocate DRA resource claims yet"
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     with lattice_plane(tmp_path_factory.mktemp("unsupported"), ClusterConfig(nodes=NODES)) as p:
         yield p
-
-
-@pytest.fixture(scope="module")
-async def api(plane: Plane) -> AsyncIterator[client.ApiClient]:
-    async with api_client(plane.cluster.kubeconfig) as a:
-        yield a
-
-
-@pytest.fixture
-async def ns(api: client.ApiClient) -> AsyncIterator[str]:
-    name = f"u-{int(time.time() * 1000) % 10**9}"
-    core = client.CoreV1Api(api)
-    await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    await core.delete_namespace(name)
 
 
 def referenced_objects(ns: str) -> list[dict[str, Any]]:
