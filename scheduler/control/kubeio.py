@@ -59,13 +59,27 @@ class KubeWriter:
     """Rate-limited writes of one scheduler instance."""
 
     def __init__(
-        self, api: client.ApiClient, *, component: str, instance: str, limiter: TokenBucket
+        self,
+        api: client.ApiClient,
+        *,
+        component: str,
+        instance: str,
+        limiter: TokenBucket,
+        report_limiter: TokenBucket | None = None,
     ) -> None:
+        """``limiter`` paces bindings (and the read a 409 needs); ``report_limiter`` paces
+        events and status patches, each at the client QPS: a burst of FailedScheduling
+        events or PodGroup status writes never makes a binding wait for a token."""
         self._core = client.CoreV1Api(api)
         self._objects = client.CustomObjectsApi(api)
         self._component = component
         self._instance = instance
         self.limiter = limiter
+        self.report_limiter = report_limiter or TokenBucket(limiter.qps, limiter.burst)
+
+    def reconfigure(self, qps: float, burst: int) -> None:
+        self.limiter.reconfigure(qps, burst)
+        self.report_limiter.reconfigure(qps, burst)
 
     async def bind(
         self, pod: PodRef, node: str, annotations: dict[str, str] | None = None
@@ -159,7 +173,7 @@ class KubeWriter:
             "lastTimestamp": now,
             "count": 1,
         }
-        await self.limiter.acquire()
+        await self.report_limiter.acquire()
         try:
             resp = await self._core.create_namespaced_event(
                 pod.namespace, cast(client.CoreV1Event, body), _preload_content=False
@@ -171,7 +185,7 @@ class KubeWriter:
 
     async def podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch a PodGroup's status subresource; a PodGroup that is gone is ignored."""
-        await self.limiter.acquire()
+        await self.report_limiter.acquire()
         try:
             # The generated signature lacks _content_type; the method accepts it.
             patch = cast(Any, self._objects).patch_namespaced_custom_object_status
@@ -209,7 +223,7 @@ class KubeWriter:
                 ]
             }
         }
-        await self.limiter.acquire()
+        await self.report_limiter.acquire()
         try:
             resp = await self._core.patch_namespaced_pod_status(
                 pod.name, pod.namespace, patch, _preload_content=False

@@ -24,6 +24,14 @@ class TokenBucket:
         self._last = clock()
         self._lock = asyncio.Lock()
 
+    @property
+    def qps(self) -> float:
+        return self._qps
+
+    @property
+    def burst(self) -> int:
+        return int(self._burst)
+
     def reconfigure(self, qps: float, burst: int) -> None:
         if qps <= 0 or burst < 1:
             raise ValueError("qps must be > 0 and burst >= 1")

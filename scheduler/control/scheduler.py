@@ -294,7 +294,7 @@ class Scheduler:
         if settings.bind_concurrency != self.settings.bind_concurrency:
             self._bind_slots = asyncio.Semaphore(settings.bind_concurrency)
         if self.writer is not None:
-            self.writer.limiter.reconfigure(settings.client_qps, settings.client_burst)
+            self.writer.reconfigure(settings.client_qps, settings.client_burst)
         self.settings = settings
         self.log.info("settings_applied", reason=f"profile {settings.profile.name}")
 
@@ -1253,6 +1253,8 @@ class Scheduler:
                 log.info("pod_bound", node=node)
             if gang is not None:
                 self._gang_member_done(gang, key)
+            if not self.settings.scheduled_events:
+                return
             try:
                 await self.writer.event(
                     ref,

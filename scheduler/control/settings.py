@@ -42,6 +42,9 @@ class SchedulerSettings:
     """Recorded, and shown in status. Lattice filters and scores every node: its
     vectorised cycle costs less than kube-scheduler's sampling saves."""
     seed: int = 0
+    scheduled_events: bool = True
+    """One ``Scheduled`` Event per binding, as kube-scheduler writes; off halves the writes
+    per pod (the binding itself and PodScheduled=True still say where it went)."""
     gang: GangSettings = field(default_factory=lambda: GangSettings())
 
 
@@ -184,6 +187,13 @@ def _int(spec: Mapping[str, Any], key: str, default: int, lo: int, hi: int) -> i
     return value
 
 
+def _bool(spec: Mapping[str, Any], key: str, default: bool) -> bool:
+    value: object = spec.get(key, default)
+    if not isinstance(value, bool):
+        raise SettingsError(f"spec.{key}: {value!r} is not true or false")
+    return value
+
+
 def parse_spec(spec: Mapping[str, Any], scheduler_name: str) -> SchedulerSettings:
     """Validate a LatticeScheduler spec into settings; SettingsError says what is wrong."""
     if not isinstance(spec, Mapping):
@@ -252,5 +262,6 @@ def parse_spec(spec: Mapping[str, Any], scheduler_name: str) -> SchedulerSetting
         client_burst=_int(spec, "clientBurst", 1000, 1, 1_000_000),
         percentage_of_nodes_to_score=_int(spec, "percentageOfNodesToScore", 0, 0, 100),
         seed=_int(spec, "seed", 0, -(2**63), 2**63 - 1),
+        scheduled_events=_bool(spec, "scheduledEvents", True),
         gang=parse_gang(spec.get("gang")),
     )
