@@ -1,0 +1,673 @@
+"""The intake without a server: coalescing, batching, backpressure, list/watch/relist
+control flow against a scripted fake API, fingerprints and the pod tracker's rule."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import orjson
+import pytest
+from kubernetes_asyncio import client
+
+from scheduler.control.intake import (
+    Batch,
+    Event,
+    EventType,
+    Intake,
+    IntakeSettings,
+    PendingVerdict,
+    PodTracker,
+    RawObject,
+    Relisted,
+    Unavailable,
+    Update,
+    bound_fingerprint,
+    coalesce,
+    custom,
+    merge,
+    node_fingerprint,
+    nodes,
+    pending_pods,
+    pod_fingerprint,
+)
+
+pytestmark = pytest.mark.usefixtures("no_leaked_tasks")
+
+A, M, D = EventType.ADDED, EventType.MODIFIED, EventType.DELETED
+
+
+def obj(uid: str, rv: int = 1, **extra: Any) -> RawObject:
+    return cast(
+        RawObject,
+        {"metadata": {"uid": uid, "name": uid, "resourceVersion": str(rv)}, **extra},
+    )
+
+
+def ev(kind: EventType, uid: str, rv: int = 1) -> Event:
+    return Event(kind, uid, obj(uid, rv))
+
+
+# -- coalescing ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sequence", "expected"),
+    [
+        ([A], A),
+        ([M], M),
+        ([D], D),
+        ([A, M], A),
+        ([A, M, M], A),
+        ([M, M], M),
+        ([A, D], D),  # the consumer may have seen it in an earlier batch it still holds
+        ([M, D], D),
+        ([A, M, D], D),
+        ([D, A], M),  # left the stream and came back: it existed before the batch
+        ([M, D, A, M], M),
+    ],
+)
+def test_merge_keeps_the_net_change(sequence: list[EventType], expected: EventType) -> None:
+    merged: Event | None = None
+    for rv, kind in enumerate(sequence, start=1):
+        merged = merge(merged, ev(kind, "u", rv))
+    assert merged is not None
+    assert merged.type is expected
+    assert merged.obj["metadata"]["resourceVersion"] == str(len(sequence))  # last body wins
+
+
+def test_coalesce_orders_by_last_event_and_bounds_by_uid() -> None:
+    events = [ev(A, "a", 1), ev(A, "b", 2), ev(M, "a", 3), ev(M, "c", 4), ev(D, "b", 5)]
+    out = coalesce(events * 1)
+    assert [(e.uid, e.type) for e in out.values()] == [("a", A), ("c", M), ("b", D)]
+    many = coalesce(ev(M, f"u{i % 7}", i) for i in range(1000))
+    assert len(many) == 7
+
+
+# -- a scripted API -----------------------------------------------------------------------
+
+
+@dataclass
+class FakeContent:
+    chunks: list[bytes]
+    hold: asyncio.Event | None = None
+    """When the chunks are used up: block until set (an idle watch), then end."""
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once every chunk was read (so the reader has applied them all)."""
+
+    async def read(self, n: int) -> bytes:
+        if self.chunks:
+            return self.chunks.pop(0)
+        self.drained.set()
+        if self.hold is not None:
+            await self.hold.wait()
+        return b""
+
+
+@dataclass
+class FakeResponse:
+    status: int
+    body: bytes = b""
+    content: FakeContent = field(default_factory=lambda: FakeContent([]))
+
+    async def read(self) -> bytes:
+        return self.body
+
+    def release(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+Script = Callable[[dict[str, str]], FakeResponse]
+
+
+class FakeApi:
+    """Answers ``call_api`` from a function of the query; records every request."""
+
+    def __init__(self, script: Script, *, notify_at: int = 0) -> None:
+        self.script = script
+        self.requests: list[dict[str, str]] = []
+        self.notify_at = notify_at
+        self.reached = asyncio.Event()
+        """Set when ``notify_at`` requests have been made."""
+
+    async def call_api(self, path: str, method: str, **kwargs: Any) -> FakeResponse:
+        query = dict(kwargs["query_params"])
+        query["path"] = path
+        self.requests.append(query)
+        if len(self.requests) >= self.notify_at:
+            self.reached.set()
+        await asyncio.sleep(0)
+        return self.script(query)
+
+
+def list_page(items: list[RawObject], rv: str, token: str = "") -> FakeResponse:
+    meta: dict[str, str] = {"resourceVersion": rv}
+    if token:
+        meta["continue"] = token
+    return FakeResponse(200, orjson.dumps({"metadata": meta, "items": items}))
+
+
+def line(kind: str, body: RawObject | dict[str, Any]) -> bytes:
+    return orjson.dumps({"type": kind, "object": body}) + b"\n"
+
+
+def status(code: int) -> bytes:
+    return orjson.dumps({"kind": "Status", "code": code, "message": f"code {code}"})
+
+
+FAST = IntakeSettings(backoff_initial_s=0.001, backoff_max_s=0.001, unavailable_retry_s=0.01)
+
+
+async def collect(intake: Intake, predicate: Callable[[list[Update]], bool]) -> list[Update]:
+    got: list[Update] = []
+    async with asyncio.timeout(5):
+        while not predicate(got):
+            got.extend(await intake.get())
+    return got
+
+
+def batches(updates: list[Update]) -> list[Batch]:
+    return [u for u in updates if isinstance(u, Batch)]
+
+
+def relists(updates: list[Update]) -> list[Relisted]:
+    return [u for u in updates if isinstance(u, Relisted)]
+
+
+async def test_paged_list_then_watch_from_the_first_pages_rv() -> None:
+    hold = asyncio.Event()
+
+    def script(q: dict[str, str]) -> FakeResponse:
+        if q.get("watch"):
+            return FakeResponse(200, content=FakeContent([line("ADDED", obj("c", 12))], hold=hold))
+        if q.get("continue") == "t1":
+            return list_page([obj("b", 7)], rv="11")  # later pages repeat the list's RV
+        return list_page([obj("a", 5)], rv="10", token="t1")
+
+    api = FakeApi(script)
+    async with Intake(
+        cast(client.ApiClient, api), [pending_pods("lattice")], settings=FAST
+    ) as intake:
+        await intake.wait_synced()
+        got = await collect(intake, lambda g: bool(batches(g)))
+        hold.set()
+    (initial,) = relists(got)
+    assert initial.initial
+    assert [o["metadata"]["uid"] for o in initial.items] == ["a", "b"]
+    assert initial.resource_version == "10"
+    watch = next(r for r in api.requests if r.get("watch"))
+    assert watch["resourceVersion"] == "10"
+    assert watch["allowWatchBookmarks"] == "true"
+    assert watch["fieldSelector"] == "spec.schedulerName=lattice,spec.nodeName="
+    assert [(e.uid, e.type) for e in batches(got)[0].events] == [("c", A)]
+
+
+async def test_watch_resumes_from_the_last_bookmark_without_relisting() -> None:
+    hold = asyncio.Event()
+    watches: list[str] = []
+
+    def script(q: dict[str, str]) -> FakeResponse:
+        if not q.get("watch"):
+            return list_page([], rv="10")
+        watches.append(q["resourceVersion"])
+        if len(watches) == 1:  # one object, a bookmark, then the server closes the watch
+            bookmark = {"kind": "Pod", "metadata": {"resourceVersion": "20"}}
+            return FakeResponse(
+                200, content=FakeContent([line("ADDED", obj("a", 15)), line("BOOKMARK", bookmark)])
+            )
+        return FakeResponse(200, content=FakeContent([line("MODIFIED", obj("a", 21))], hold=hold))
+
+    api = FakeApi(script)
+    async with Intake(cast(client.ApiClient, api), [nodes()], settings=FAST) as intake:
+        got = await collect(
+            intake, lambda g: any(e.type is M for b in batches(g) for e in b.events)
+        )
+        hold.set()
+        stream = intake.streams["nodes"]
+    assert watches[:2] == ["10", "20"]
+    assert stream.stats.lists == 1
+    assert stream.stats.relists == 0
+    assert stream.stats.bookmarks == 1
+    assert len(relists(got)) == 1
+
+
+@pytest.mark.parametrize("how", ["http", "event"])
+async def test_gone_relists_and_delivers_a_reconcile(how: str) -> None:
+    hold = asyncio.Event()
+    lists = 0
+    watches = 0
+
+    def script(q: dict[str, str]) -> FakeResponse:
+        nonlocal lists, watches
+        if not q.get("watch"):
+            lists += 1
+            items = [obj("a", 5), obj("b", 6)] if lists == 1 else [obj("b", 30)]
+            return list_page(items, rv=str(10 * lists))
+        watches += 1
+        if watches == 1:
+            if how == "http":
+                return FakeResponse(410, status(410))
+            return FakeResponse(
+                200, content=FakeContent([line("ERROR", orjson.loads(status(410)))])
+            )
+        return FakeResponse(200, content=FakeContent([], hold=hold))
+
+    api = FakeApi(script)
+    async with Intake(cast(client.ApiClient, api), [nodes()], settings=FAST) as intake:
+        got = await collect(intake, lambda g: len(relists(g)) == 2)
+        hold.set()
+    first, second = relists(got)
+    assert first.initial
+    assert not second.initial
+    assert [o["metadata"]["uid"] for o in second.items] == ["b"]  # "a" disappeared
+    assert second.resource_version == "20"
+
+
+async def test_expired_continue_token_restarts_the_list() -> None:
+    hold = asyncio.Event()
+    calls: list[str] = []
+
+    def script(q: dict[str, str]) -> FakeResponse:
+        if q.get("watch"):
+            return FakeResponse(200, content=FakeContent([], hold=hold))
+        calls.append(q.get("continue", ""))
+        if q.get("continue"):
+            if calls.count("t") == 1:
+                return FakeResponse(410, status(410))
+            return list_page([obj("b", 1)], rv="99")
+        return list_page([obj("a", 1)], rv=str(len(calls)), token="t")
+
+    api = FakeApi(script)
+    async with Intake(cast(client.ApiClient, api), [nodes()], settings=FAST) as intake:
+        got = await collect(intake, lambda g: bool(relists(g)))
+        hold.set()
+    (listed,) = relists(got)
+    assert calls == ["", "t", "", "t"]
+    assert listed.resource_version == "3"  # the restarted list's first page
+    assert [o["metadata"]["uid"] for o in listed.items] == ["a", "b"]
+
+
+async def test_missing_resource_reports_once_counts_as_synced_and_retries() -> None:
+    api = FakeApi(lambda q: FakeResponse(404, status(404)), notify_at=3)
+    resource = custom("example.com", "v1", "widgets")
+    async with Intake(cast(client.ApiClient, api), [resource], settings=FAST) as intake:
+        async with asyncio.timeout(5):
+            await intake.wait_synced()
+        got = await intake.get()
+        await asyncio.wait_for(api.reached.wait(), 5)
+        assert intake.get_nowait() == []  # reported once, not on every retry
+        task_alive = all(not t.done() for t in intake._tasks)
+    assert got == [Unavailable(resource.key, 404, "code 404")]
+    assert api.requests[0]["path"] == "/apis/example.com/v1/widgets"
+    assert task_alive
+
+
+async def test_one_read_is_one_batch_and_a_slow_consumer_gets_it_coalesced() -> None:
+    hold = asyncio.Event()
+    n = 50
+    # One read of the socket: 50 updates of 5 objects, the last line split across reads.
+    payload = b"".join(line("MODIFIED", obj(f"u{i % 5}", 100 + i)) for i in range(n))
+    cut = len(payload) - 7
+    content = FakeContent([payload[:cut], payload[cut:]], hold=hold)
+
+    def script(q: dict[str, str]) -> FakeResponse:
+        if not q.get("watch"):
+            return list_page([obj(f"u{i}", 1) for i in range(5)], rv="10")
+        return FakeResponse(200, content=content)
+
+    api = FakeApi(script)
+    async with Intake(cast(client.ApiClient, api), [nodes()], settings=FAST) as intake:
+        await intake.wait_synced()
+        await asyncio.wait_for(content.drained.wait(), 5)  # meanwhile the consumer was busy
+        got = intake.get_nowait()
+        hold.set()
+    assert isinstance(got[0], Relisted)
+    (batch,) = batches(got)
+    assert len(batch.events) == 5
+    assert {e.obj["metadata"]["resourceVersion"] for e in batch.events} == {
+        str(100 + i) for i in range(n - 5, n)
+    }
+    assert batch.resource_version == str(100 + n - 1)
+
+
+async def test_a_waiting_consumer_gets_one_batch_per_read() -> None:
+    hold = asyncio.Event()
+    chunk = b"".join(line("ADDED", obj(f"u{i}", 100 + i)) for i in range(20))
+
+    def script(q: dict[str, str]) -> FakeResponse:
+        if not q.get("watch"):
+            return list_page([], rv="10")
+        return FakeResponse(200, content=FakeContent([chunk], hold=hold))
+
+    api = FakeApi(script)
+    async with Intake(cast(client.ApiClient, api), [nodes()], settings=FAST) as intake:
+        first = await intake.get()
+        if not batches(first):  # the list and the read may land in one take or two
+            first = await intake.get()
+        hold.set()
+    (batch,) = batches(first)
+    assert [e.uid for e in batch.events] == [f"u{i}" for i in range(20)]
+
+
+async def test_reader_stops_reading_at_max_pending_until_the_consumer_takes() -> None:
+    hold = asyncio.Event()
+    chunks = [line("ADDED", obj(f"u{i}", 100 + i)) for i in range(10)]
+
+    def script(q: dict[str, str]) -> FakeResponse:
+        if not q.get("watch"):
+            return list_page([], rv="10")
+        return FakeResponse(200, content=FakeContent(list(chunks), hold=hold))
+
+    api = FakeApi(script)
+    settings = IntakeSettings(max_pending=3, backoff_initial_s=0.001)
+    async with Intake(cast(client.ApiClient, api), [nodes()], settings=settings) as intake:
+        await intake.wait_synced()
+        stream = intake.streams["nodes"]
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert stream.stats.events == 3  # blocked: three distinct objects pending
+        taken = batches(intake.get_nowait())
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert stream.stats.events == 6
+        hold.set()
+    assert [e.uid for e in taken[0].events] == ["u0", "u1", "u2"]
+
+
+async def test_close_cancels_and_awaits_every_stream() -> None:
+    api = FakeApi(lambda q: FakeResponse(500, status(500)))
+    intake = Intake(cast(client.ApiClient, api), [nodes(), pending_pods("x")], settings=FAST)
+    intake.start()
+    await asyncio.sleep(0.01)
+    tasks = list(intake._tasks)
+    await intake.close()
+    assert tasks
+    assert all(t.done() for t in tasks)
+    assert not intake.synced  # 500s never sync a stream
+
+
+async def test_a_bug_in_a_stream_reaches_the_consumer() -> None:
+    api = FakeApi(lambda q: FakeResponse(200, b"[]"))  # a list body that is not an object
+    async with Intake(cast(client.ApiClient, api), [nodes()], settings=FAST) as intake:
+        with pytest.raises(AttributeError):
+            await asyncio.wait_for(intake.wait_synced(), 5)
+        with pytest.raises(AttributeError):
+            intake.get_nowait()
+
+
+def test_duplicate_stream_keys_are_refused() -> None:
+    api = cast(client.ApiClient, FakeApi(lambda q: FakeResponse(500)))
+    with pytest.raises(ValueError, match="duplicate"):
+        Intake(api, [nodes(), nodes()])
+
+
+# -- fingerprints -------------------------------------------------------------------------
+
+
+def base_pod() -> dict[str, Any]:
+    return {
+        "metadata": {
+            "uid": "u1",
+            "name": "p",
+            "namespace": "ns",
+            "generation": 1,
+            "resourceVersion": "10",
+            "labels": {"app": "web"},
+            "annotations": {"lattice.dev/devices": '{"gpus":[0]}', "other": "x"},
+        },
+        "spec": {
+            "nodeName": "n1",
+            "schedulerName": "lattice",
+            "priority": 0,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "img:1",
+                    "resources": {"requests": {"cpu": "100m"}},
+                    "ports": [{"containerPort": 80}],
+                }
+            ],
+            "initContainers": [{"name": "i", "resources": {}}],
+            "tolerations": [],
+            "volumes": [{"name": "v", "emptyDir": {}}],
+        },
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "c", "ready": True, "restartCount": 0}],
+        },
+    }
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def apply(body: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        at: Any = body
+        for p in parents:
+            at = at[int(p)] if isinstance(at, list) else at.setdefault(p, {})
+        if isinstance(at, list) and int(last) == len(at):
+            at.append(value)
+        elif isinstance(at, list):
+            at[int(last)] = value
+        else:
+            at[last] = value
+
+    return apply
+
+
+def _annotate(key: str, value: str) -> Callable[[dict[str, Any]], None]:
+    def apply(body: dict[str, Any]) -> None:
+        body["metadata"]["annotations"][key] = value
+
+    return apply
+
+
+POD_SAME = {
+    "phase Pending -> Running": _set("status.phase", "Pending"),
+    "a condition": _set("status.conditions.0.status", "False"),
+    "container state": _set("status.containerStatuses.0.restartCount", 3),
+    "pod IP": _set("status.podIP", "10.0.0.1"),
+    "resourceVersion": _set("metadata.resourceVersion", "11"),
+    "managedFields": _set("metadata.managedFields", [{"manager": "kubelet"}]),
+    "other annotation": _set("metadata.annotations.other", "y"),
+    "image": _set("spec.containers.0.image", "img:2"),
+    "nominatedNodeName": _set("status.nominatedNodeName", "n2"),
+}
+
+POD_DIFFERENT = {
+    "uid": _set("metadata.uid", "u2"),
+    "name": _set("metadata.name", "q"),
+    "namespace": _set("metadata.namespace", "other"),
+    "generation": _set("metadata.generation", 2),
+    "labels": _set("metadata.labels.app", "db"),
+    "deletionTimestamp": _set("metadata.deletionTimestamp", "2026-01-01T00:00:00Z"),
+    "devices annotation": _annotate("lattice.dev/devices", "x"),
+    "gpu-alignment annotation": _annotate("lattice.dev/gpu-alignment", "strict"),
+    "nodeName": _set("spec.nodeName", "n2"),
+    "schedulerName": _set("spec.schedulerName", "default-scheduler"),
+    "priority": _set("spec.priority", 10),
+    "schedulingGates": _set("spec.schedulingGates", [{"name": "g"}]),
+    "nodeSelector": _set("spec.nodeSelector", {"zone": "a"}),
+    "affinity": _set("spec.affinity", {"podAntiAffinity": {}}),
+    "tolerations": _set("spec.tolerations", [{"key": "k", "operator": "Exists"}]),
+    "topologySpreadConstraints": _set("spec.topologySpreadConstraints", [{"maxSkew": 1}]),
+    "hostNetwork": _set("spec.hostNetwork", True),
+    "container resources": _set("spec.containers.0.resources", {"requests": {"cpu": "1"}}),
+    "container ports": _set("spec.containers.0.ports", [{"containerPort": 80, "hostPort": 80}]),
+    "container added": _set("spec.containers.1", {"name": "d"}),
+    "initContainer resources": _set("spec.initContainers.0.resources", {"limits": {"cpu": "1"}}),
+    "initContainer sidecar": _set("spec.initContainers.0.restartPolicy", "Always"),
+    "overhead": _set("spec.overhead", {"cpu": "10m"}),
+    "pod resources": _set("spec.resources", {"requests": {"cpu": "1"}}),
+    "pvc volume": _set(
+        "spec.volumes.0", {"name": "v", "persistentVolumeClaim": {"claimName": "c"}}
+    ),
+    "ephemeral volume": _set("spec.volumes.0", {"name": "v", "ephemeral": {}}),
+    "disk volume": _set("spec.volumes.0", {"name": "v", "rbd": {}}),
+    "volume renamed": _set("spec.volumes.0.name", "w"),
+    "resourceClaims": _set("spec.resourceClaims", [{"name": "gpu"}]),
+    "phase terminal": _set("status.phase", "Succeeded"),
+    "status resources (resize)": _set(
+        "status.containerStatuses.0.resources", {"requests": {"cpu": "2"}}
+    ),
+    "allocatedResources": _set("status.containerStatuses.0.allocatedResources", {"cpu": "2"}),
+    "init status resources": _set(
+        "status.initContainerStatuses", [{"name": "i", "resources": {"requests": {"cpu": "1"}}}]
+    ),
+    "resize infeasible": _set(
+        "status.conditions.1", {"type": "PodResizePending", "reason": "Infeasible"}
+    ),
+}
+
+
+def _variant(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    body = copy.deepcopy(base_pod())
+    change(body)
+    return body
+
+
+@pytest.mark.parametrize("change", POD_SAME.values(), ids=POD_SAME.keys())
+def test_pod_fingerprint_ignores_what_scheduling_does_not_read(
+    change: Callable[[dict[str, Any]], None],
+) -> None:
+    assert pod_fingerprint(_variant(change)) == pod_fingerprint(base_pod())
+
+
+@pytest.mark.parametrize("change", POD_DIFFERENT.values(), ids=POD_DIFFERENT.keys())
+def test_pod_fingerprint_sees_every_field_scheduling_reads(
+    change: Callable[[dict[str, Any]], None],
+) -> None:
+    assert pod_fingerprint(_variant(change)) != pod_fingerprint(base_pod())
+
+
+def test_the_echo_of_our_binding_matches_the_bound_fingerprint() -> None:
+    pending = base_pod()
+    del pending["spec"]["nodeName"]
+    pending["status"] = {"phase": "Pending"}
+    echo = copy.deepcopy(pending)
+    echo["spec"]["nodeName"] = "n7"
+    echo["metadata"]["annotations"]["lattice.dev/devices"] = '{"gpus":[1]}'
+    echo["metadata"]["resourceVersion"] = "99"
+    echo["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    expected = bound_fingerprint(
+        pending, node="n7", annotations={"lattice.dev/devices": '{"gpus":[1]}'}
+    )
+    assert pod_fingerprint(echo) == expected
+    assert pod_fingerprint(pending) != expected
+    echo["metadata"]["labels"] = {"app": "changed-meanwhile"}
+    assert pod_fingerprint(echo) != expected
+
+
+def base_node() -> dict[str, Any]:
+    return {
+        "metadata": {"uid": "n", "name": "n1", "labels": {"zone": "a"}, "resourceVersion": "1"},
+        "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+        "status": {
+            "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "lastHeartbeatTime": "2026-01-01T00:00:00Z"}],
+            "images": [],
+        },
+    }
+
+
+NODE_SAME = {
+    "heartbeat": _set("status.conditions.0.lastHeartbeatTime", "2026-01-01T00:00:10Z"),
+    "resourceVersion": _set("metadata.resourceVersion", "2"),
+    "images": _set("status.images", [{"names": ["x"]}]),
+    "nodeInfo": _set("status.nodeInfo", {"kubeletVersion": "v1.34.4"}),
+    "annotation": _set("metadata.annotations", {"a": "b"}),
+}
+NODE_DIFFERENT = {
+    "uid": _set("metadata.uid", "m"),
+    "name": _set("metadata.name", "n2"),
+    "labels": _set("metadata.labels.zone", "b"),
+    "taints": _set("spec.taints", []),
+    "unschedulable": _set("spec.unschedulable", True),
+    "allocatable": _set("status.allocatable.cpu", "3"),
+    "capacity": _set("status.capacity.cpu", "8"),
+}
+
+
+@pytest.mark.parametrize("change", NODE_SAME.values(), ids=NODE_SAME.keys())
+def test_node_fingerprint_ignores_heartbeats(change: Callable[[dict[str, Any]], None]) -> None:
+    body = copy.deepcopy(base_node())
+    change(body)
+    assert node_fingerprint(body) == node_fingerprint(base_node())
+
+
+@pytest.mark.parametrize("change", NODE_DIFFERENT.values(), ids=NODE_DIFFERENT.keys())
+def test_node_fingerprint_sees_what_scheduling_reads(
+    change: Callable[[dict[str, Any]], None],
+) -> None:
+    body = copy.deepcopy(base_node())
+    change(body)
+    assert node_fingerprint(body) != node_fingerprint(base_node())
+
+
+# -- the tracker --------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_pending_delete_only_dequeues_whichever_stream_comes_first() -> None:
+    bound_first = PodTracker()
+    bound_first.bound("u")  # the assigned stream's ADDED arrived first
+    assert bound_first.pending(ev(D, "u")) is PendingVerdict.LEFT
+    pending_first = PodTracker()
+    assert pending_first.pending(ev(D, "u")) is PendingVerdict.LEFT  # then ADDED: places it
+
+
+def test_lagging_pending_events_of_a_bound_pod_are_stale() -> None:
+    tracker = PodTracker()
+    assert tracker.pending(ev(A, "u")) is PendingVerdict.UPSERT
+    tracker.bound("u")  # our binding succeeded (or the assigned stream showed it)
+    assert tracker.pending(ev(M, "u")) is PendingVerdict.STALE
+    assert tracker.pending(ev(M, "other")) is PendingVerdict.UPSERT
+
+
+def test_tombstone_lasts_until_the_pending_stream_passes_it() -> None:
+    clock = Clock()
+    tracker = PodTracker(ttl=60, clock=clock)
+    tracker.bound("u")
+    tracker.gone("u", "50")  # deleted while the pending stream lags at RV 40
+    tracker.pending_progress("40")
+    assert tracker.pending(ev(M, "u", 30)) is PendingVerdict.STALE
+    tracker.pending_progress("50")
+    assert tracker.tombstones == 0
+    assert tracker.pending(ev(A, "u")) is PendingVerdict.UPSERT
+
+
+def test_tombstone_expires_after_ttl_without_integer_rvs() -> None:
+    clock = Clock()
+    tracker = PodTracker(ttl=60, clock=clock)
+    tracker.bound("u")
+    tracker.gone("u", "not-a-number")
+    tracker.pending_progress("also-not")
+    assert tracker.is_bound("u")
+    clock.now = 61
+    assert not tracker.is_bound("u")
+
+
+def test_assigned_relist_tombstones_pods_that_left_during_the_gap() -> None:
+    tracker = PodTracker()
+    tracker.bound("a")
+    tracker.bound("b")
+    tracker.relisted(["b", "c"], "100")
+    assert tracker.pending(ev(M, "a")) is PendingVerdict.STALE  # tombstoned, not forgotten
+    assert tracker.tombstones == 1
+    assert tracker.is_bound("c")
+    tracker.pending_progress("100")
+    assert not tracker.is_bound("a")
