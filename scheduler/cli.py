@@ -108,7 +108,7 @@ def _devcluster(args: argparse.Namespace) -> int:
                 kube_scheduler_burst=args.kube_scheduler_burst,
                 percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
             )
-            state = cluster.up(cfg)
+            state = cluster.up(cfg, progress=lambda line: print(line, file=sys.stderr))
             print(
                 f"devcluster ready in {time.monotonic() - started:.1f}s: {state.server}, "
                 f"{cfg.nodes} {cfg.node_profile} node(s)"

@@ -1,26 +1,44 @@
-"""Lattice beside kube-scheduler on one control plane: throughput, latency, CPU, memory.
+"""Lattice beside kube-scheduler on one control plane: throughput, CPU, memory, latency.
 
-For each workload and each scheduler, on the same 1000-node kwok cluster and
-with equal client QPS/burst (500/1000) and every node scored
-(percentageOfNodesToScore 100 for kube-scheduler; Lattice always scores all):
+For each workload, each repeat and each scheduler, on the same kwok cluster,
+with equal client QPS/burst (``--qps``/``--burst``: kube-scheduler's
+clientConnection, Lattice's LatticeScheduler ``clientQPS``/``clientBurst``) and
+every node scored (percentageOfNodesToScore 100 for kube-scheduler; Lattice
+always scores all):
 
-* throughput: N pods are created while no scheduler runs, then the scheduler
-  is started; pods/s = N / (last binding - first binding), as seen by a watch;
-* latency: with the scheduler running, a stream of pods at a fixed rate;
-  p50/p99 from the client's create call to the watch showing the binding;
-* the scheduler process's CPU seconds and peak RSS over its whole run.
+* scale mode (``--existing N``): N pods of the workload's own shape are already
+  bound when the scheduler starts. They are created pre-bound (``spec.nodeName``)
+  rather than placed by kube-scheduler: both schedulers then face the very same
+  placement, setting up 30 000 pods takes a minute instead of a scheduler run of
+  its own, and the placement is chosen to satisfy every workload (zones exactly
+  balanced, hosts as even as the count allows, at most one pod per node for
+  anti-affinity, which caps N there). kwok runs them before the clock starts.
+* throughput: the measured pods are created while no scheduler runs, then a
+  fresh scheduler process starts; pods/s = (bound - 1) / (last binding - first
+  binding) as seen by the benchmark's watch, so start-up and sync are excluded;
+* CPU per pod: the process's CPU seconds (``/proc/<pid>/stat``, user + system)
+  between the first and the last of those bindings, per pod bound in between;
+  CPU s is the whole run's; peak RSS is ``VmHWM`` of ``/proc/<pid>/status``;
+* latency: with the scheduler running, a stream of pods at a fixed rate; p50/p99
+  from the client's create call to the watch showing the binding.
 
-Each scheduler runs in its own namespace with its own fresh process, so the
-figures are per workload. Run: `just bench` (or `python -m
-scheduler.benchmarks.scheduling --help`).
+Each (workload, repeat, scheduler) has its own namespace, deleted afterwards so
+the next one starts on the same cluster; the order of the two schedulers
+alternates between repeats. ``--repeat K`` prints every figure: on a shared
+2-core machine the ratios move by 2x from one run to the next. Every figure
+says how many pods it covers ("bound N/M") and warns when the benchmark's own
+watch had to re-list (those pods' times are the re-list's). Run: `just bench`
+(or `python -m scheduler.benchmarks.scheduling --help`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import math
 import os
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
@@ -29,17 +47,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import aiohttp
 import numpy as np
 from kubernetes_asyncio import client
 
-from scheduler.benchmarks.common import Watcher, start_lattice
+from scheduler.benchmarks.common import Watcher, apply_crds, start_lattice
 from scheduler.benchmarks.common import create_pods as _create
 from scheduler.benchmarks.common import wait_all as _wait_all
 from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client
+from scheduler.devcluster.profiles import ZONES, node_name
 
-REPO = Path(__file__).resolve().parents[2]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+KUBE, LATTICE = "kube-scheduler", "lattice"
+SIDES = (KUBE, LATTICE)
+LS_GROUP, LS_VERSION, LS_PLURAL = "lattice.dev", "v1alpha1", "latticeschedulers"
+
+PodMaker = Callable[[str, str], dict[str, Any]]
 
 
 def _pod(name: str, scheduler: str, app: str, **spec: Any) -> dict[str, Any]:
@@ -61,29 +85,45 @@ def _pod(name: str, scheduler: str, app: str, **spec: Any) -> dict[str, Any]:
     }
 
 
+def _term(app: str, key: str) -> dict[str, Any]:
+    return {"topologyKey": key, "labelSelector": {"matchLabels": {"app": app}}}
+
+
+HOST, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
+
+
 def plain(name: str, scheduler: str) -> dict[str, Any]:
     return _pod(name, scheduler, "plain")
 
 
 def anti_affinity(name: str, scheduler: str) -> dict[str, Any]:
+    """Required anti-affinity by hostname: one pod of the app per node."""
     return _pod(
         name,
         scheduler,
         "anti",
         affinity={
             "podAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "topologyKey": "kubernetes.io/hostname",
-                        "labelSelector": {"matchLabels": {"app": "anti"}},
-                    }
-                ]
+                "requiredDuringSchedulingIgnoredDuringExecution": [_term("anti", HOST)]
             }
         },
     )
 
 
+def required_affinity(name: str, scheduler: str) -> dict[str, Any]:
+    """Required affinity by zone: into a zone that already has a pod of the app."""
+    return _pod(
+        name,
+        scheduler,
+        "req",
+        affinity={
+            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [_term("req", ZONE)]}
+        },
+    )
+
+
 def preferred_affinity(name: str, scheduler: str) -> dict[str, Any]:
+    """Preferred affinity by zone and preferred anti-affinity by hostname: scores only."""
     return _pod(
         name,
         scheduler,
@@ -91,20 +131,20 @@ def preferred_affinity(name: str, scheduler: str) -> dict[str, Any]:
         affinity={
             "podAffinity": {
                 "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "weight": 100,
-                        "podAffinityTerm": {
-                            "topologyKey": "topology.kubernetes.io/zone",
-                            "labelSelector": {"matchLabels": {"app": "pref"}},
-                        },
-                    }
+                    {"weight": 100, "podAffinityTerm": _term("pref", ZONE)}
                 ]
-            }
+            },
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 50, "podAffinityTerm": _term("pref", HOST)}
+                ]
+            },
         },
     )
 
 
 def spread(name: str, scheduler: str) -> dict[str, Any]:
+    """Zone spread, maxSkew 1, DoNotSchedule."""
     return _pod(
         name,
         scheduler,
@@ -112,173 +152,484 @@ def spread(name: str, scheduler: str) -> dict[str, Any]:
         topologySpreadConstraints=[
             {
                 "maxSkew": 1,
-                "topologyKey": "topology.kubernetes.io/zone",
+                "topologyKey": ZONE,
                 "whenUnsatisfiable": "DoNotSchedule",
                 "labelSelector": {"matchLabels": {"app": "spread"}},
-            },
-            {
-                "maxSkew": 1,
-                "topologyKey": "kubernetes.io/hostname",
-                "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": {"app": "spread"}},
-            },
+            }
         ],
     )
 
 
-WORKLOADS: dict[str, Callable[[str, str], dict[str, Any]]] = {
+WORKLOADS: dict[str, PodMaker] = {
     "plain": plain,
     "anti-affinity": anti_affinity,
+    "required-affinity": required_affinity,
     "preferred-affinity": preferred_affinity,
     "topology-spread": spread,
 }
+
+
+# -- the setup: pure ---------------------------------------------------------------
+
+
+def existing_node_index(i: int, nodes: int) -> int:
+    """Where the i-th existing pod goes: zones take turns (node k is in zone k % 3,
+    as the kwok profiles label them), and within a zone the nodes do; so zone
+    counts never differ by more than one, and the first ``nodes`` pods each get
+    a node of their own (pod i on node i)."""
+    zones = len(ZONES)
+    if nodes < zones:
+        return i % nodes
+    z = i % zones
+    in_zone = (nodes - z + zones - 1) // zones
+    return ((i // zones) % in_zone) * zones + z
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How many pods one workload measures, streams and finds already bound; notes
+    say why a figure differs from what was asked."""
+
+    measured: int
+    stream: int
+    existing: int
+    notes: tuple[str, ...] = ()
+
+
+def sizes(workload: str, *, nodes: int, pods: int, stream: int, existing: int) -> Sizes:
+    """Anti-affinity by hostname fits one pod per node: the measured pods first,
+    then the latency stream, then as many existing pods as the rest of the nodes hold."""
+    if workload != "anti-affinity":
+        return Sizes(pods, stream, existing)
+    measured = min(pods, nodes)
+    streamed = min(stream, nodes - measured)
+    kept = min(existing, nodes - measured - streamed)
+    notes = [
+        f"{what} capped at {got} (one per node)"
+        for what, got, asked in (
+            ("measured pods", measured, pods),
+            ("stream", streamed, stream),
+            ("existing pods", kept, existing),
+        )
+        if got < asked
+    ]
+    return Sizes(measured, streamed, kept, tuple(notes))
+
+
+# -- results: pure -----------------------------------------------------------------
 
 
 @dataclass
 class Result:
     workload: str
     scheduler: str
+    run: int
     pods: int
+    """Measured pods created before the scheduler started."""
+    bound: int
+    existing: int
     pods_per_s: float
-    p50_ms: float
-    p99_ms: float
+    cpu_ms_per_pod: float
+    """CPU between the first and the last measured binding, per pod bound in between."""
     cpu_s: float
+    """CPU of the whole process life (start-up, sync, backlog, stream)."""
     rss_mib: float
-    unbound: int = 0
+    p50_ms: float = math.nan
+    p99_ms: float = math.nan
+    stream: int = 0
+    stream_bound: int = 0
+    resumes: int = 0
+    relists: int = 0
+    relisted: int = 0
+    """Measured pods first seen by a re-list: timed at the re-list, not their binding."""
     notes: list[str] = field(default_factory=list)
 
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def _peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    @property
+    def complete(self) -> bool:
+        return self.bound == self.pods and self.stream_bound == self.stream
 
 
-class Bench:
-    def __init__(self, cluster: DevCluster, nodes: int, timeout: float) -> None:
-        self.cluster = cluster
-        self.nodes = nodes
-        self.timeout = timeout
+def ratio(num: float, den: float) -> float:
+    """num / den, NaN when either is missing or the denominator is not positive."""
+    if math.isnan(num) or math.isnan(den) or den <= 0:
+        return math.nan
+    return num / den
 
-    def start_scheduler(self, which: str) -> int:
-        if which == "kube-scheduler":
-            return self.cluster.start_kube_scheduler(
-                ClusterConfig(
-                    kube_scheduler_qps=500,
-                    kube_scheduler_burst=1000,
-                    percentage_of_nodes_to_score=100,
-                )
+
+@dataclass(frozen=True)
+class Ratios:
+    """Lattice / kube-scheduler for one workload and run: > 1 means Lattice is
+    faster (pods/s) or costs more (CPU per pod, RSS, p99)."""
+
+    workload: str
+    run: int
+    pods_per_s: float
+    cpu_per_pod: float
+    rss: float
+    p99: float
+
+
+def ratios(results: list[Result]) -> list[Ratios]:
+    """One row per (workload, run) that has both schedulers, in the order run."""
+    by = {(r.workload, r.run, r.scheduler): r for r in results}
+    out = []
+    for w, run in dict.fromkeys((r.workload, r.run) for r in results):
+        k, lat = by.get((w, run, KUBE)), by.get((w, run, LATTICE))
+        if k is None or lat is None:
+            continue
+        out.append(
+            Ratios(
+                w,
+                run,
+                ratio(lat.pods_per_s, k.pods_per_s),
+                ratio(lat.cpu_ms_per_pod, k.cpu_ms_per_pod),
+                ratio(lat.rss_mib, k.rss_mib),
+                ratio(lat.p99_ms, k.p99_ms),
             )
-        return start_lattice(self.cluster)
-
-    async def run_one(
-        self, api: client.ApiClient, workload: str, which: str, n: int, stream: int, rate: float
-    ) -> Result:
-        core = client.CoreV1Api(api)
-        ns = f"bench-{workload}-{'kube' if which == 'kube-scheduler' else 'lattice'}"
-        await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": ns}}))
-        sched_name = "default-scheduler" if which == "kube-scheduler" else "lattice"
-        make = WORKLOADS[workload]
-        watcher = Watcher(api, ns)
-        watcher.start()
-        await watcher.started.wait()
-        backlog = [make(f"p-{i}", sched_name) for i in range(n)]
-        await _create(core, ns, backlog)
-        pid = self.start_scheduler(which)
-        cpu0 = _cpu_seconds(pid)
-        unbound = await _wait_all(watcher, {b["metadata"]["name"] for b in backlog}, self.timeout)
-        times = sorted(
-            watcher.bound[b["metadata"]["name"]]
-            for b in backlog
-            if b["metadata"]["name"] in watcher.bound
         )
-        span = times[-1] - times[0] if len(times) > 1 else float("nan")
-        pods_per_s = (len(times) - 1) / span if span and span > 0 else float("nan")
-        streamed = [make(f"s-{i}", sched_name) for i in range(stream)]
-        sent = await _create(core, ns, streamed, rate=rate)
-        unbound += await _wait_all(watcher, set(sent), self.timeout)
-        lat = np.array([watcher.bound[k] - t for k, t in sent.items() if k in watcher.bound])
-        p50, p99 = (np.percentile(lat, [50, 99]) * 1000).tolist() if len(lat) else (0.0, 0.0)
-        result = Result(
-            workload,
-            which,
-            n,
-            pods_per_s,
-            p50,
-            p99,
-            _cpu_seconds(pid) - cpu0,
-            _peak_rss_mib(pid),
-            unbound,
-        )
-        await watcher.stop()
-        self.cluster.stop_component("kube-scheduler" if which == "kube-scheduler" else "lattice")
-        return result
+    return out
 
 
-def _table(results: list[Result]) -> str:
-    rows = [
+def _f(value: float, fmt: str, unit: str = "") -> str:
+    return "n/a" if math.isnan(value) else format(value, fmt) + unit
+
+
+def _markdown(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows
+    ]
+    lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
+    return lines
+
+
+def watch_note(r: Result) -> str:
+    """What the benchmark's own watch had to do for this figure."""
+    if r.relists:
+        return f"{r.relists} re-list(s), {r.relisted} pods timed late"
+    return f"{r.resumes} resumes" if r.resumes else "-"
+
+
+def table(results: list[Result]) -> str:
+    """Per-run figures, then the ratios, then (with repeats) each ratio's range."""
+    rows: list[tuple[str, ...]] = [
         (
             "workload",
+            "run",
             "scheduler",
-            "pods",
+            "existing",
+            "bound",
             "pods/s",
-            "p50 ms",
-            "p99 ms",
+            "CPU ms/pod",
             "CPU s",
-            "RSS MiB",
-            "unbound",
+            "peak RSS MiB",
+            "stream p50/p99 ms",
+            "watch",
         )
     ]
     for r in results:
         rows.append(
             (
                 r.workload,
+                str(r.run),
                 r.scheduler,
-                str(r.pods),
-                f"{r.pods_per_s:.1f}",
-                f"{r.p50_ms:.0f}",
-                f"{r.p99_ms:.0f}",
-                f"{r.cpu_s:.1f}",
-                f"{r.rss_mib:.0f}",
-                str(r.unbound),
+                str(r.existing),
+                f"{r.bound}/{r.pods}",
+                _f(r.pods_per_s, ".1f"),
+                _f(r.cpu_ms_per_pod, ".2f"),
+                _f(r.cpu_s, ".1f"),
+                _f(r.rss_mib, ".0f"),
+                f"{_f(r.p50_ms, '.0f')}/{_f(r.p99_ms, '.0f')} ({r.stream_bound}/{r.stream})",
+                watch_note(r),
             )
         )
-    by = {(r.workload, r.scheduler): r for r in results}
-    ratios = []
-    for w in dict.fromkeys(r.workload for r in results):
-        k, lat = by.get((w, "kube-scheduler")), by.get((w, "lattice"))
-        if k and lat and k.pods_per_s > 0:
-            ratios.append(
-                f"{w}: Lattice / kube-scheduler = {lat.pods_per_s / k.pods_per_s:.2f}x "
-                f"pods/s, {lat.p99_ms / max(k.p99_ms, 1e-9):.2f}x p99 latency, "
-                f"{lat.cpu_s / max(k.cpu_s, 1e-9):.2f}x CPU"
+    out = _markdown(rows)
+    rats = ratios(results)
+    if rats:
+        rrows: list[tuple[str, ...]] = [
+            ("workload", "run", "pods/s L/K", "CPU/pod L/K", "RSS L/K", "p99 L/K")
+        ]
+        for q in rats:
+            rrows.append(
+                (
+                    q.workload,
+                    str(q.run),
+                    _f(q.pods_per_s, ".2f", "x"),
+                    _f(q.cpu_per_pod, ".2f", "x"),
+                    _f(q.rss, ".2f", "x"),
+                    _f(q.p99, ".2f", "x"),
+                )
             )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.rjust(wd) for c, wd in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join([*lines, "", *ratios])
+        out += ["", *_markdown(rrows)]
+    out += spans(rats)
+    warnings = [
+        f"WARNING: {r.workload} run {r.run} {r.scheduler}: "
+        + "; ".join(
+            ([f"bound {r.bound}/{r.pods}"] if r.bound < r.pods else [])
+            + ([f"stream bound {r.stream_bound}/{r.stream}"] if r.stream_bound < r.stream else [])
+            + (
+                [f"watch re-listed {r.relists}x: {r.relisted} pods' times are the re-list's"]
+                if r.relists
+                else []
+            )
+        )
+        for r in results
+        if not r.complete or r.relists
+    ]
+    notes = list(dict.fromkeys(f"note: {r.workload}: {n}" for r in results for n in r.notes))
+    return "\n".join([*out, *([""] if warnings or notes else []), *warnings, *notes])
+
+
+def spans(rats: list[Ratios]) -> list[str]:
+    """With more than one run of a workload: min, median and max of its pods/s and
+    CPU-per-pod ratios (a single run's ratio is not a result here)."""
+    lines = []
+    for w in dict.fromkeys(q.workload for q in rats):
+        mine = [q for q in rats if q.workload == w]
+        if len(mine) < 2:
+            continue
+        parts = []
+        for label, vals in (
+            ("pods/s", [q.pods_per_s for q in mine]),
+            ("CPU/pod", [q.cpu_per_pod for q in mine]),
+        ):
+            ok = [v for v in vals if not math.isnan(v)]
+            if ok:
+                parts.append(
+                    f"{label} {min(ok):.2f}x / {statistics.median(ok):.2f}x / {max(ok):.2f}x"
+                )
+        lines.append(f"{w} over {len(mine)} runs, min / median / max L/K: " + ", ".join(parts))
+    return ([""] if lines else []) + lines
+
+
+def progress_line(r: Result, summary: str) -> str:
+    """One run's figures as soon as it ends (the table comes at the very end)."""
+    return (
+        f"{r.workload:>18} run {r.run} {r.scheduler:>14}: {_f(r.pods_per_s, '.1f')} pods/s, "
+        f"{_f(r.cpu_ms_per_pod, '.2f')} ms CPU/pod, {summary}, CPU {r.cpu_s:.1f}s, "
+        f"peak RSS {_f(r.rss_mib, '.0f')} MiB, stream p50/p99 "
+        f"{_f(r.p50_ms, '.0f')}/{_f(r.p99_ms, '.0f')} ms"
+    )
+
+
+# -- measuring ---------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process, from /proc/<pid>/stat (fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
+
+
+class Bench:
+    def __init__(
+        self, cluster: DevCluster, api: client.ApiClient, args: argparse.Namespace
+    ) -> None:
+        self.cluster = cluster
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.args = args
+        self.burst: int = args.burst if args.burst is not None else int(2 * args.qps)
+
+    async def configure_lattice(self) -> None:
+        """Lattice's client QPS/burst, in the LatticeScheduler object it reads at start."""
+        objects = client.CustomObjectsApi(self.api)
+        spec = {"schedulerName": LATTICE, "clientQPS": self.args.qps, "clientBurst": self.burst}
+        try:
+            await objects.get_cluster_custom_object(LS_GROUP, LS_VERSION, LS_PLURAL, LATTICE)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            body = {
+                "apiVersion": f"{LS_GROUP}/{LS_VERSION}",
+                "kind": "LatticeScheduler",
+                "metadata": {"name": LATTICE},
+                "spec": spec,
+            }
+            await objects.create_cluster_custom_object(LS_GROUP, LS_VERSION, LS_PLURAL, body)
+            return
+        await objects.patch_cluster_custom_object(
+            LS_GROUP,
+            LS_VERSION,
+            LS_PLURAL,
+            LATTICE,
+            [{"op": "add", "path": f"/spec/{k}", "value": v} for k, v in spec.items()],
+        )
+
+    def start_scheduler(self, which: str) -> int:
+        if which == KUBE:
+            return self.cluster.start_kube_scheduler(
+                ClusterConfig(
+                    kube_scheduler_qps=self.args.qps,
+                    kube_scheduler_burst=self.burst,
+                    percentage_of_nodes_to_score=100,
+                )
+            )
+        return start_lattice(self.cluster)
+
+    async def _settle(self, ns: str, within: float = 600.0) -> None:
+        """Until kwok has every existing pod Running, so its status writes are not
+        what the measured scheduler competes with."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            left: Any = await self.core.list_namespaced_pod(
+                ns, field_selector="status.phase!=Running", limit=1
+            )
+            if not left.items:
+                return
+            await asyncio.sleep(1.0)
+        print(f"  (existing pods in {ns} not all Running after {within:.0f}s)", flush=True)
+
+    async def _clear(self, ns: str, within: float = 300.0) -> None:
+        """Delete the namespace and its pods (at once: grace 0), and wait until they
+        are gone, so the next scheduler starts on the cluster this one found. One
+        DeleteCollection of thousands of pods can outlast the API server's request
+        timeout; the namespace's deletion then finishes the job."""
+        with contextlib.suppress(client.ApiException, aiohttp.ClientError, TimeoutError):
+            await self.core.delete_collection_namespaced_pod(
+                ns, grace_period_seconds=0, _preload_content=False
+            )
+        with contextlib.suppress(client.ApiException):
+            await self.core.delete_namespace(ns, _preload_content=False)
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            left: Any = await self.core.list_namespaced_pod(ns, limit=1)
+            if not left.items:
+                return
+            await asyncio.sleep(1.0)
+        print(f"  ({ns} still has pods after {within:.0f}s)", flush=True)
+
+    async def run_one(self, workload: str, which: str, run: int) -> Result:
+        args = self.args
+        core = self.core
+        want = args.pods if workload == "plain" else args.affinity_pods
+        size = sizes(
+            workload, nodes=args.nodes, pods=want, stream=args.stream, existing=args.existing
+        )
+        ns = f"bench-{workload}-{run}-{'kube' if which == KUBE else 'lattice'}"
+        await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": ns}}))
+        sched_name = "default-scheduler" if which == KUBE else LATTICE
+        make = WORKLOADS[workload]
+
+        try:
+            existing = []
+            for i in range(size.existing):
+                body = make(f"e-{i}", sched_name)
+                body["spec"]["nodeName"] = node_name(existing_node_index(i, args.nodes))
+                existing.append(body)
+            if existing:
+                t0 = time.monotonic()
+                await _create(core, ns, existing)
+                await self._settle(ns)
+                print(
+                    f"  {len(existing)} existing pods in {time.monotonic() - t0:.0f}s", flush=True
+                )
+
+            names = [f"p-{i}" for i in range(size.measured)]
+            backlog = set(names)
+            pid = 0
+            marks: dict[str, float] = {}
+
+            def on_bound(name: str, _node: str, _now: float) -> None:
+                if name not in backlog or not pid:
+                    return
+                marks["n"] = marks.get("n", 0) + 1
+                if marks["n"] == 1:
+                    marks["first"] = cpu_seconds(pid)
+                if marks["n"] == len(backlog):
+                    marks["last"] = cpu_seconds(pid)
+
+            watcher = Watcher(self.api, ns, on_bound)
+            watcher.start()
+            try:
+                await watcher.started.wait()
+                await _create(core, ns, [make(name, sched_name) for name in names])
+                pid = self.start_scheduler(which)
+                result = await self._measure(workload, which, run, size, watcher, pid, marks, make)
+            finally:
+                await watcher.stop()
+                self.cluster.stop_component("kube-scheduler" if which == KUBE else LATTICE)
+            summary = watcher.summary(backlog)
+            print(progress_line(result, summary), flush=True)
+            if watcher.relists:
+                print(f"  WARNING: {ns}: the benchmark's watch re-listed ({summary})", flush=True)
+            return result
+        finally:
+            with contextlib.suppress(client.ApiException, aiohttp.ClientError, TimeoutError):
+                await self._clear(ns)
+
+    async def _measure(
+        self,
+        workload: str,
+        which: str,
+        run: int,
+        size: Sizes,
+        watcher: Watcher,
+        pid: int,
+        marks: dict[str, float],
+        make: PodMaker,
+    ) -> Result:
+        """Wait for the backlog, then stream; the figures, read while the process lives."""
+        args = self.args
+        backlog = {f"p-{i}" for i in range(size.measured)}
+        unbound = await _wait_all(watcher, backlog, args.timeout)
+        marks.setdefault("last", cpu_seconds(pid))
+        times = sorted(watcher.bound[n] for n in backlog if n in watcher.bound)
+        span = times[-1] - times[0] if len(times) > 1 else math.nan
+        cpu_per_pod = (
+            ratio(marks["last"] - marks["first"], len(times) - 1) * 1000
+            if "first" in marks
+            else math.nan
+        )
+        sched_name = "default-scheduler" if which == KUBE else LATTICE
+        streamed = [make(f"s-{i}", sched_name) for i in range(size.stream)]
+        sent = await _create(self.core, watcher.ns, streamed, rate=args.rate)
+        await _wait_all(watcher, set(sent), args.timeout)
+        lat = np.array([watcher.bound[k] - t for k, t in sent.items() if k in watcher.bound])
+        p50, p99 = (np.percentile(lat, [50, 99]) * 1000).tolist() if len(lat) else (math.nan,) * 2
+        return Result(
+            workload=workload,
+            scheduler=which,
+            run=run,
+            pods=size.measured,
+            bound=size.measured - unbound,
+            existing=size.existing,
+            pods_per_s=ratio(len(times) - 1, span),
+            cpu_ms_per_pod=cpu_per_pod,
+            cpu_s=cpu_seconds(pid),
+            rss_mib=peak_rss_mib(pid),
+            p50_ms=p50,
+            p99_ms=p99,
+            stream=len(sent),
+            stream_bound=len(set(sent) & watcher.bound.keys()),
+            resumes=watcher.reconnects,
+            relists=watcher.relists,
+            relisted=len(backlog & watcher.relisted),
+            notes=list(size.notes),
+        )
 
 
 async def _bench(cluster: DevCluster, args: argparse.Namespace) -> list[Result]:
     results: list[Result] = []
     async with api_client(cluster.kubeconfig) as api:
-        bench = Bench(cluster, args.nodes, args.timeout)
+        bench = Bench(cluster, api, args)
+        await bench.configure_lattice()
         for workload in args.workloads:
-            n = args.pods if workload == "plain" else args.affinity_pods
-            for which in ("kube-scheduler", "lattice"):
-                r = await bench.run_one(api, workload, which, n, args.stream, args.rate)
-                results.append(r)
-                print(
-                    f"{workload:>18} {which:>14}: {r.pods_per_s:7.1f} pods/s, "
-                    f"p50 {r.p50_ms:.0f} ms, p99 {r.p99_ms:.0f} ms, CPU {r.cpu_s:.1f}s, "
-                    f"RSS {r.rss_mib:.0f} MiB, unbound {r.unbound}",
-                    flush=True,
-                )
+            for run in range(1, args.repeat + 1):
+                order = SIDES if run % 2 else SIDES[::-1]
+                for which in order:
+                    try:
+                        results.append(await bench.run_one(workload, which, run))
+                    except (client.ApiException, aiohttp.ClientError, OSError) as exc:
+                        # One broken run must not cost the figures of the others.
+                        print(f"{workload} run {run} {which}: FAILED: {exc!r}", flush=True)
     return results
 
 
@@ -294,37 +645,47 @@ def main(argv: list[str] | None = None) -> int:
         default=800,
         help="backlog for the affinity and spread workloads",
     )
+    parser.add_argument(
+        "--existing",
+        type=int,
+        default=0,
+        help="pods of the same shape already bound (pre-bound via spec.nodeName) before the "
+        "backlog; the issue's reference is --nodes 2000 --existing 1000",
+    )
+    parser.add_argument(
+        "--qps", type=float, default=5000.0, help="client QPS of both schedulers (default 5000)"
+    )
+    parser.add_argument("--burst", type=int, default=None, help="client burst (default 2 x qps)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each workload")
     parser.add_argument("--stream", type=int, default=200, help="pods in the latency stream")
     parser.add_argument("--rate", type=float, default=40.0, help="latency stream, pods/s")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     args = parser.parse_args(argv)
+    if args.nodes < 1 or args.repeat < 1 or args.existing < 0 or args.qps <= 0:
+        parser.error("--nodes and --repeat must be >= 1, --existing >= 0, --qps > 0")
     cluster = DevCluster(Path(tempfile.mkdtemp(prefix="lattice-bench-")) / "state")
     started = time.monotonic()
     try:
-        state = cluster.up(ClusterConfig(nodes=args.nodes, node_ready_timeout=600))
+        state = cluster.up(
+            ClusterConfig(nodes=args.nodes, node_ready_timeout=600),
+            progress=lambda line: print(f"  {line}", flush=True),
+        )
         print(
             f"control plane with {args.nodes} kwok nodes ready in "
             f"{time.monotonic() - started:.0f}s",
             flush=True,
         )
-        subprocess.run(
-            [
-                str(Path(state.binaries) / "kubectl"),
-                f"--kubeconfig={cluster.kubeconfig}",
-                "apply",
-                "--server-side",
-                "-f",
-                str(REPO / "crds"),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        apply_crds(cluster, state)
         results = asyncio.run(_bench(cluster, args))
     finally:
         cluster.down()
     print()
-    print(_table(results))
+    print(
+        f"--nodes {args.nodes} --existing {args.existing} --qps {args.qps:g} "
+        f"--repeat {args.repeat}; L/K = Lattice / kube-scheduler"
+    )
+    print(table(results))
     return 0
 
 

@@ -2,10 +2,11 @@
 and optionally kube-scheduler, on free loopback ports, with state in one folder.
 
 ``DevCluster(state_dir).up(config)`` starts everything and waits until the API
-server is ready and every fake node is Ready and untainted; ``down()`` stops
-each process it started, by pid, and removes the folder. ``state.json`` in the
-folder is the only record of what runs, so a second ``up`` sees the first and
-refuses to start a twin.
+server is ready and every fake node is Ready and untainted (the wait's budget
+grows with the node count and it gives up early once no node has turned Ready
+for a while: :class:`ReadyPolicy`); ``down()`` stops each process it started,
+by pid, and removes the folder. ``state.json`` in the folder is the only record
+of what runs, so a second ``up`` sees the first and refuses to start a twin.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,10 +67,21 @@ class ClusterConfig:
     percentage_of_nodes_to_score: int | None = None
     """Passed to kube-scheduler; None keeps its adaptive default."""
     node_ready_timeout: float = 120.0
+    """Base of the readiness budget; :attr:`node_ready_per_node` is added per node."""
+    node_ready_per_node: float = 0.1
+    """Seconds of budget per node: kwok and the node lifecycle controller make a few
+    dozen nodes Ready per second on 2 cores, so 5000 nodes need minutes, not 120 s."""
+    node_ready_stall: float = 60.0
+    """Give up once this long passed without one more node Ready (however much budget
+    is left): a stuck kwok or controller is reported in a minute, not after the budget."""
 
     def validate(self) -> None:
         if self.nodes < 0:
             raise ValueError("nodes must be >= 0")
+        if self.node_ready_timeout <= 0 or self.node_ready_stall <= 0:
+            raise ValueError("node_ready_timeout and node_ready_stall must be > 0")
+        if self.node_ready_per_node < 0:
+            raise ValueError("node_ready_per_node must be >= 0")
         get_profile(self.node_profile)
         if self.percentage_of_nodes_to_score is not None and not (
             0 <= self.percentage_of_nodes_to_score <= 100
@@ -93,6 +106,86 @@ class ClusterState:
     @property
     def server(self) -> str:
         return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+
+Progress = Callable[[str], None]
+"""Gets a human-readable line about the start-up, e.g. ``1200/5000 nodes Ready after 40 s``."""
+
+
+@dataclass(frozen=True)
+class ReadyPolicy:
+    """When to stop waiting for nodes: a budget that scales with the count, and a
+    stall limit, so a big cluster that is still progressing is waited for and a
+    stuck one fails fast. Pure: :meth:`give_up` is a function of times and counts."""
+
+    total: int
+    budget_s: float
+    stall_s: float
+
+    @classmethod
+    def for_config(cls, config: ClusterConfig) -> ReadyPolicy:
+        return cls(
+            total=config.nodes,
+            budget_s=config.node_ready_timeout + config.node_ready_per_node * config.nodes,
+            stall_s=config.node_ready_stall,
+        )
+
+    def give_up(self, *, elapsed_s: float, ready: int, since_new_s: float) -> str | None:
+        """Why to stop waiting, saying how far it got; None to keep waiting (or done).
+
+        ``since_new_s`` is the time since the best Ready count last grew (since the
+        wait began if no node is Ready yet)."""
+        if ready >= self.total:
+            return None
+        got = f"{ready}/{self.total} nodes Ready after {elapsed_s:.0f} s"
+        if since_new_s >= self.stall_s:
+            return f"{got}, none new for {since_new_s:.0f} s"
+        if elapsed_s >= self.budget_s:
+            return f"{got} (budget {self.budget_s:.0f} s), last new one {since_new_s:.0f} s ago"
+        return None
+
+
+@dataclass
+class ReadyTracker:
+    """Feeds :class:`ReadyPolicy` from polls: the best count so far and when it grew
+    (a node that flaps back to NotReady does not reset the stall clock)."""
+
+    policy: ReadyPolicy
+    started: float
+    best: int = 0
+    grew_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.grew_at = self.started
+
+    @property
+    def done(self) -> bool:
+        return self.best >= self.policy.total
+
+    def observe(self, now: float, ready: int) -> str | None:
+        """Record one poll's Ready count at ``now``; why to give up, or None."""
+        if ready > self.best:
+            self.best, self.grew_at = ready, now
+        return self.policy.give_up(
+            elapsed_s=now - self.started, ready=self.best, since_new_s=now - self.grew_at
+        )
+
+    def line(self, now: float) -> str:
+        return f"{self.best}/{self.policy.total} nodes Ready after {now - self.started:.0f} s"
+
+
+def raw_node_ready(node: dict[str, Any]) -> bool:
+    """Ready=True and no not-ready/unreachable taint, on a raw Node body (the wait
+    lists raw JSON: deserialising 5000 V1Node models per poll costs seconds of CPU
+    that kwok and the API server need to make those nodes Ready)."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    taints = (node.get("spec") or {}).get("taints") or []
+    blocked = any(
+        t.get("key") in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+        for t in taints
+    )
+    return ready and not blocked
 
 
 class DevCluster:
@@ -147,9 +240,15 @@ class DevCluster:
 
     # -- lifecycle ---------------------------------------------------------
     def up(
-        self, config: ClusterConfig | None = None, binaries: Binaries | None = None
+        self,
+        config: ClusterConfig | None = None,
+        binaries: Binaries | None = None,
+        progress: Progress | None = None,
     ) -> ClusterState:
-        """Start the control plane and fake nodes; return once all are ready."""
+        """Start the control plane and fake nodes; return once all are ready.
+
+        ``progress`` gets a line now and then while nodes become Ready (and the
+        final count); without it the wait is silent."""
         config = config or ClusterConfig()
         config.validate()
         alive = self.running()
@@ -180,7 +279,7 @@ class DevCluster:
             self._simulate_agents(state, bins, config)
             if config.with_kube_scheduler:
                 self._start_kube_scheduler(state, bins, config)
-            asyncio.run(self._wait_nodes_ready(config))
+            asyncio.run(self._wait_nodes_ready(config, progress))
         except BaseException:
             self._stop_processes(state)
             raise
@@ -549,8 +648,36 @@ class DevCluster:
         async with api_client(self.kubeconfig) as api:
             await publish_simulated_topologies(api, names, fixture)
 
-    async def _wait_nodes_ready(self, config: ClusterConfig) -> None:
-        from scheduler.devcluster.kube import api_client, wait_nodes_ready
+    async def _wait_nodes_ready(
+        self, config: ClusterConfig, progress: Progress | None, every_s: float = 5.0
+    ) -> None:
+        """Poll the Ready count until every node is Ready or :class:`ReadyPolicy` gives up.
 
+        The pause between polls grows with the list's own cost, so the wait takes a
+        small share of the API server from the cluster it is waiting for."""
+        from kubernetes_asyncio import client
+
+        from scheduler.devcluster.kube import api_client
+
+        tracker = ReadyTracker(ReadyPolicy.for_config(config), time.monotonic())
+        said = tracker.started
         async with api_client(self.kubeconfig) as api:
-            await wait_nodes_ready(api, config.nodes, config.node_ready_timeout)
+            core = client.CoreV1Api(api)
+            while True:
+                t0 = time.monotonic()
+                # resourceVersion=0: served from the watch cache, not a quorum read of etcd.
+                resp: Any = await core.list_node(resource_version="0", _preload_content=False)
+                items = json.loads(await resp.read()).get("items") or []
+                now = time.monotonic()
+                why = tracker.observe(now, sum(1 for n in items if raw_node_ready(n)))
+                if tracker.done:
+                    if progress is not None:
+                        progress(tracker.line(now))
+                    return
+                if why is not None:
+                    logs = f"{self.log('kwok')}, {self.log('kube-controller-manager')}"
+                    raise DevClusterError(f"{why}; logs: {logs}")
+                if progress is not None and now - said >= every_s:
+                    progress(tracker.line(now))
+                    said = now
+                await asyncio.sleep(max(0.5, 4 * (now - t0)))

@@ -55,21 +55,6 @@ def node_is_ready(node: Any) -> bool:
     return ready and not blocked
 
 
-async def wait_nodes_ready(api: client.ApiClient, count: int, deadline_s: float) -> None:
-    """Wait until at least ``count`` nodes are Ready and untainted."""
-    core = client.CoreV1Api(api)
-    deadline = time.monotonic() + deadline_s
-    ready = 0
-    while True:
-        nodes = await core.list_node()
-        ready = sum(1 for n in nodes.items if node_is_ready(n))
-        if ready >= count:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {ready}/{count} nodes Ready after {deadline_s:.0f}s")
-        await asyncio.sleep(0.5)
-
-
 async def poll(probe: Callable[[], Awaitable[T | None]], within: float, interval: float = 0.1) -> T:
     """Call ``probe`` until it returns something other than None/False; fail after ``within``."""
     deadline = time.monotonic() + within

@@ -1,0 +1,156 @@
+"""The scheduling benchmark's pure parts: ratios, the printed table, the
+placement of existing pods and the anti-affinity caps (no cluster)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+
+from scheduler.benchmarks.scheduling import (
+    KUBE,
+    LATTICE,
+    Result,
+    existing_node_index,
+    ratio,
+    ratios,
+    sizes,
+    table,
+)
+
+
+def _r(
+    workload: str, scheduler: str, run: int, pods_per_s: float, cpu: float, **kw: object
+) -> Result:
+    fields: dict[str, object] = {
+        "pods": 100,
+        "bound": 100,
+        "existing": 50,
+        "cpu_s": 3.0,
+        "rss_mib": 200.0,
+        "p50_ms": 10.0,
+        "p99_ms": 40.0,
+        "stream": 20,
+        "stream_bound": 20,
+    } | kw
+    return Result(
+        workload=workload,
+        scheduler=scheduler,
+        run=run,
+        pods_per_s=pods_per_s,
+        cpu_ms_per_pod=cpu,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("num", "den", "expected"),
+    [
+        (300.0, 150.0, 2.0),
+        (75.0, 150.0, 0.5),
+        (1.0, 0.0, math.nan),
+        (math.nan, 3.0, math.nan),
+        (3.0, math.nan, math.nan),
+        (3.0, -1.0, math.nan),
+    ],
+)
+def test_ratio(num: float, den: float, expected: float) -> None:
+    got = ratio(num, den)
+    assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
+
+
+def test_ratios_pair_each_workload_and_run() -> None:
+    results = [
+        _r("plain", KUBE, 1, 200.0, 2.0),
+        _r("plain", LATTICE, 1, 100.0, 6.0, rss_mib=300.0, p99_ms=20.0),
+        # run 2 ran Lattice first: pairing is by (workload, run), not order.
+        _r("plain", LATTICE, 2, 300.0, 3.0),
+        _r("plain", KUBE, 2, 150.0, 2.0),
+        _r("spread", KUBE, 1, 60.0, 12.0),  # no Lattice figure: no ratio
+    ]
+    got = ratios(results)
+    assert [(q.workload, q.run) for q in got] == [("plain", 1), ("plain", 2)]
+    one, two = got
+    assert one.pods_per_s == pytest.approx(0.5)
+    assert one.cpu_per_pod == pytest.approx(3.0)
+    assert one.rss == pytest.approx(1.5)
+    assert one.p99 == pytest.approx(0.5)
+    assert two.pods_per_s == pytest.approx(2.0)
+    assert two.cpu_per_pod == pytest.approx(1.5)
+
+
+def test_table_prints_every_run_ratios_range_and_warnings() -> None:
+    results = [
+        _r("plain", KUBE, 1, 200.0, 2.0, resumes=2),
+        _r("plain", LATTICE, 1, 100.0, 6.0),
+        _r("plain", LATTICE, 2, 300.0, 3.0),
+        _r("plain", KUBE, 2, 150.0, 2.0),
+        _r("anti-affinity", KUBE, 1, 50.0, 7.0, notes=["existing pods capped at 10"]),
+        _r("anti-affinity", LATTICE, 1, math.nan, math.nan, bound=1, relists=1, relisted=30),
+    ]
+    out = table(results).splitlines()
+    assert out[0].startswith("| workload")
+    assert any(
+        line.startswith("| plain ") and "| 2 " in line and "| 300.0 " in line for line in out
+    )
+    rows = [ln for ln in out if ln.startswith("| anti-affinity") and LATTICE in ln]
+    assert rows
+    assert "| 1/100 " in rows[0]
+    assert "| n/a " in rows[0]
+    assert "1 re-list(s), 30 pods timed late" in rows[0]
+    assert any("2 resumes" in ln for ln in out if KUBE in ln)
+    # Ratio rows: L/K per run.
+    assert any(ln.startswith("| plain ") and "| 0.50x " in ln and "| 3.00x " in ln for ln in out)
+    assert any(ln.startswith("| plain ") and "| 2.00x " in ln and "| 1.50x " in ln for ln in out)
+    assert (
+        "plain over 2 runs, min / median / max L/K: pods/s 0.50x / 1.25x / 2.00x, "
+        "CPU/pod 1.50x / 2.25x / 3.00x" in out
+    )
+    assert not any(ln.startswith("anti-affinity over") for ln in out)
+    assert (
+        "WARNING: anti-affinity run 1 lattice: bound 1/100; "
+        "watch re-listed 1x: 30 pods' times are the re-list's"
+    ) in out
+    assert "note: anti-affinity: existing pods capped at 10" in out
+    assert not any(ln.startswith("WARNING: plain") for ln in out)
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 3, 200, 1000, 2000, 5000])
+@pytest.mark.parametrize("count", [0, 1, 7, 1000, 30000])
+def test_existing_pods_are_balanced_by_zone_and_host(nodes: int, count: int) -> None:
+    where = [existing_node_index(i, nodes) for i in range(count)]
+    assert all(0 <= k < nodes for k in where)
+    if nodes >= 3 and count:
+        zones = Counter(k % 3 for k in where)
+        assert max(zones.values()) - min(zones.get(z, 0) for z in range(3)) <= 1
+    # The first `nodes` pods each get a node of their own: anti-affinity holds.
+    first = where[:nodes]
+    assert len(set(first)) == len(first)
+    hosts = Counter(where)
+    if hosts and count >= nodes:
+        assert max(hosts.values()) - min(hosts.values()) <= 1 + count // nodes
+
+
+@pytest.mark.parametrize(
+    ("workload", "nodes", "pods", "stream", "existing", "expected"),
+    [
+        ("plain", 2000, 5000, 200, 1000, (5000, 200, 1000, 0)),
+        ("topology-spread", 5000, 800, 200, 30000, (800, 200, 30000, 0)),
+        ("anti-affinity", 2000, 800, 200, 1000, (800, 200, 1000, 0)),
+        ("anti-affinity", 5000, 800, 200, 30000, (800, 200, 4000, 1)),
+        ("anti-affinity", 200, 800, 200, 0, (200, 0, 0, 2)),
+        ("anti-affinity", 200, 150, 20, 100, (150, 20, 30, 1)),
+    ],
+)
+def test_sizes_cap_anti_affinity_at_one_pod_per_node(
+    workload: str,
+    nodes: int,
+    pods: int,
+    stream: int,
+    existing: int,
+    expected: tuple[int, int, int, int],
+) -> None:
+    got = sizes(workload, nodes=nodes, pods=pods, stream=stream, existing=existing)
+    assert (got.measured, got.stream, got.existing, len(got.notes)) == expected
+    assert workload != "anti-affinity" or got.measured + got.stream + got.existing <= nodes
