@@ -16,6 +16,7 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from scheduler.devcluster.cluster import ClusterState, DevCluster
+from scheduler.model.topology import parse_time
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -271,3 +272,25 @@ def start_lattice(cluster: DevCluster) -> int:
         ],
         marker="scheduler.cli",
     )
+
+
+async def wait_lattice_ready(
+    objects: client.CustomObjectsApi, started: float, within: float = 120.0
+) -> None:
+    """Until the LatticeScheduler status says Ready, written after ``started`` (unix time)
+    by the process just started; a benchmark that waits longer streams anyway, saying so."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        obj: dict[str, Any] = await objects.get_cluster_custom_object(
+            "lattice.dev", "v1alpha1", "latticeschedulers", "lattice"
+        )
+        status = obj.get("status") or {}
+        stamp = status.get("lastUpdateTime")
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions", [])
+        )
+        if ready and stamp and parse_time(stamp).timestamp() >= int(started):
+            return
+        await asyncio.sleep(0.5)
+    print(f"  (lattice not Ready after {within:.0f}s; streaming anyway)", flush=True)

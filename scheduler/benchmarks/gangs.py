@@ -83,11 +83,10 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler.benchmarks.common import apply_crds
+from scheduler.benchmarks.common import apply_crds, wait_lattice_ready
 from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client
 from scheduler.model.gang import POD_GROUP_LABEL
-from scheduler.model.topology import parse_time
 
 GPU: Final = "nvidia.com/gpu"
 GPUS_PER_NODE: Final = 8
@@ -1224,7 +1223,7 @@ class GangBench:
             ],
             marker="scheduler.cli",
         )
-        await self._wait_lattice_ready(started)
+        await wait_lattice_ready(self.objects, started)
         return serving_port(_read_from(self.cluster.log(LATTICE), log_offset))
 
     async def _apply_gang_spec(self, gang: dict[str, Any]) -> None:
@@ -1248,24 +1247,6 @@ class GangBench:
             LATTICE,
             [{"op": "add", "path": "/spec/gang", "value": gang}],
         )
-
-    async def _wait_lattice_ready(self, started: float, within: float = 120.0) -> None:
-        """Until the LatticeScheduler status says Ready, written by the new process."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            obj = await self.objects.get_cluster_custom_object(
-                LS_GROUP, LS_VERSION, LS_PLURAL, LATTICE
-            )
-            status = obj.get("status") or {}
-            stamp = status.get("lastUpdateTime")
-            ready = any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in status.get("conditions", [])
-            )
-            if ready and stamp and parse_time(stamp).timestamp() >= int(started):
-                return
-            await asyncio.sleep(0.5)
-        print(f"  (lattice not Ready after {within:.0f}s; streaming anyway)", flush=True)
 
     async def _clear(self, ns: str) -> None:
         """Force-delete what is left of the arm, so the next one starts on an empty fleet."""

@@ -85,7 +85,14 @@ import numpy as np
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from scheduler.benchmarks.common import Watcher, apply_crds, create_pods, start_lattice, wait_all
+from scheduler.benchmarks.common import (
+    Watcher,
+    apply_crds,
+    create_pods,
+    start_lattice,
+    wait_all,
+    wait_lattice_ready,
+)
 from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client
 from scheduler.devcluster.loadsim import (
@@ -95,7 +102,6 @@ from scheduler.devcluster.loadsim import (
     capacity_of,
     kubernetes_agents,
 )
-from scheduler.model.topology import parse_time
 from scheduler.predict import CpuMem, LoadPredictor, LoadReport, PredictConfig
 from scheduler.predict.synthetic import Hotspot, SyntheticLoad, SyntheticNode
 
@@ -534,7 +540,7 @@ class LoadBench:
         await self._apply_lattice_spec(load_aware_spec(self.args.report_interval, phase.alpha))
         started = time.time()
         start_lattice(self.cluster)
-        await self._wait_lattice_ready(started)
+        await wait_lattice_ready(self.objects, started)
 
     async def _apply_lattice_spec(self, load_aware: dict[str, Any]) -> None:
         objects: Any = self.objects
@@ -558,23 +564,6 @@ class LoadBench:
             LATTICE,
             [{"op": "add", "path": "/spec/loadAware", "value": load_aware}],
         )
-
-    async def _wait_lattice_ready(self, started: float, within: float = 120.0) -> None:
-        """Until the LatticeScheduler status says Ready, written by the new process."""
-        objects: Any = self.objects
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            obj = await objects.get_cluster_custom_object(GROUP, VERSION, PLURAL, LATTICE)
-            status = obj.get("status") or {}
-            stamp = status.get("lastUpdateTime")
-            ready = any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in status.get("conditions", [])
-            )
-            if ready and stamp and parse_time(stamp).timestamp() >= int(started):
-                return
-            await asyncio.sleep(0.5)
-        print(f"  (lattice not Ready after {within:.0f}s; streaming anyway)", flush=True)
 
 
 # --- report --------------------------------------------------------------------------------
