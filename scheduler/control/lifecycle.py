@@ -175,6 +175,13 @@ class PodLifecycle:
             raise ValueError(f"assumed_ttl must be >= 0: {assumed_ttl}")
         self._ttl = assumed_ttl
         self._pods: dict[PodKey, PodRecord] = {}
+        self._counts: dict[PodState, int] = dict.fromkeys(PodState, 0)
+        """Kept on every transition: the gauges read it several times a second, and a scan of
+        30 000 pods each time would cost more than the events."""
+        self._deadlines: dict[PodKey, float] = {}
+        """BOUND pods with a deadline, in deadline order: the TTL is one constant and ``now``
+        only grows, so insertion order is deadline order and expiry stops at the first
+        pod not yet due instead of scanning every pod."""
 
     def state(self, key: PodKey) -> PodState:
         record = self._pods.get(key)
@@ -194,10 +201,7 @@ class PodLifecycle:
 
     def counts(self) -> dict[PodState, int]:
         """Pods per cached state (for the cache-size gauges); INITIAL is always 0."""
-        result = dict.fromkeys(PodState, 0)
-        for record in self._pods.values():
-            result[record.state] += 1
-        return result
+        return dict(self._counts)
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -223,6 +227,9 @@ class PodLifecycle:
         known = None if current is None else current.node
         if event is PodEvent.UPDATE and known != node:
             raise NodeMismatchError(key, before, event, str(known), str(node))
+        self._counts[before] -= before is not PodState.INITIAL
+        self._counts[rule.target] += rule.target is not PodState.INITIAL
+        self._deadlines.pop(key, None)
         if rule.target is PodState.INITIAL:
             self._pods.pop(key, None)
             node_after = None
@@ -234,6 +241,7 @@ class PodLifecycle:
             if rule.target is PodState.BOUND and self._ttl is not None:
                 assert now is not None
                 deadline = now + self._ttl
+                self._deadlines[key] = deadline
             self._pods[key] = PodRecord(rule.target, node_after, deadline)
         return Transition(key, event, before, rule.target, known, node_after)
 
@@ -261,11 +269,11 @@ class PodLifecycle:
     def expire_due(self, now: float) -> list[Transition]:
         """Expire every BOUND pod whose deadline has passed (the cache calls this
         periodically)."""
-        due = [
-            key
-            for key, r in self._pods.items()
-            if r.state is PodState.BOUND and r.deadline is not None and r.deadline < now
-        ]
+        due = []
+        for key, deadline in self._deadlines.items():
+            if deadline >= now:
+                break
+            due.append(key)
         return [self.expire(key) for key in due]
 
 
