@@ -51,8 +51,6 @@ class RunConfig:
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
     status_interval: float = 5.0
     """How often the leader writes the LatticeScheduler status (at most)."""
-    resync_interval: float = 300.0
-    """Full list-and-compare against the API, a safety net for missed watch events."""
     shutdown_grace: float = 20.0
     """On SIGTERM: how long in-flight bindings may take before we stop anyway."""
     log_level: str = "info"
@@ -61,5 +59,5 @@ class RunConfig:
         self.leader_election.validate()
         if not 0 <= self.metrics_port <= 65535:
             raise ValueError("metrics port must be within 0..65535")
-        if self.status_interval <= 0 or self.resync_interval <= 0:
-            raise ValueError("intervals must be positive")
+        if self.status_interval <= 0:
+            raise ValueError("the status interval must be positive")

@@ -2,8 +2,12 @@
 stopped in one place.
 
 Start-up: API client -> our LatticeScheduler object (created with defaults if
-missing) -> one full list into the cache (readiness) -> /metrics server ->
-kopf watches -> leader election -> (leader only) scheduling loop and status.
+missing) -> the intake's streams (pods pending for us, pods on nodes, nodes,
+namespaces, NodeTopologies, NodeResourceTopologies, PodGroups: server-side
+filtered list + watch, see intake.py) -> their initial lists applied in one go
+(readiness) -> /metrics server -> kopf (our LatticeScheduler object only) ->
+leader election -> (leader only) scheduling loop and status. There is no
+periodic full re-list: a stream re-lists only on 410 Gone, and reconciles then.
 
 Shutdown on SIGTERM/SIGINT: stop taking pods, let in-flight bindings finish
 (bounded), cancel what is left, release the lease, stop the watches, cancel
@@ -24,14 +28,15 @@ import json
 import signal
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import kopf
 import structlog
 from kubernetes_asyncio import client
 
 from scheduler.config import RunConfig
-from scheduler.control.gangs import GangEntry
+from scheduler.control.feed import Feed, describe, resources
+from scheduler.control.intake import Intake
 from scheduler.control.kubeconfig import (
     CONNECTION_ERRORS,
     Credentials,
@@ -42,22 +47,14 @@ from scheduler.control.kubeconfig import (
     require_lattice_crds,
     wait_for_api,
 )
-from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION, KubeWriter
+from scheduler.control.kubeio import KubeWriter
 from scheduler.control.leader import Elector
-from scheduler.control.queue import PENDING_QUEUES
 from scheduler.control.ratelimit import TokenBucket
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.server import PortInUse, check_port_free, start_server
-from scheduler.control.settings import (
-    API_GROUP,
-    API_VERSION,
-    SchedulerSettings,
-    SettingsError,
-    parse_spec,
-)
+from scheduler.control.settings import SchedulerSettings, SettingsError, parse_spec
 from scheduler.control.status import build_status, ensure_object, write_status
 from scheduler.control.watch import build_registry, operator_settings
-from scheduler.model import noderesourcetopology as nrt
 from scheduler.obs.metrics import Metrics
 
 log = structlog.get_logger("lattice.app")
@@ -68,23 +65,21 @@ cycle takes milliseconds and never awaits, and bindings and solves run beside th
 only a dead or wedged loop gets near this."""
 
 
+CONNECTION_POOL: Final = 1024 + 64
+"""Keep-alive connections of our client: room for the largest ``bindConcurrency`` plus the
+watch streams and the reporter's writes, so a binding never waits for a connection (every
+user of the pool is bounded on its own; unused room costs nothing)."""
+
+
 def _api_client(credentials: Credentials) -> client.ApiClient:
     """Our own client: the same Configuration kopf's credentials are derived from."""
+    credentials.configuration.connection_pool_maxsize = CONNECTION_POOL
     return client.ApiClient(configuration=credentials.configuration)
 
 
 def _kopf_login(credentials: Credentials) -> Any:
     """kopf connects with the same credentials as our own client (see kubeconfig.py)."""
     return credentials.kopf_login()
-
-
-async def _list(call: Any, **kwargs: Any) -> tuple[list[dict[str, Any]], int | None]:
-    """Items and the list's resourceVersion (None if it is not an etcd revision)."""
-    resp = await call(_preload_content=False, **kwargs)
-    doc = json.loads(await resp.read())
-    rv = doc.get("metadata", {}).get("resourceVersion")
-    items: list[dict[str, Any]] = doc["items"]
-    return items, int(rv) if str(rv).isdigit() else None
 
 
 class App:
@@ -97,8 +92,8 @@ class App:
         self.settings_error: str | None = None
         self.generation: int | None = None
         self.stopping = asyncio.Event()
-        self._relist_pending = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.intake: Intake | None = None
         self._elector: Elector | None = None
         self._leading_since: float | None = None
         """Monotonic time this replica started scheduling (None: a standby)."""
@@ -123,136 +118,34 @@ class App:
         if event_type != "DELETED":
             self._apply_object(body)
 
-    # -- cache sync ---------------------------------------------------------
-    async def sync(self) -> None:
-        """List everything once: the initial fill, and the reconcile after re-lists."""
-        core = client.CoreV1Api(self.api)
-        (nodes, nrv), (namespaces, nsrv), (pods, prv), podgroups = await asyncio.gather(
-            _list(core.list_node),
-            _list(core.list_namespace),
-            _list(core.list_pod_for_all_namespaces),
-            self._list_podgroups(),
-        )
-        # PodGroups first: a member pod finds its gang's spec when it arrives.
-        for group in podgroups:
-            self.scheduler.podgroup_upserted(group)
-        # Watch events processed while the lists were in flight are newer than the lists.
-        known = [rv for rv in (nrv, nsrv, prv) if rv is not None]
-        list_rv = min(known) if len(known) == 3 else None
-        bound = [p for p in pods if (p.get("spec") or {}).get("nodeName")]
-        removed = self.scheduler.cache.reconcile(nodes, bound, namespaces, list_rv)
-        self.scheduler.note_bound_gang_members(bound)
-        live = set()
-        for pod in pods:
-            if not (pod.get("spec") or {}).get("nodeName"):
-                self.scheduler.pod_upserted(pod)
-                meta = pod["metadata"]
-                live.add(f"{meta['namespace']}/{meta['name']}")
-        for name in PENDING_QUEUES:
-            for queued in self.scheduler.queue.pods(name):
-                if isinstance(queued, GangEntry):
-                    continue  # kept in step with its members by the scheduler
-                key = f"{queued.namespace}/{queued.name}"
-                if key not in live and self.scheduler.queued_before(key, list_rv):
-                    self.scheduler.queue.delete(queued)  # deleted during a watch gap
-                    self.scheduler.forget_reports(queued.uid)
-        self.scheduler.prune_gang_members(live, list_rv)
-        for report in await self._list_topologies():
-            self.scheduler.topology_upserted(report)
-        found = await self._list_noderesourcetopologies()
-        if found is not None:
-            listed = {str((o.get("metadata") or {}).get("name", "")) for o in found}
-            for node in self.scheduler.nrt_names() - listed:  # deleted during a watch gap
-                self.scheduler.nrt_deleted({"metadata": {"name": node}})
-            for obj in found:
-                self.scheduler.nrt_upserted(obj)
-        if any(removed.values()):
-            log.warning("cache_reconciled", reason=json.dumps(removed))
+    # -- intake -----------------------------------------------------------
+    async def _start_intake(self) -> None:
+        """Follow every stream; apply the initial lists in one go once all have synced,
+        so the first cycle sees the whole cluster (readiness waits for it)."""
+        self.intake = intake = Intake(self.api, resources(self.cfg.scheduler_name))
+        self.feed = Feed(self.scheduler)
+        intake.start()
+        await intake.wait_synced()
+        self.feed.apply(intake.get_nowait())
         self.synced = True
+        log.info("cache_synced", reason=self._cache_summary())
 
-    async def _list_podgroups(self) -> list[dict[str, Any]]:
-        objects = client.CustomObjectsApi(self.api)
-        try:
-            found: dict[str, Any] = await objects.list_cluster_custom_object(
-                PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL
-            )
-        except client.ApiException as exc:
-            # 404: no PodGroup CRD in this cluster, so no gangs; gang pods wait with an event.
-            if exc.status != 404:
-                log.warning("podgroup_list_failed", reason=f"{exc.status} {exc.reason}")
-            return []
-        items: list[dict[str, Any]] = found.get("items", [])
-        return items
+    def _cache_summary(self) -> str:
+        c = self.scheduler.cache
+        return (
+            f"{c.snapshot.num_nodes} nodes, {len(c.pod_keys())} pods placed, "
+            f"{len(self.scheduler.queue)} pending"
+        )
 
-    async def _list_topologies(self) -> list[dict[str, Any]]:
-        objects = client.CustomObjectsApi(self.api)
-        try:
-            found: dict[str, Any] = await objects.list_cluster_custom_object(
-                API_GROUP, API_VERSION, "nodetopologies"
-            )
-        except client.ApiException as exc:
-            # 404: the CRD is not installed (no topology-aware placement); anything else
-            # (a CRD whose storage is still initialising answers 429) is left to the watch.
-            if exc.status != 404:
-                log.warning("topology_list_failed", reason=f"{exc.status} {exc.reason}")
-            return []
-        items: list[dict[str, Any]] = found.get("items", [])
-        return items
-
-    async def _list_noderesourcetopologies(self) -> list[dict[str, Any]] | None:
-        """NFD's NodeResourceTopologies; None when they could not be listed."""
-        objects = client.CustomObjectsApi(self.api)
-        try:
-            found: dict[str, Any] = await objects.list_cluster_custom_object(
-                nrt.GROUP, nrt.VERSION, nrt.PLURAL
-            )
-        except client.ApiException as exc:
-            # 404: no NFD topology-updater here; nodes are then known from our agents only.
-            if exc.status != 404:
-                log.warning("topology_list_failed", reason=f"{exc.status} {exc.reason}")
-                return None
-            return []
-        items: list[dict[str, Any]] = found.get("items", [])
-        return items
-
-    async def _initial_sync(self) -> None:
-        """The first full list, retried on transient API errors (a busy or starting
-        API server answers 429/5xx): readiness waits for it, the process does not die."""
-        delay = 0.5
-        for attempt in range(1, 11):
-            try:
-                await self.sync()
-                return
-            except (client.ApiException, OSError) as exc:
-                status = getattr(exc, "status", None)
-                if isinstance(exc, client.ApiException) and status not in (429, 500, 503, 504):
-                    raise
-                log.warning("initial_sync_retry", attempt=attempt, reason=str(exc)[:200])
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
-        await self.sync()
-
-    def _on_relist(self) -> None:
-        if not self._relist_pending:
-            self._relist_pending = True
-            self._spawn(self._debounced_resync())
-
-    async def _debounced_resync(self) -> None:
-        await asyncio.sleep(2.0)  # let the whole re-list arrive first
-        self._relist_pending = False
-        await self.sync()
+    async def _feed_loop(self, intake: Intake) -> None:
+        """Everything each read brought, applied at once between scheduling cycles."""
+        while True:
+            self.feed.apply(await intake.get())
 
     # -- loops --------------------------------------------------------------
     async def _housekeeping(self) -> None:
-        last_resync = time.monotonic()
         while True:
             self.scheduler.tick()
-            if time.monotonic() - last_resync > self.cfg.resync_interval:
-                last_resync = time.monotonic()
-                try:
-                    await self.sync()
-                except (client.ApiException, OSError) as exc:
-                    log.warning("resync_failed", reason=str(exc))
             await asyncio.sleep(0.25)
 
     async def _status_loop(self) -> None:
@@ -334,6 +227,8 @@ class App:
                 f"lost the API server at {self.credentials.server} while starting: {one_line(exc)}"
             ) from exc
         finally:
+            if self.intake is not None:
+                await self.intake.close()
             await self.api.close()
 
     async def _run(self) -> int:
@@ -347,7 +242,7 @@ class App:
         )
         self.scheduler = Scheduler(settings, writer=writer, metrics=self.metrics)
         self._apply_object(obj)
-        await self._initial_sync()
+        await self._start_intake()
         runner, port = await start_server(
             self.metrics.registry,
             lambda: self.synced,
@@ -359,11 +254,8 @@ class App:
         kopf_stop = asyncio.Event()
         kopf_ready = asyncio.Event()
         registry = build_registry(
-            self.scheduler,
             login=_kopf_login(self.credentials),
             on_settings=self._on_settings,
-            on_relist=self._on_relist,
-            synced=lambda: self.synced,
         )
         kopf_task = self._spawn(
             kopf.operator(
@@ -383,6 +275,8 @@ class App:
         for sig in (signal.SIGTERM, signal.SIGINT):  # ours, not kopf's: we stop in order
             loop.add_signal_handler(sig, self.stopping.set)
         self._spawn(self._housekeeping())
+        assert self.intake is not None
+        feed_task = self._spawn(self._feed_loop(self.intake))
 
         elector: Elector | None = None
         if self.cfg.leader_election.enabled:
@@ -393,10 +287,12 @@ class App:
             leading = self._spawn(self._lead())
             lost = self._spawn(asyncio.Event().wait())
         stop = self._spawn(self.stopping.wait())
-        await asyncio.wait([stop, lost, kopf_task, leading], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            [stop, lost, kopf_task, leading, feed_task], return_when=asyncio.FIRST_COMPLETED
+        )
         code = 0 if stop.done() else 1
         reason = "signal" if stop.done() else "leadership lost" if lost.done() else "task ended"
-        for task in (kopf_task, leading):
+        for task in (kopf_task, leading, feed_task):
             if task.done() and not task.cancelled() and task.exception() is not None:
                 log.error("task_failed", reason=repr(task.exception()))
         log.info("stopping", reason=reason)
@@ -411,6 +307,8 @@ class App:
         kopf_stop.set()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(kopf_task), 10)
+        await self.intake.close()
+        log.info("feed_stats", reason=json.dumps(describe(self.feed.stats)))
         left = set(self._tasks)
         for task in left:
             task.cancel()

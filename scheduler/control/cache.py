@@ -57,6 +57,8 @@ class CachedPod:
     node: str
     rv: int | None
     generation: int | None = None
+    annotations: Mapping[str, str] | None = None
+    """What our Binding set on the pod (devices): the echo of the binding must show it."""
 
 
 class SchedulerCache:
@@ -206,7 +208,32 @@ class SchedulerCache:
         key = pod_key(pod.namespace, pod.name)
         self.lifecycle.assume(key, node)
         self._placed(pod, node, annotations)
-        self._pods[key] = CachedPod(pod, node, None)
+        self._pods[key] = CachedPod(pod, node, None, annotations=annotations)
+
+    def assumed(self, key: PodKey, uid: str) -> CachedPod | None:
+        """The cached pod if it is ``uid`` placed by us and not yet confirmed by the watch."""
+        cached = self._pods.get(key)
+        if cached is None or cached.pod.uid != uid:
+            return None
+        if self.lifecycle.state(key) not in (PodState.ASSUMED, PodState.BOUND):
+            return None
+        return cached
+
+    def confirm(self, key: PodKey, rv: int | None, generation: int | None) -> None:
+        """The watch shows our binding exactly as we assumed it (the caller compared
+        fingerprints): the pod is ADDED with the snapshot, graph and device ledger left as
+        they are, instead of removed and placed again from a re-parse."""
+        cached = self._pods[key]
+        self.lifecycle.add(key, cached.node)
+        cached.rv = rv
+        cached.generation = generation
+
+    def touch(self, key: PodKey, rv: int | None) -> None:
+        """A change of a placed pod that nothing here reads (the caller compared
+        fingerprints): only the resourceVersion moves on."""
+        cached = self._pods.get(key)
+        if cached is not None:
+            cached.rv = rv
 
     def finish_binding(self, pod: Pod, now: float) -> None:
         key = pod_key(pod.namespace, pod.name)

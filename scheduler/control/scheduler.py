@@ -36,7 +36,7 @@ import collections
 import copy
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +51,15 @@ from scheduler.control.gangs import (
     entry_key,
     gang_of,
 )
-from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
+from scheduler.control.kubeio import (
+    PODGROUP_GROUP,
+    PODGROUP_VERSION,
+    BindResult,
+    KubeWriter,
+    PodRef,
+)
 from scheduler.control.queue import (
+    PENDING_QUEUES,
     ClusterEvent,
     ClusterEventType,
     NodeChange,
@@ -62,6 +69,7 @@ from scheduler.control.queue import (
     SchedulingQueue,
     pod_key,
 )
+from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import SchedulerSettings
 from scheduler.core.framework import Code, Cycle, PluginSet
 from scheduler.core.from_api import scheduled_at
@@ -94,10 +102,8 @@ from scheduler.solver import GangPlan, GangProblem, build_problem, solve
 
 Body = Mapping[str, Any]
 
-UNSCHEDULABLE = "Unschedulable"
-"""PodScheduled reason when no node fits (kube's ``v1.PodReasonUnschedulable``)."""
-SCHEDULER_ERROR = "SchedulerError"
-"""PodScheduled reason for an internal error or an unreadable pod (``PodReasonSchedulerError``)."""
+LOAD_GAUGE_EVERY = 4
+"""Ticks between refreshes of the nodes-by-load-status gauge (ticks come 4 times a second)."""
 
 
 @dataclass(frozen=True)
@@ -263,6 +269,10 @@ class Scheduler:
         """Recent queue-to-bound latencies in seconds, for the status's p50/p99."""
         self.log = structlog.get_logger("lattice.scheduler")
         self._bind_slots = asyncio.Semaphore(settings.bind_concurrency)
+        self._ticks = 0
+        self.bound_hook: Callable[[str], None] | None = None
+        """Told each uid our binding bound (the feed's pod tracker): the binding's answer
+        can arrive before the watch shows the pod on its node."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._queued_rv: dict[str, int | None] = {}
         self.gangs = GangBook()
@@ -274,12 +284,21 @@ class Scheduler:
         self._solve_slot = asyncio.Semaphore(1)
         self.last_plans: dict[str, GangPlan] = {}
         """The latest plan per gang, for status and explanations."""
-        self._conditions: dict[str, tuple[str, str]] = {}
-        """Per pod uid, the PodScheduled reason and message last written (or seen)."""
-        self._failure_events: dict[str, tuple[tuple[str, str], float]] = {}
-        """Per pod uid, the last FailedScheduling reason and message, and when it was sent."""
-        self.event_repeat_after = self.queue.config.max_backoff
+        self.reporter: Reporter | None = None
+        """Events and PodScheduled, through one bounded queue (None: nothing is written)."""
+        if writer is not None:
+            self.reporter = Reporter(
+                writer,
+                spawn=self._spawn,
+                clock=clock,
+                repeat_after=self.queue.config.max_backoff,
+                on_drop=metrics.reports_dropped.inc,
+            )
+
+    @property
+    def event_repeat_after(self) -> float:
         """Seconds before an unchanged FailedScheduling is sent again: one per backoff window."""
+        return self.reporter.repeat_after if self.reporter else self.queue.config.max_backoff
 
     # -- settings -----------------------------------------------------------
     def apply_settings(self, settings: SchedulerSettings) -> None:
@@ -376,26 +395,82 @@ class Scheduler:
         )
 
     def _note_condition(self, uid: str, body: Body) -> None:
-        """A pending pod's PodScheduled as the API has it, for a uid we never wrote (a new
-        leader): an unchanged condition is then not patched again."""
-        if uid in self._conditions:
-            return  # what we wrote is newer than any view of it we may still receive
-        for cond in (body.get("status") or {}).get("conditions") or ():
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                self._conditions[uid] = (str(cond.get("reason", "")), str(cond.get("message", "")))
+        if self.reporter is not None:
+            self.reporter.note_condition(uid, body.get("status") or {})
 
     def pod_deleted(self, body: Body) -> None:
+        """The pod is gone (or finished). By uid: a pod re-created under the same name may
+        already be queued or placed when the old one's DELETED arrives."""
         meta = body.get("metadata") or {}
-        self.forget_reports(str(meta.get("uid", "")))
+        uid = str(meta.get("uid", ""))
+        self.forget_reports(uid)
         key = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
-        self._drop_from_queue(key)
-        self.load.forget_pod(key)
-        removed = self.cache.remove_pod(key)
+        info = self.queue.get(key)
+        if info is not None and (not uid or info.pod.uid == uid):
+            self._drop_from_queue(key)
+        cached = self.cache.cached_pod(key)
+        removed = False
+        if cached is not None and (not uid or cached.pod.uid == uid):
+            self.load.forget_pod(key)
+            removed = self.cache.remove_pod(key)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
             self._gang_member_gone(gang, key)
         if removed:
             self.queue.move_all_on_event(ClusterEvent(ClusterEventType.POD_DELETED, subject=key))
+
+    def binding_confirmed(self, body: Body, key: PodKey, rv: int | None) -> None:
+        """The watch shows our binding exactly as assumed (the feed compared fingerprints):
+        what :meth:`pod_upserted` does for a bound pod, without re-placing it."""
+        meta = body.get("metadata") or {}
+        self.forget_reports(str(meta.get("uid", "")))
+        self.cache.confirm(key, rv, meta.get("generation"))
+        self._drop_from_queue(key)
+        gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
+        if gang is not None:
+            self._gang_member_bound(gang, key, body)
+
+    def bound_pod_unchanged(self, body: Body, key: PodKey, rv: int | None) -> None:
+        """A bound pod changed only where scheduling does not read (status, mostly)."""
+        self.cache.touch(key, rv)
+        meta = body.get("metadata") or {}
+        gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
+        if gang is not None:
+            self._gang_member_bound(gang, key, body)  # counts Running members
+
+    def pending_left(self, body: Body, *, bound: bool) -> None:
+        """The pending stream no longer shows the pod: bound (``bound``: by us, or seen on a
+        node) or deleted. Only the queue and the gang's waiting members change here; the
+        snapshot follows the assigned stream."""
+        meta = body.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+        key = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
+        info = self.queue.get(key)
+        if info is not None and info.pod.uid == uid:
+            self._drop_from_queue(key)
+        if bound:
+            return
+        self.forget_reports(uid)
+        gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
+        if gang is not None:
+            member = (g := self.gangs.get(gang)) and g.pending.get(key)
+            if member and member.uid == uid:
+                self._gang_member_gone(gang, key)
+
+    def pending_relisted(self, live: set[str]) -> None:
+        """The pending stream's whole set (by uid) after a re-list: queued pods and waiting
+        gang members not in it were bound or deleted during the gap."""
+        for name in PENDING_QUEUES:
+            for queued in self.queue.pods(name):
+                if isinstance(queued, GangEntry):
+                    continue  # kept in step with its members
+                if queued.uid not in live:
+                    self.queue.delete(queued)
+                    self.forget_reports(queued.uid)
+        for gang in list(self.gangs):
+            gone = [k for k, m in gang.pending.items() if m.uid not in live]
+            for key in gone:
+                self._gang_member_gone(gang.key, key)
 
     def _drop_from_queue(self, key: str) -> None:
         self._queued_rv.pop(key, None)
@@ -511,6 +586,14 @@ class Scheduler:
         name = str((body.get("metadata") or {}).get("name", ""))
         self._nrt_inputs.pop(name, None)
         self.cache.topology.remove_node_resource_topology(name)
+
+    def topology_names(self) -> set[str]:
+        """Nodes whose NodeTopology is known (a re-list reconciles them)."""
+        return set(self._topology_specs) | set(self._last_cpu)
+
+    def podgroup_keys(self) -> set[str]:
+        """Gangs with a PodGroup (a re-list reconciles them)."""
+        return {g.key for g in self.gangs if g.spec is not None or g.spec_error is not None}
 
     def nrt_names(self) -> set[str]:
         """Nodes whose NodeResourceTopology is in use (a full list reconciles them)."""
@@ -670,10 +753,9 @@ class Scheduler:
             if gang.reported.get(key) == phase.value:
                 continue
             gang.reported[key] = phase.value
-            if self.writer is not None:
+            if self.reporter is not None:
                 ref = PodRef(member.namespace, member.name, member.uid)
-                log = self.log.bind(pod=key, gang=gang.key, trace_id=new_trace_id())
-                self._spawn(self._report_failure(ref, message, log, ""))
+                self.reporter.failed(ref, message, trace_id=new_trace_id())
 
     def gang_timeouts(self, now_wall: float) -> None:
         """Mark gangs whose scheduleTimeoutSeconds passed unadmitted (status Failed)."""
@@ -994,11 +1076,11 @@ class Scheduler:
         gang.last_message = message
         self.gangs_dirty.add(gang.key)
         log.info("gang_unschedulable", reason=message, queue=str(queue))
-        if self.writer is None:
+        if self.reporter is None:
             return
         for member in gang.pending.values():
             ref = PodRef(member.namespace, member.name, member.uid)
-            self._spawn(self._report_failure(ref, message, log, "", reason=reason))
+            self.reporter.failed(ref, message, reason=reason)
 
     def _gang_member_failed(
         self, gkey: str, pod: Pod, detail: str, log: Any, trace_id: str
@@ -1049,24 +1131,16 @@ class Scheduler:
             gang.quorum_at = None
 
     def _gang_event(self, gang: Gang, reason: str, message: str) -> None:
-        if self.writer is None or gang.spec is None:
+        if self.reporter is None or gang.spec is None:
             return
-        ref = PodRef(gang.namespace, gang.name, gang.spec.uid)
-        self._spawn(self._podgroup_event(ref, reason, message))
-
-    async def _podgroup_event(self, ref: PodRef, reason: str, message: str) -> None:
-        assert self.writer is not None
-        try:
-            await self.writer.event(
-                ref,
-                reason=reason,
-                message=message,
-                warning=True,
-                kind="PodGroup",
-                api_version="scheduling.x-k8s.io/v1alpha1",
-            )
-        except Exception as exc:
-            self.log.warning("report_failed", reason=str(exc))
+        self.reporter.event(
+            PodRef(gang.namespace, gang.name, gang.spec.uid),
+            reason=reason,
+            message=message,
+            warning=True,
+            kind="PodGroup",
+            api_version=f"{PODGROUP_GROUP}/{PODGROUP_VERSION}",
+        )
 
     def gang_status(self, gang: Gang) -> PodGroupStatus | None:
         """The PodGroup status this process would write now (None: no PodGroup)."""
@@ -1159,55 +1233,18 @@ class Scheduler:
             duration_ms=round(elapsed * 1000, 3),
         )
         pod = info.pod
-        if self.writer is not None:
-            self._spawn(
-                self._report_failure(
-                    PodRef(pod.namespace, pod.name, pod.uid),
-                    message,
-                    log,
-                    trace_id,
-                    reason=UNSCHEDULABLE if unschedulable else SCHEDULER_ERROR,
-                )
+        if self.reporter is not None:
+            self.reporter.failed(
+                PodRef(pod.namespace, pod.name, pod.uid),
+                message,
+                reason=UNSCHEDULABLE if unschedulable else SCHEDULER_ERROR,
+                trace_id=trace_id,
             )
-
-    async def _report_failure(
-        self, ref: PodRef, message: str, log: Any, trace_id: str, *, reason: str = UNSCHEDULABLE
-    ) -> None:
-        """FailedScheduling and PodScheduled=False, each only when it says something new:
-        the condition when reason or message changed since we last wrote it, the event
-        at most once per :attr:`event_repeat_after` for an unchanged message."""
-        assert self.writer is not None
-        said = (reason, message)
-        now = self.clock()
-        last_event = self._failure_events.get(ref.uid)
-        try:
-            if (
-                last_event is None
-                or last_event[0] != said
-                or now - last_event[1] >= self.event_repeat_after
-            ):
-                self._failure_events[ref.uid] = (said, now)
-                await self.writer.event(
-                    ref,
-                    reason="FailedScheduling",
-                    message=message,
-                    warning=True,
-                    trace_id=trace_id,
-                )
-            if self._conditions.get(ref.uid) != said:
-                self._conditions[ref.uid] = said
-                try:
-                    await self.writer.mark_unschedulable(ref, message, reason=reason)
-                except BaseException:
-                    self._conditions.pop(ref.uid, None)  # not written: write it next time
-                    raise
-        except Exception as exc:  # reporting is best effort; the pod stays queued
-            log.warning("report_failed", reason=str(exc))
 
     def forget_reports(self, uid: str) -> None:
         """The pod was bound or is gone: its condition and event memory go with it."""
-        self._conditions.pop(uid, None)
-        self._failure_events.pop(uid, None)
+        if self.reporter is not None:
+            self.reporter.forget(uid)
 
     async def _bind(
         self,
@@ -1235,6 +1272,8 @@ class Scheduler:
         key = f"{pod.namespace}/{pod.name}"
         profile = self.settings.scheduler_name
         if outcome.result is BindResult.BOUND:
+            if self.bound_hook is not None:
+                self.bound_hook(pod.uid)
             self.cache.finish_binding(pod, self.clock())
             self.counters.scheduled += 1
             self.forget_reports(pod.uid)
@@ -1253,18 +1292,14 @@ class Scheduler:
                 log.info("pod_bound", node=node)
             if gang is not None:
                 self._gang_member_done(gang, key)
-            if not self.settings.scheduled_events:
-                return
-            try:
-                await self.writer.event(
+            if self.settings.scheduled_events and self.reporter is not None:
+                self.reporter.event(
                     ref,
                     reason="Scheduled",
                     action="Binding",
                     trace_id=trace_id,
                     message=f"Successfully assigned {pod.namespace}/{pod.name} to {node}",
                 )
-            except Exception as exc:
-                log.warning("report_failed", reason=str(exc))
             return
         self.cache.forget(pod)
         self.load.forget_pod(key)
@@ -1325,7 +1360,11 @@ class Scheduler:
             self._graph_seq = seq
         self.metrics.set_pending(self.queue.counts())
         self.metrics.set_cache_size(self.cache.snapshot.num_nodes, self.cache.lifecycle.counts())
-        self.metrics.set_load_nodes(self.load_status_counts())
+        self._ticks += 1
+        if self._ticks % LOAD_GAUGE_EVERY == 1:
+            # The one scan left here (a node's freshness is a matter of time, not of events):
+            # a second between refreshes is plenty for a gauge.
+            self.metrics.set_load_nodes(self.load_status_counts())
 
     def load_status_counts(self) -> dict[str, int]:
         """Cached nodes by load status (fresh/stale/unknown), for metrics and status."""

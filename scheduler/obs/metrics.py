@@ -167,6 +167,7 @@ class Metrics:
     bind_duration: Histogram
     """One pods/binding call, successful or not."""
     bind_errors: Counter
+    reports_dropped: Counter
     """Failed pods/binding calls (each one is a forget, a backoff and a requeue)."""
     graph_patches: Counter
     """DeltaGraph patches applied to the cached affinity graph."""
@@ -267,6 +268,12 @@ class Metrics:
             bind_errors=Counter(
                 "binding_errors",
                 "Failed pods/binding API calls.",
+                namespace=NAMESPACE,
+                registry=reg,
+            ),
+            reports_dropped=Counter(
+                "reports_dropped",
+                "Events and PodScheduled patches not written because the report queue was full.",
                 namespace=NAMESPACE,
                 registry=reg,
             ),

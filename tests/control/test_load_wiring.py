@@ -66,10 +66,11 @@ def scheduler(spec: dict[str, Any] | None = None, nodes: int = 2) -> Scheduler:
     return sched
 
 
-def queue_pod(sched: Scheduler, name: str, cpu: str = "200m") -> None:
+def queue_pod(sched: Scheduler, name: str, cpu: str = "200m") -> dict[str, Any]:
     body = make_pod(name, cpu).obj()
     body["spec"]["schedulerName"] = "lattice"
     sched.pod_upserted(body)
+    return body
 
 
 def schedule_next(sched: Scheduler) -> str | None:
@@ -117,10 +118,9 @@ def test_own_placements_count_until_reported() -> None:
 def test_deleted_pod_drops_its_estimate() -> None:
     sched = scheduler()
     sched.topology_upserted(topology_body("n0", 0.2))
-    queue_pod(sched, "p")
+    body = queue_pod(sched, "p")
     node = schedule_next(sched)
     assert node is not None
-    body = make_pod("p", "200m").obj()
     sched.pod_deleted(body)
     assert sched.load.inflight_pods(node) == ()
 

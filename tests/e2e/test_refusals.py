@@ -184,7 +184,7 @@ def test_no_credentials_at_all(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "flag"),
     [
-        (["run", "--resync-interval", "-1"], "--resync-interval"),
+        (["run", "--renew-deadline", "-1"], "--renew-deadline"),
         (["run", "--retry-period", "0"], "--retry-period"),
         (["run", "--metrics-port", "70000"], "--metrics-port"),
         (["run", "--lease-duration", "ten"], "--lease-duration"),

@@ -134,6 +134,18 @@ async def scheduled_events(api: client.ApiClient, ns: str) -> collections.Counte
     return collections.Counter(e.involved_object.name for e in events.items)
 
 
+async def wait_scheduled_events(
+    api: client.ApiClient, ns: str, count: int, within: float = 30
+) -> collections.Counter[str]:
+    """Scheduled events trail the bindings (they go through the reporter's queue after)."""
+
+    async def all_reported() -> collections.Counter[str] | None:
+        got = await scheduled_events(api, ns)
+        return got if len(got) >= count else None
+
+    return await poll(all_reported, within=within, interval=0.5)
+
+
 async def wait_bound(
     api: client.ApiClient, ns: str, count: int, within: float
 ) -> list[dict[str, Any]]:
@@ -251,7 +263,7 @@ async def test_500_pods_on_100_nodes(plane: Plane, api: client.ApiClient, ns: st
             not p["spec"].get("nodeName") and not p.get("status", {}).get("conditions")
             for p in others_now
         )
-        events = await scheduled_events(api, ns)
+        events = await wait_scheduled_events(api, ns, 500)
         assert all(c == 1 for c in events.values())
         assert len(events) == 500
         metrics = await _scrape(sched, "/metrics")
@@ -406,7 +418,7 @@ async def test_standby_takes_over_within_the_lease(
         assert gap <= 6 + 3 * 1 + 1.0, f"standby took {gap:.1f}s after the last renewal"
         await create_pods(api, ns, [pod(f"ha2-{i}") for i in range(100)])
         await wait_bound(api, ns, 200, within=120)
-        events = await scheduled_events(api, ns)
+        events = await wait_scheduled_events(api, ns, 200)
         assert len(events) == 200
         assert max(events.values()) == 1
     finally:

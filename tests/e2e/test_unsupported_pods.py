@@ -20,7 +20,15 @@ from kubernetes_asyncio import client
 
 from scheduler.devcluster.cluster import ClusterConfig
 from scheduler.devcluster.kube import poll
-from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods, pod, wait_bound
+from tests.e2e.test_scheduler import (
+    Plane,
+    create_pods,
+    lattice_plane,
+    list_pods,
+    pod,
+    wait_bound,
+    wait_scheduled_events,
+)
 
 NODES: Final = 3
 PINNED_NODE: Final = "kwok-node-0001"
@@ -182,8 +190,8 @@ async def test_unsupported_pods_are_refused_and_never_bound(
         # wait for. None of them was bound, assumed or got a Scheduled event.
         pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
         assert all(not pods[name]["spec"].get("nodeName") for name in refused)
-        scheduled = await core.list_namespaced_event(ns, field_selector="reason=Scheduled")
-        assert {e.involved_object.name for e in scheduled.items} == {"ordinary"}
+        scheduled = await wait_scheduled_events(api, ns, 1)
+        assert set(scheduled) == {"ordinary"}
         placed = {
             ln.get("pod") for ln in sched.lines() if ln.get("event") in ("pod_assumed", "pod_bound")
         }

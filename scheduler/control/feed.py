@@ -1,0 +1,352 @@
+"""The intake side of the scheduler: what each stream's updates do to the cache and queue.
+
+:class:`~scheduler.control.intake.Intake` delivers per-stream :class:`Relisted` sets and
+coalesced :class:`Batch`\\ es; :class:`Feed` applies them to the :class:`Scheduler`, one
+call per read. Order within one call: custom resources, nodes and namespaces first, then
+bound pods, then pending pods, so that a pending pod's PodGroup and the nodes it could go
+to are known when it is queued (the start-up lists all arrive in one call).
+
+Fast paths skip the work of the common no-op events without parsing (each compares every
+field that the snapshot, the affinity graph and the device ledger read; see
+:func:`~scheduler.control.intake.pod_fingerprint`):
+
+* the echo of **our own binding** (the assigned stream's ADDED of a pod we assumed, equal to
+  its pending body plus our node and annotations): the pod becomes ADDED in the lifecycle,
+  and the snapshot, graph and ledger are not touched again;
+* a **status-only change of a bound pod** (it started, its IP or conditions changed): only
+  its resourceVersion moves on;
+* a **node heartbeat** (conditions, images, addresses): nothing at all;
+* a **pending pod's own status** (the PodScheduled condition we wrote): nothing at all.
+
+Pods move between the two pod streams; :class:`~scheduler.control.intake.PodTracker` holds
+the rule (only the assigned stream changes the snapshot; a pending DELETED only means "no
+longer pending"). Deletes are checked by uid, because a pod re-created under the same name
+may be seen on one stream before the old one's DELETED arrives on the other.
+
+Missing resources (:class:`Unavailable`: CRD not installed, no grant) count as empty sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
+
+import structlog
+
+from scheduler.control import intake
+from scheduler.control.intake import (
+    Batch,
+    Event,
+    EventType,
+    Fingerprint,
+    PendingVerdict,
+    PodTracker,
+    RawObject,
+    Relisted,
+    Resource,
+    Unavailable,
+    Update,
+    bound_fingerprint,
+    node_fingerprint,
+    pod_fingerprint,
+)
+from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
+from scheduler.control.queue import pod_key
+from scheduler.control.scheduler import Scheduler
+from scheduler.control.settings import API_GROUP, API_VERSION
+from scheduler.model import noderesourcetopology as nrt
+
+log = structlog.get_logger("lattice.feed")
+
+TOPOLOGIES: Final = f"nodetopologies.{API_GROUP}"
+NRTS: Final = f"{nrt.PLURAL}.{nrt.GROUP}"
+PODGROUPS: Final = f"{PODGROUP_PLURAL}.{PODGROUP_GROUP}"
+
+_ORDER: Final = (
+    PODGROUPS,
+    TOPOLOGIES,
+    NRTS,
+    intake.NAMESPACES,
+    intake.NODES,
+    intake.ASSIGNED_PODS,
+    intake.PENDING_PODS,
+)
+
+
+def resources(scheduler_name: str) -> list[Resource]:
+    """Every stream the scheduler follows (our LatticeScheduler object stays with kopf)."""
+    return [
+        intake.custom(PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL, key=PODGROUPS),
+        intake.custom(API_GROUP, API_VERSION, "nodetopologies", key=TOPOLOGIES),
+        intake.custom(nrt.GROUP, nrt.VERSION, nrt.PLURAL, key=NRTS),
+        intake.namespaces(),
+        intake.nodes(),
+        intake.assigned_pods(),
+        intake.pending_pods(scheduler_name),
+    ]
+
+
+def _meta(obj: RawObject) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
+
+
+def _name(obj: RawObject) -> str:
+    return (obj.get("metadata") or {}).get("name", "")
+
+
+def _rv(obj: RawObject) -> int | None:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or "")
+    except ValueError:
+        return None
+
+
+class FeedStats:
+    """What the fast paths saved (for the profile and the benchmark's explanation)."""
+
+    def __init__(self) -> None:
+        self.echoes = 0
+        self.bound_unchanged = 0
+        self.node_heartbeats = 0
+        self.pending_unchanged = 0
+        self.parsed = 0
+
+
+class Feed:
+    """Applies intake updates to one :class:`Scheduler` (see the module docstring)."""
+
+    def __init__(self, scheduler: Scheduler, tracker: PodTracker | None = None) -> None:
+        self.scheduler = scheduler
+        self.tracker = tracker or PodTracker()
+        self.stats = FeedStats()
+        self._pending_raw: dict[str, RawObject] = {}
+        """Pending bodies by uid while queued or being bound: our binding's echo is
+        compared with them."""
+        self._pending_fp: dict[str, Fingerprint] = {}
+        self._bound_fp: dict[str, Fingerprint] = {}
+        self._node_fp: dict[str, Fingerprint] = {}
+        self._handlers: dict[str, Callable[[Sequence[Event]], None]] = {
+            PODGROUPS: self._podgroups,
+            TOPOLOGIES: self._topologies,
+            NRTS: self._nrts,
+            intake.NAMESPACES: self._namespaces,
+            intake.NODES: self._nodes,
+            intake.ASSIGNED_PODS: self._assigned,
+            intake.PENDING_PODS: self._pending,
+        }
+        self._relisters: dict[str, Callable[[Sequence[RawObject]], None]] = {
+            PODGROUPS: self._podgroups_listed,
+            TOPOLOGIES: self._topologies_listed,
+            NRTS: self._nrts_listed,
+            intake.NAMESPACES: self._namespaces_listed,
+            intake.NODES: self._nodes_listed,
+            intake.ASSIGNED_PODS: self._assigned_listed,
+            intake.PENDING_PODS: self._pending_listed,
+        }
+        scheduler.bound_hook = self.tracker.bound
+
+    # -- dispatch -----------------------------------------------------------------------
+    def apply(self, updates: Iterable[Update]) -> None:
+        by_stream: dict[str, list[Update]] = {}
+        for update in updates:
+            by_stream.setdefault(update.stream, []).append(update)
+        for stream in _ORDER:
+            for update in by_stream.pop(stream, ()):
+                self._apply_one(update)
+        for rest in by_stream.values():  # a stream this feed does not know: a bug
+            for update in rest:
+                log.warning("feed_unknown_stream", reason=update.stream)
+
+    def _apply_one(self, update: Update) -> None:
+        if isinstance(update, Batch):
+            self._handlers[update.stream](update.events)
+            if update.stream == intake.PENDING_PODS:
+                self.tracker.pending_progress(update.resource_version)
+        elif isinstance(update, Relisted):
+            if not update.initial:
+                log.info("feed_reconcile", reason=f"{update.stream}: {len(update.items)} objects")
+            self._relisters[update.stream](update.items)
+            if update.stream == intake.ASSIGNED_PODS:
+                self.tracker.relisted((_meta(o)[2] for o in update.items), update.resource_version)
+            if update.stream == intake.PENDING_PODS:
+                self.tracker.pending_progress(update.resource_version)
+        elif isinstance(update, Unavailable):
+            self._relisters[update.stream](())
+
+    # -- bound pods ---------------------------------------------------------------------
+    def _assigned(self, events: Sequence[Event]) -> None:
+        for ev in events:
+            if ev.type is EventType.DELETED:
+                self.tracker.gone(ev.uid, (ev.obj.get("metadata") or {}).get("resourceVersion"))
+                self._bound_fp.pop(ev.uid, None)
+                self._pending_raw.pop(ev.uid, None)
+                self.scheduler.pod_deleted(ev.obj)
+            else:
+                self.tracker.bound(ev.uid)
+                self._bound(ev.obj, ev.uid)
+
+    def _bound(self, obj: RawObject, uid: str) -> None:
+        namespace, name, _ = _meta(obj)
+        key = pod_key(namespace, name)
+        fp = pod_fingerprint(obj)
+        s = self.scheduler
+        assumed = s.cache.assumed(key, uid)
+        if assumed is not None:
+            raw = self._pending_raw.pop(uid, None)
+            self._pending_fp.pop(uid, None)
+            if raw is not None and fp == bound_fingerprint(
+                raw, node=assumed.node, annotations=assumed.annotations
+            ):
+                self.stats.echoes += 1
+                self._bound_fp[uid] = fp
+                s.binding_confirmed(obj, key, _rv(obj))
+                return
+        elif self._bound_fp.get(uid) == fp and s.cache.cached_pod(key) is not None:
+            self.stats.bound_unchanged += 1
+            s.bound_pod_unchanged(obj, key, _rv(obj))
+            return
+        self.stats.parsed += 1
+        self._pending_raw.pop(uid, None)
+        self._pending_fp.pop(uid, None)
+        self._bound_fp[uid] = fp
+        s.pod_upserted(obj)
+
+    def _assigned_listed(self, items: Sequence[RawObject]) -> None:
+        s = self.scheduler
+        listed = {pod_key(ns, name): uid for ns, name, uid in map(_meta, items)}
+        for key in s.cache.pod_keys() - listed.keys():
+            cached = s.cache.cached_pod(key)
+            if cached is not None and s.cache.assumed(key, cached.pod.uid) is None:
+                # Placed once, no longer on any node: deleted or finished during a gap.
+                namespace, name = key.split("/", 1)
+                self._bound_fp.pop(cached.pod.uid, None)
+                uid = cached.pod.uid
+                s.pod_deleted({"metadata": {"namespace": namespace, "name": name, "uid": uid}})
+        uids = set(listed.values())
+        for uid in [u for u in self._bound_fp if u not in uids]:
+            del self._bound_fp[uid]
+        for obj in items:
+            uid = _meta(obj)[2]
+            self.tracker.bound(uid)
+            self._bound(obj, uid)
+
+    # -- pending pods -------------------------------------------------------------------
+    def _pending(self, events: Sequence[Event]) -> None:
+        for ev in events:
+            verdict = self.tracker.pending(ev)
+            if verdict is PendingVerdict.STALE:
+                continue
+            if verdict is PendingVerdict.LEFT:
+                self._pending_fp.pop(ev.uid, None)
+                namespace, name, uid = _meta(ev.obj)
+                key = pod_key(namespace, name)
+                ours = self.scheduler.cache.assumed(key, uid) is not None
+                if not ours:
+                    self._pending_raw.pop(uid, None)
+                self.scheduler.pending_left(ev.obj, bound=ours or self.tracker.is_bound(uid))
+                continue
+            self._upsert_pending(ev.obj, ev.uid)
+
+    def _upsert_pending(self, obj: RawObject, uid: str) -> None:
+        fp = pod_fingerprint(obj)
+        if self._pending_fp.get(uid) == fp:
+            self.stats.pending_unchanged += 1
+            return
+        self._pending_fp[uid] = fp
+        self._pending_raw[uid] = obj
+        self.stats.parsed += 1
+        self.scheduler.pod_upserted(obj)
+
+    def _pending_listed(self, items: Sequence[RawObject]) -> None:
+        live = {uid: obj for obj in items if not self.tracker.is_bound(uid := _meta(obj)[2])}
+        self.scheduler.pending_relisted(set(live))
+        for uid in [u for u in self._pending_fp if u not in live]:
+            del self._pending_fp[uid]
+        for uid, obj in live.items():
+            self._upsert_pending(obj, uid)
+
+    # -- nodes and namespaces -----------------------------------------------------------
+    def _nodes(self, events: Sequence[Event]) -> None:
+        for ev in events:
+            name = _name(ev.obj)
+            if ev.type is EventType.DELETED:
+                self._node_fp.pop(name, None)
+                self.scheduler.node_deleted(ev.obj)
+                continue
+            fp = node_fingerprint(ev.obj)
+            if self._node_fp.get(name) == fp:
+                self.stats.node_heartbeats += 1
+                continue
+            self._node_fp[name] = fp
+            self.scheduler.node_upserted(ev.obj)
+
+    def _nodes_listed(self, items: Sequence[RawObject]) -> None:
+        listed = {_name(o) for o in items}
+        for name in self.scheduler.cache.node_names() - listed:
+            self._node_fp.pop(name, None)
+            self.scheduler.node_deleted({"metadata": {"name": name}})
+        self._nodes([Event(EventType.MODIFIED, _name(o), o) for o in items])
+
+    def _namespaces(self, events: Sequence[Event]) -> None:
+        for ev in events:
+            if ev.type is EventType.DELETED:
+                self.scheduler.namespace_deleted(ev.obj)
+            else:
+                self.scheduler.namespace_upserted(ev.obj)
+
+    def _namespaces_listed(self, items: Sequence[RawObject]) -> None:
+        listed = {_name(o) for o in items}
+        for name in self.scheduler.cache.namespace_names() - listed:
+            self.scheduler.namespace_deleted({"metadata": {"name": name}})
+        for obj in items:
+            self.scheduler.namespace_upserted(obj)
+
+    # -- custom resources ---------------------------------------------------------------
+    def _topologies(self, events: Sequence[Event]) -> None:
+        for ev in events:
+            if ev.type is EventType.DELETED:
+                self.scheduler.topology_deleted(ev.obj)
+            else:
+                self.scheduler.topology_upserted(ev.obj)
+
+    def _topologies_listed(self, items: Sequence[RawObject]) -> None:
+        listed = {_name(o) for o in items}
+        for name in self.scheduler.topology_names() - listed:
+            self.scheduler.topology_deleted({"metadata": {"name": name}})
+        for obj in items:
+            self.scheduler.topology_upserted(obj)
+
+    def _nrts(self, events: Sequence[Event]) -> None:
+        for ev in events:
+            if ev.type is EventType.DELETED:
+                self.scheduler.nrt_deleted(ev.obj)
+            else:
+                self.scheduler.nrt_upserted(ev.obj)
+
+    def _nrts_listed(self, items: Sequence[RawObject]) -> None:
+        listed = {_name(o) for o in items}
+        for name in self.scheduler.nrt_names() - listed:
+            self.scheduler.nrt_deleted({"metadata": {"name": name}})
+        for obj in items:
+            self.scheduler.nrt_upserted(obj)
+
+    def _podgroups(self, events: Sequence[Event]) -> None:
+        for ev in events:
+            if ev.type is EventType.DELETED:
+                self.scheduler.podgroup_deleted(ev.obj)
+            else:
+                self.scheduler.podgroup_upserted(ev.obj)
+
+    def _podgroups_listed(self, items: Sequence[RawObject]) -> None:
+        listed = {f"{ns}/{name}" for ns, name, _ in map(_meta, items)}
+        for key in self.scheduler.podgroup_keys() - listed:
+            namespace, name = key.split("/", 1)
+            self.scheduler.podgroup_deleted({"metadata": {"namespace": namespace, "name": name}})
+        for obj in items:
+            self.scheduler.podgroup_upserted(obj)
+
+
+def describe(stats: FeedStats) -> dict[str, Any]:
+    """The fast paths' counts, for logs at shutdown."""
+    return dict(vars(stats))

@@ -1,0 +1,253 @@
+"""The feed: intake updates applied to the scheduler, with the fast paths for no-op events
+and the two-stream pod rule (pending vs assigned), without a server."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from scheduler.control import intake
+from scheduler.control.feed import PODGROUPS, Feed
+from scheduler.control.intake import Batch, Event, EventType, RawObject, Relisted, Unavailable
+from scheduler.control.lifecycle import PodState
+from scheduler.control.queue import pod_key
+from scheduler.control.scheduler import Scheduler
+from scheduler.control.settings import parse_spec
+from scheduler.model.pod import Pod
+from scheduler.obs.metrics import Metrics
+from tests.builders import make_node, make_pod
+
+_rv = iter(range(100, 10_000_000))
+
+
+def raw(body: dict[str, Any]) -> RawObject:
+    body = copy.deepcopy(body)
+    body.setdefault("metadata", {})["resourceVersion"] = str(next(_rv))
+    return body  # type: ignore[return-value]
+
+
+def uid_of(body: RawObject) -> str:
+    return (body.get("metadata") or {}).get("uid", "")
+
+
+def ev(kind: EventType, body: RawObject) -> Event:
+    return Event(kind, uid_of(body) or (body.get("metadata") or {}).get("name", ""), body)
+
+
+def batch(stream: str, *events: Event) -> Batch:
+    return Batch(stream, events, str(next(_rv)))
+
+
+def listed(stream: str, *items: RawObject, initial: bool = False) -> Relisted:
+    return Relisted(stream, items, str(next(_rv)), initial=initial)
+
+
+def pending_body(name: str, cpu: str = "100m") -> RawObject:
+    body = make_pod(name, cpu).obj()
+    body["spec"]["schedulerName"] = "lattice"
+    body["status"] = {"phase": "Pending"}
+    return raw(body)
+
+
+def bound_echo(pending: RawObject, node: str, **annotations: str) -> RawObject:
+    """What the assigned stream shows after a Binding: node set, annotations merged, and
+    the kubelet's status on top (which scheduling never reads)."""
+    echo: dict[str, Any] = copy.deepcopy(dict(pending))
+    echo["spec"]["nodeName"] = node
+    if annotations:
+        echo["metadata"].setdefault("annotations", {}).update(annotations)
+    echo["status"] = {"phase": "Running", "podIP": "10.0.0.7", "conditions": [{"type": "Ready"}]}
+    return raw(echo)
+
+
+@pytest.fixture
+def sched() -> Scheduler:
+    return Scheduler(parse_spec({}, "lattice"), writer=None, metrics=Metrics.create())
+
+
+@pytest.fixture
+def feed(sched: Scheduler) -> Feed:
+    f = Feed(sched)
+    f.apply(
+        [
+            Unavailable(PODGROUPS, 404, "no CRD"),
+            listed(intake.NODES, *(raw(make_node(f"n{i}").obj()) for i in range(2)), initial=True),
+            listed(intake.NAMESPACES, raw({"metadata": {"name": "default"}}), initial=True),
+            listed(intake.ASSIGNED_PODS, initial=True),
+            listed(intake.PENDING_PODS, initial=True),
+        ]
+    )
+    return f
+
+
+def queued_uids(sched: Scheduler) -> set[str]:
+    out = set()
+    while (info := sched.queue.try_pop()) is not None:
+        out.add(info.pod.uid)
+    return out
+
+
+def assume(sched: Scheduler, body: RawObject, node: str, **annotations: str) -> Pod:
+    """What a scheduling cycle does for the pod: pop it and count it on ``node``."""
+    info = sched.queue.try_pop()
+    assert info is not None
+    assert info.pod.uid == uid_of(body)
+    assert isinstance(info.pod, Pod)
+    sched.cache.assume(info.pod, node, annotations or None)
+    return info.pod
+
+
+@pytest.mark.parametrize("pending_first", [True, False], ids=["pending-first", "echo-first"])
+def test_the_echo_of_our_binding_confirms_the_pod_without_placing_it_again(
+    sched: Scheduler, feed: Feed, pending_first: bool
+) -> None:
+    body = pending_body("p")
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.ADDED, body))])
+    pod = assume(sched, body, "n1", **{"lattice.dev/devices": "gpu0"})
+    sched.cache.finish_binding(pod, 0.0)
+    feed.tracker.bound(pod.uid)  # the binding's answer
+    seq = sched.cache.snapshot.affinity_graph.seq
+    left = batch(intake.PENDING_PODS, ev(EventType.DELETED, body))
+    echo = batch(
+        intake.ASSIGNED_PODS,
+        ev(EventType.ADDED, bound_echo(body, "n1", **{"lattice.dev/devices": "gpu0"})),
+    )
+    feed.apply([left, echo] if pending_first else [echo, left])
+    key = pod_key("default", "p")
+    cached = sched.cache.cached_pod(key)
+    assert cached is not None
+    assert cached.pod is pod
+    assert sched.cache.lifecycle.state(key) is PodState.ADDED
+    assert sched.cache.snapshot.affinity_graph.seq == seq  # the graph was not patched
+    assert (feed.stats.echoes, feed.stats.parsed) == (1, 1)  # parsed: the pending ADDED only
+    assert queued_uids(sched) == set()
+
+
+def test_an_echo_that_differs_from_what_we_assumed_is_read_again(
+    sched: Scheduler, feed: Feed
+) -> None:
+    body = pending_body("p")
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.ADDED, body))])
+    pod = assume(sched, body, "n1")
+    echo = bound_echo(body, "n1")
+    echo["metadata"]["labels"] = {"team": "b"}  # someone labelled it meanwhile
+    feed.apply([batch(intake.ASSIGNED_PODS, ev(EventType.ADDED, echo))])
+    cached = sched.cache.cached_pod(pod_key("default", "p"))
+    assert cached is not None
+    assert cached.pod is not pod
+    assert dict(cached.pod.labels) == {"team": "b"}
+    assert feed.stats.echoes == 0
+
+
+def test_status_only_changes_of_a_bound_pod_are_skipped_and_others_are_not(
+    sched: Scheduler, feed: Feed
+) -> None:
+    body = make_pod("q", "1").obj()
+    body["spec"]["nodeName"] = "n0"
+    first = raw(body)
+    feed.apply([batch(intake.ASSIGNED_PODS, ev(EventType.ADDED, first))])
+    key = pod_key("default", "q")
+    placed = sched.cache.cached_pod(key)
+    assert placed is not None
+    running = raw(
+        {**copy.deepcopy(dict(first)), "status": {"phase": "Running", "podIP": "1.2.3.4"}}
+    )
+    feed.apply([batch(intake.ASSIGNED_PODS, ev(EventType.MODIFIED, running))])
+    now = sched.cache.cached_pod(key)
+    assert now is not None
+    assert now.pod is placed.pod
+    assert feed.stats.bound_unchanged == 1
+    assert now.rv == int(running["metadata"]["resourceVersion"])
+    labelled: dict[str, Any] = copy.deepcopy(dict(running))
+    labelled["metadata"]["labels"] = {"app": "x"}
+    feed.apply([batch(intake.ASSIGNED_PODS, ev(EventType.MODIFIED, raw(labelled)))])
+    now = sched.cache.cached_pod(key)
+    assert now is not None
+    assert dict(now.pod.labels) == {"app": "x"}
+
+
+def test_a_node_heartbeat_is_skipped_and_a_capacity_change_is_not(
+    sched: Scheduler, feed: Feed
+) -> None:
+    node = make_node("n0").obj()
+    node["status"]["conditions"] = [{"type": "Ready", "lastHeartbeatTime": "t2"}]
+    feed.apply([batch(intake.NODES, ev(EventType.MODIFIED, raw(node)))])
+    assert feed.stats.node_heartbeats == 1
+    node["status"]["allocatable"]["cpu"] = "64"
+    feed.apply([batch(intake.NODES, ev(EventType.MODIFIED, raw(node)))])
+    got = sched.cache.snapshot.get_node("n0")
+    assert got is not None
+    assert got.allocatable["cpu"] == 64_000
+    assert feed.stats.node_heartbeats == 1
+
+
+def test_an_old_pods_delete_does_not_touch_its_namesake(sched: Scheduler, feed: Feed) -> None:
+    old = make_pod("web-0", "1").obj()
+    old["spec"]["nodeName"] = "n0"
+    old_raw = raw(old)
+    feed.apply([batch(intake.ASSIGNED_PODS, ev(EventType.ADDED, old_raw))])
+    new = pending_body("web-0")  # re-created under the same name (a StatefulSet does this)
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.ADDED, new))])
+    feed.apply([batch(intake.ASSIGNED_PODS, ev(EventType.DELETED, old_raw))])
+    assert queued_uids(sched) == {uid_of(new)}
+
+
+def test_a_lagging_pending_event_of_a_pod_seen_bound_is_ignored(
+    sched: Scheduler, feed: Feed
+) -> None:
+    body = pending_body("late")
+    elsewhere: dict[str, Any] = copy.deepcopy(dict(body))
+    elsewhere["spec"]["nodeName"] = "n0"  # bound by someone else (nodeName set directly)
+    feed.apply([batch(intake.ASSIGNED_PODS, ev(EventType.ADDED, raw(elsewhere)))])
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.MODIFIED, body))])
+    assert queued_uids(sched) == set()
+    assert sched.cache.lifecycle.state(pod_key("default", "late")) is PodState.ADDED
+
+
+def test_a_pending_delete_of_a_pod_bound_elsewhere_keeps_it_placed(
+    sched: Scheduler, feed: Feed
+) -> None:
+    body = pending_body("x")
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.ADDED, body))])
+    elsewhere: dict[str, Any] = copy.deepcopy(dict(body))
+    elsewhere["spec"]["nodeName"] = "n1"
+    feed.apply(
+        [
+            batch(intake.ASSIGNED_PODS, ev(EventType.ADDED, raw(elsewhere))),
+            batch(intake.PENDING_PODS, ev(EventType.DELETED, body)),
+        ]
+    )
+    assert queued_uids(sched) == set()
+    cached = sched.cache.cached_pod(pod_key("default", "x"))
+    assert cached is not None
+    assert cached.node == "n1"
+
+
+def test_relists_drop_what_went_missing_during_a_gap(sched: Scheduler, feed: Feed) -> None:
+    a, b = pending_body("a"), pending_body("b")
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.ADDED, a), ev(EventType.ADDED, b))])
+    placed = make_pod("c", "1").obj()
+    placed["spec"]["nodeName"] = "n0"
+    feed.apply([batch(intake.ASSIGNED_PODS, ev(EventType.ADDED, raw(placed)))])
+    # 410 Gone on both pod streams; meanwhile "a" and "c" were deleted and n1 went away.
+    feed.apply(
+        [
+            listed(intake.PENDING_PODS, b),
+            listed(intake.ASSIGNED_PODS),
+            listed(intake.NODES, raw(make_node("n0").obj())),
+        ]
+    )
+    assert queued_uids(sched) == {uid_of(b)}
+    assert sched.cache.cached_pod(pod_key("default", "c")) is None
+    assert sched.cache.node_names() == {"n0"}
+
+
+def test_a_relist_keeps_a_pod_we_are_still_binding(sched: Scheduler, feed: Feed) -> None:
+    body = pending_body("inflight")
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.ADDED, body))])
+    assume(sched, body, "n0")
+    feed.apply([listed(intake.ASSIGNED_PODS), listed(intake.PENDING_PODS)])
+    key = pod_key("default", "inflight")
+    assert sched.cache.lifecycle.state(key) is PodState.ASSUMED
