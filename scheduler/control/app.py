@@ -45,6 +45,7 @@ from scheduler.control.kubeconfig import (
     load_credentials,
     one_line,
     require_lattice_crds,
+    skip_environment_lookups,
     wait_for_api,
 )
 from scheduler.control.kubeio import KubeWriter
@@ -74,7 +75,9 @@ user of the pool is bounded on its own; unused room costs nothing)."""
 def _api_client(credentials: Credentials) -> client.ApiClient:
     """Our own client: the same Configuration kopf's credentials are derived from."""
     credentials.configuration.connection_pool_maxsize = CONNECTION_POOL
-    return client.ApiClient(configuration=credentials.configuration)
+    api = client.ApiClient(configuration=credentials.configuration)
+    skip_environment_lookups(api)
+    return api
 
 
 def _kopf_login(credentials: Credentials) -> Any:

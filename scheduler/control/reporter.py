@@ -15,8 +15,12 @@ Aggregation:
   ten times while the API is slow costs one write, not ten.
 * When a pod is bound or gone (:meth:`Reporter.forget`), its unsent failure is dropped: a
   late PodScheduled=False must not land after the binding.
-* Full (``capacity`` distinct reports waiting): new reports are dropped and counted; the
-  memory of what was said is rolled back, so the next failure says it again.
+* Full (``capacity`` distinct reports waiting, 1000 by default as client-go's event
+  broadcaster, which kube-scheduler uses, queues at most 1000 and drops when full): new
+  reports are dropped and counted (``lattice_reports_dropped_total``); what was not
+  written is not remembered as said, so the next failure says it again. After a burst of
+  thousands of bindings the API server's time goes to the next bindings, not to a backlog
+  of Scheduled events.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ class Reporter:
         spawn: Callable[[Coroutine[Any, Any, None]], None],
         clock: Callable[[], float],
         repeat_after: float,
-        capacity: int = 10_000,
+        capacity: int = 1000,
         in_flight: int = 8,
         on_drop: Callable[[], None] | None = None,
     ) -> None:

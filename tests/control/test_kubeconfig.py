@@ -11,18 +11,26 @@ import asyncio
 import base64
 import datetime as dt
 import json
+import os
 import ssl
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import pytest
 import yaml
+from kubernetes_asyncio import client
 
 from scheduler.control import kubeconfig
-from scheduler.control.kubeconfig import Credentials, StartupError, load_credentials
+from scheduler.control.kubeconfig import (
+    Credentials,
+    StartupError,
+    environment_lookups_needed,
+    load_credentials,
+    skip_environment_lookups,
+)
 from scheduler.devcluster import pki
 
 SERVER = "https://127.0.0.1:6443"
@@ -365,3 +373,37 @@ def test_connection_info_is_what_kopf_accepts(tmp_path: Path) -> None:
     assert isinstance(info, kopf.ConnectionInfo)
     assert (info.ca_data, info.certificate_data, info.private_key_data) == (None, None, None)
     assert json.dumps(info.as_http_headers()) == '{"Authorization": "Bearer x"}'
+
+
+def test_environment_lookups_only_when_the_environment_asks(tmp_path: Path) -> None:
+    home = {"HOME": str(tmp_path)}
+    assert not environment_lookups_needed(home)
+    assert environment_lookups_needed({**home, "HTTPS_PROXY": "http://proxy:3128"})
+    assert environment_lookups_needed({**home, "no_proxy": "10.0.0.1"})
+    (tmp_path / ".netrc").write_text("machine example.org login a password b\n")
+    assert environment_lookups_needed(home)
+
+
+def trusts_env(api: client.ApiClient) -> bool:
+    return bool(cast(Any, api).rest_client.pool_manager.trust_env)
+
+
+async def test_our_client_skips_the_per_request_environment_lookups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in list(os.environ):
+        if key.lower() in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "netrc"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    api = client.ApiClient(configuration=client.Configuration(host="https://127.0.0.1:1"))
+    try:
+        assert trusts_env(api)  # what kubernetes-asyncio does
+        assert skip_environment_lookups(api)
+        assert not trusts_env(api)
+        monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+        other = client.ApiClient(configuration=client.Configuration(host="https://127.0.0.1:1"))
+        assert not skip_environment_lookups(other)
+        assert trusts_env(other)
+        await other.close()
+    finally:
+        await api.close()
