@@ -144,7 +144,8 @@ class Feed:
             intake.ASSIGNED_PODS: self._assigned_listed,
             intake.PENDING_PODS: self._pending_listed,
         }
-        scheduler.bound_hook = self.tracker.bound
+        if scheduler.binder is not None:
+            scheduler.binder.on_bound.append(self.tracker.bound)
 
     # -- dispatch -----------------------------------------------------------------------
     def apply(self, updates: Iterable[Update]) -> None:

@@ -1,8 +1,14 @@
 """The scheduler proper: watch events in, decisions out, bindings in the background.
 
+The parts around it, each a class of its own: the intake (:mod:`~scheduler.control.intake`
+streams, applied by :mod:`~scheduler.control.feed`), the binder
+(:mod:`~scheduler.control.binder`), the reporter (:mod:`~scheduler.control.reporter`:
+Events and PodScheduled) and the gang book (:mod:`~scheduler.control.gangs`). What is
+left here is the state they share (cache, queue, framework) and the decisions.
+
 Theory of operation (one asyncio loop, no threads, no locks):
 
-* Watch handlers call ``pod_upserted`` / ``pod_deleted`` / ``node_upserted`` ...
+* The feed calls ``pod_upserted`` / ``pod_deleted`` / ``node_upserted`` ...
   synchronously. A bound pod (anyone's) goes to the cache; a pending pod with
   our schedulerName goes to the queue; cluster changes move waiting pods.
 * ``run`` (leader only) pops a pod, runs the pure core on the cache's snapshot
@@ -36,12 +42,13 @@ import collections
 import copy
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
+from scheduler.control.binder import Binder
 from scheduler.control.cache import SchedulerCache, resource_version
 from scheduler.control.gangs import (
     Gang,
@@ -268,11 +275,12 @@ class Scheduler:
         self.latencies: collections.deque[float] = collections.deque(maxlen=2000)
         """Recent queue-to-bound latencies in seconds, for the status's p50/p99."""
         self.log = structlog.get_logger("lattice.scheduler")
-        self._bind_slots = asyncio.Semaphore(settings.bind_concurrency)
+        self.binder: Binder | None = None
+        if writer is not None:
+            self.binder = Binder(
+                writer, concurrency=settings.bind_concurrency, duration=metrics.bind_duration
+            )
         self._ticks = 0
-        self.bound_hook: Callable[[str], None] | None = None
-        """Told each uid our binding bound (the feed's pod tracker): the binding's answer
-        can arrive before the watch shows the pod on its node."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._queued_rv: dict[str, int | None] = {}
         self.gangs = GangBook()
@@ -310,8 +318,8 @@ class Scheduler:
             self.metrics.precreate_profile(settings.scheduler_name)
         if settings.profile.load_aware.predict != self.load.config:
             self.load.replace_config(settings.profile.load_aware.predict)
-        if settings.bind_concurrency != self.settings.bind_concurrency:
-            self._bind_slots = asyncio.Semaphore(settings.bind_concurrency)
+        if self.binder is not None:
+            self.binder.resize(settings.bind_concurrency)
         if self.writer is not None:
             self.writer.reconfigure(settings.client_qps, settings.client_burst)
         self.settings = settings
@@ -1261,19 +1269,12 @@ class Scheduler:
         """``info`` is the queue's handle of a single pod; gang members have none (their
         gang's entry ended with the commit) and report to ``gang`` instead, with the gang
         entry's first-queued time and attempts in ``gang_queued`` for the SLI histogram."""
-        assert self.writer is not None
+        assert self.binder is not None
         ref = PodRef(pod.namespace, pod.name, pod.uid)
-        async with self._bind_slots:
-            started = time.perf_counter()
-            # Annotations on a Binding are copied onto the pod: the chosen devices travel
-            # with the binding itself, so no second write can be lost in between.
-            outcome = await self.writer.bind(ref, node, annotations or None)
-            self.metrics.bind_duration.observe(time.perf_counter() - started)
+        outcome = await self.binder.bind(ref, node, annotations)
         key = f"{pod.namespace}/{pod.name}"
         profile = self.settings.scheduler_name
         if outcome.result is BindResult.BOUND:
-            if self.bound_hook is not None:
-                self.bound_hook(pod.uid)
             self.cache.finish_binding(pod, self.clock())
             self.counters.scheduled += 1
             self.forget_reports(pod.uid)
