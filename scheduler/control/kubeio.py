@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+import aiohttp
 from kubernetes_asyncio import client
 
 from scheduler.control.ratelimit import TokenBucket
@@ -99,7 +100,7 @@ class KubeWriter:
             resp = await self._core.create_namespaced_pod_binding(
                 pod.name, pod.namespace, cast(client.V1Binding, body), _preload_content=False
             )
-            cast(Any, resp).release()
+            await _release_checked(resp)
             return BindOutcome(BindResult.BOUND, node=node)
         except client.ApiException as exc:
             if exc.status == 404:
@@ -107,8 +108,10 @@ class KubeWriter:
             if exc.status == 409:
                 return await self._after_conflict(pod, node, exc)
             return BindOutcome(BindResult.ERROR, f"{exc.status}: {_reason(exc)}")
-        except (OSError, TimeoutError) as exc:
-            return BindOutcome(BindResult.ERROR, f"connection: {exc}")
+        except (OSError, TimeoutError, aiohttp.ClientError) as exc:
+            # ClientError: e.g. ServerDisconnected, an API server stopping mid-request (it
+            # is no OSError); the binding may have landed, which the retry's 409 tells.
+            return BindOutcome(BindResult.ERROR, f"connection: {type(exc).__name__}: {exc}")
 
     async def _after_conflict(
         self, pod: PodRef, node: str, exc: client.ApiException
@@ -178,7 +181,7 @@ class KubeWriter:
             resp = await self._core.create_namespaced_event(
                 pod.namespace, cast(client.CoreV1Event, body), _preload_content=False
             )
-            cast(Any, resp).release()  # nothing to read: skip building a model object
+            await _release_checked(resp)  # nothing to read: skip building a model object
         except client.ApiException as exc:
             if exc.status != 404:  # namespace being deleted: nobody will read it
                 raise
@@ -199,7 +202,7 @@ class KubeWriter:
                 _preload_content=False,
                 _content_type="application/merge-patch+json",
             )
-            cast(Any, resp).release()
+            await _release_checked(resp)
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
@@ -228,10 +231,24 @@ class KubeWriter:
             resp = await self._core.patch_namespaced_pod_status(
                 pod.name, pod.namespace, patch, _preload_content=False
             )
-            cast(Any, resp).release()
+            await _release_checked(resp)
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+async def _release_checked(resp: Any) -> None:
+    """Release a raw (``_preload_content=False``) reply, raising :class:`ApiException` for
+    a non-2xx status: the generated client checks the status only when it preloads, so a
+    404, 409 or 429 would otherwise read as success (a 429 from an API server that is still
+    starting made a binding that never happened look done)."""
+    status = int(resp.status)
+    if 200 <= status <= 299:
+        resp.release()
+        return
+    exc = client.ApiException(status=status, reason=str(resp.reason))
+    exc.body = await resp.read()
+    raise exc
 
 
 def _reason(exc: client.ApiException) -> str:

@@ -13,6 +13,7 @@ import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import cast
 
+import aiohttp
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
@@ -21,6 +22,23 @@ from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 from scheduler.config import LeaderElectionConfig
 
 log = structlog.get_logger("lattice.leader")
+
+CONNECTION_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+"""What a dead or restarting API server raises (as in kubeconfig.py)."""
+
+
+class _Election(leaderelection.LeaderElection):
+    """The library counts an ApiException as a failed try and tries again until the renew
+    deadline, but lets a connection error through, which ended the election task (and the
+    process) the moment an API server restarted. Such an error is a failed try too."""
+
+    async def try_acquire_or_renew(self) -> bool:
+        try:
+            ok: bool = await super().try_acquire_or_renew()
+            return ok
+        except CONNECTION_ERRORS as exc:
+            log.warning("lease_try_failed", reason=f"{type(exc).__name__}: {exc}"[:300])
+            return False
 
 
 class Elector:
@@ -60,7 +78,7 @@ class Elector:
             onstarted_leading=started,
             onstopped_leading=stopped,
         )
-        await leaderelection.LeaderElection(config).run()
+        await _Election(config).run()
 
     async def release(self) -> None:
         """Give the lease up if we hold it, so a standby need not wait for expiry."""
@@ -79,3 +97,5 @@ class Elector:
             log.info("leader_released", reason=self.cfg.identity)
         except client.ApiException as exc:
             log.warning("leader_release_failed", reason=f"{exc.status} {exc.reason}")
+        except CONNECTION_ERRORS as exc:  # the lease expires by itself
+            log.warning("leader_release_failed", reason=f"{type(exc).__name__}: {exc}"[:300])

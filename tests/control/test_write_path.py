@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-from scheduler.control.kubeio import KubeWriter, PodRef
+from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
 from scheduler.control.ratelimit import TokenBucket
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import SettingsError, parse_spec
@@ -21,6 +21,9 @@ REF = PodRef("default", "p", "uid-p")
 
 
 class _Released:
+    status = 201
+    reason = "Created"
+
     def release(self) -> None:
         return None
 
@@ -93,3 +96,54 @@ async def test_scheduled_events_can_be_switched_off() -> None:
 def test_scheduled_events_must_be_a_boolean() -> None:
     with pytest.raises(SettingsError, match=r"spec\.scheduledEvents"):
         parse_spec({"scheduledEvents": "no"}, "lattice")
+
+
+class _Answer:
+    """A raw reply with a status: the generated client only checks it when it preloads."""
+
+    def __init__(self, status: int, body: bytes = b"{}") -> None:
+        self.status = status
+        self.reason = "x"
+        self._body = body
+
+    def release(self) -> None:
+        return None
+
+    async def read(self) -> bytes:
+        return self._body
+
+
+class AnsweringCore:
+    def __init__(self, status: int, node: str | None = None) -> None:
+        self.status = status
+        self.node = node
+
+    async def create_namespaced_pod_binding(self, *args: Any, **kwargs: Any) -> _Answer:
+        return _Answer(self.status, b'{"message": "refused"}')
+
+    async def read_namespaced_pod(self, *args: Any, **kwargs: Any) -> Any:
+        return client.V1Pod(
+            metadata=client.V1ObjectMeta(uid=REF.uid),
+            spec=client.V1PodSpec(containers=[], node_name=self.node),
+        )
+
+
+@pytest.mark.parametrize(
+    ("status", "node", "result"),
+    [
+        (201, None, BindResult.BOUND),
+        (404, None, BindResult.GONE),
+        (409, "n9", BindResult.BOUND_ELSEWHERE),
+        (409, "n1", BindResult.BOUND),
+        (429, None, BindResult.ERROR),
+        (500, None, BindResult.ERROR),
+    ],
+)
+async def test_a_binding_reply_is_judged_by_its_status(
+    status: int, node: str | None, result: BindResult
+) -> None:
+    async with client.ApiClient() as api:
+        writer = KubeWriter(api, component="lattice", instance="t", limiter=TokenBucket(100, 10))
+        writer._core = cast(client.CoreV1Api, AnsweringCore(status, node))
+        outcome = await writer.bind(REF, "n1")
+    assert outcome.result is result
