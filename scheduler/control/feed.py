@@ -146,6 +146,7 @@ class Feed:
         }
         if scheduler.binder is not None:
             scheduler.binder.on_bound.append(self.tracker.bound)
+        scheduler.on_expired.append(self._expired)
 
     # -- dispatch -----------------------------------------------------------------------
     def apply(self, updates: Iterable[Update]) -> None:
@@ -258,6 +259,18 @@ class Feed:
         self._pending_raw[uid] = obj
         self.stats.parsed += 1
         self.scheduler.pod_upserted(obj)
+
+    def _expired(self, key: str) -> None:
+        """Our binding of ``key`` never showed up on a node within the assume TTL: if the
+        pending stream still shows the pod, queue it again (should it be bound after all,
+        the next binding's 409 says so and nothing is bound twice); otherwise the
+        streams' news of it is on its way. Rare, so a scan."""
+        for uid, obj in list(self._pending_raw.items()):
+            namespace, name, _ = _meta(obj)
+            if pod_key(namespace, name) == key and uid in self._pending_fp:
+                del self._pending_fp[uid]
+                self._upsert_pending(obj, uid)
+                return
 
     def _pending_listed(self, items: Sequence[RawObject]) -> None:
         live = {uid: obj for obj in items if not self.tracker.is_bound(uid := _meta(obj)[2])}

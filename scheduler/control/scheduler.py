@@ -42,7 +42,7 @@ import collections
 import copy
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -281,6 +281,9 @@ class Scheduler:
                 writer, concurrency=settings.bind_concurrency, duration=metrics.bind_duration
             )
         self._ticks = 0
+        self.on_expired: list[Callable[[PodKey], None]] = []
+        """Told of each assumed pod whose binding never showed up in the watch (the feed
+        queues it again if the pending stream still shows it)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._queued_rv: dict[str, int | None] = {}
         self.gangs = GangBook()
@@ -1352,6 +1355,8 @@ class Scheduler:
         self.queue.flush()
         for key in self.cache.expire(self.clock()):
             self.log.warning("assumed_pod_expired", pod=key)
+            for listener in self.on_expired:
+                listener(key)
         if len(self.gangs):
             self.gang_timeouts(self.wall_clock())
         self.metrics.gangs_partial.set(self.gangs.partial_count())

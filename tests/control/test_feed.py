@@ -96,6 +96,7 @@ def assume(sched: Scheduler, body: RawObject, node: str, **annotations: str) -> 
     assert info.pod.uid == uid_of(body)
     assert isinstance(info.pod, Pod)
     sched.cache.assume(info.pod, node, annotations or None)
+    sched.queue.done(info)  # as the binding task does once its call returned
     return info.pod
 
 
@@ -251,3 +252,26 @@ def test_a_relist_keeps_a_pod_we_are_still_binding(sched: Scheduler, feed: Feed)
     feed.apply([listed(intake.ASSIGNED_PODS), listed(intake.PENDING_PODS)])
     key = pod_key("default", "inflight")
     assert sched.cache.lifecycle.state(key) is PodState.ASSUMED
+
+
+def test_a_binding_that_never_shows_up_is_queued_again(sched: Scheduler, feed: Feed) -> None:
+    body = pending_body("lost")
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.ADDED, body))])
+    pod = assume(sched, body, "n0")
+    sched.cache.finish_binding(pod, -1000.0)  # long ago: the assume TTL has passed
+    feed.tracker.bound(pod.uid)
+    sched.tick()
+    assert sched.cache.cached_pod(pod_key("default", "lost")) is None
+    assert queued_uids(sched) == {pod.uid}
+
+
+def test_an_expired_pod_the_pending_stream_no_longer_shows_is_not_queued(
+    sched: Scheduler, feed: Feed
+) -> None:
+    body = pending_body("gone")
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.ADDED, body))])
+    pod = assume(sched, body, "n0")
+    sched.cache.finish_binding(pod, -1000.0)
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.DELETED, body))])
+    sched.tick()
+    assert queued_uids(sched) == set()
