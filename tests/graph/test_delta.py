@@ -83,6 +83,17 @@ def test_a_failing_patch_changes_nothing(g: DeltaGraph, target: DeltaGraph) -> N
         copy.apply(bad)
     assert copy == g
     assert copy.seq == g.seq
+    assert copy.number_of_edges() == g.raw.number_of_edges()  # the count rolled back too
+
+
+@settings(max_examples=100, deadline=None)
+@given(graphs(), graphs())
+def test_the_edge_count_is_networkx_own(g: DeltaGraph, target: DeltaGraph) -> None:
+    p = diff(g, target)
+    patched = apply(g.copy(), p)
+    assert patched.number_of_edges() == patched.raw.number_of_edges()
+    undone = apply(patched, invert(p))
+    assert undone.number_of_edges() == undone.raw.number_of_edges() == g.number_of_edges()
 
 
 def _single(op: Op, base: list[Op] | None = None) -> Any:
