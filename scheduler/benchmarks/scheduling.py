@@ -441,7 +441,13 @@ class Bench:
     async def configure_lattice(self) -> None:
         """Lattice's client QPS/burst, in the LatticeScheduler object it reads at start."""
         objects = client.CustomObjectsApi(self.api)
-        spec = {"schedulerName": LATTICE, "clientQPS": self.args.qps, "clientBurst": self.burst}
+        spec: dict[str, Any] = {
+            "schedulerName": LATTICE,
+            "clientQPS": self.args.qps,
+            "clientBurst": self.burst,
+        }
+        if self.args.bind_concurrency is not None:
+            spec["bindConcurrency"] = self.args.bind_concurrency
         try:
             await objects.get_cluster_custom_object(LS_GROUP, LS_VERSION, LS_PLURAL, LATTICE)
         except client.ApiException as exc:
@@ -658,6 +664,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burst", type=int, default=None, help="client burst (default 2 x qps)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each workload")
     parser.add_argument("--stream", type=int, default=200, help="pods in the latency stream")
+    parser.add_argument(
+        "--bind-concurrency",
+        type=int,
+        default=None,
+        help="Lattice's bindConcurrency (default: Lattice's own default)",
+    )
     parser.add_argument("--rate", type=float, default=40.0, help="latency stream, pods/s")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
