@@ -17,7 +17,7 @@ from tests.builders import make_node, make_pod
 
 def test_default_spec_round_trips() -> None:
     settings = parse_spec(default_spec("lattice"), "lattice")
-    assert settings.bind_concurrency == 16
+    assert settings.bind_concurrency == 64
     assert dict(settings.profile.scores)["TaintToleration"] == 3
 
 
