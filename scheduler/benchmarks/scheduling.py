@@ -446,8 +446,9 @@ class Bench:
             "clientQPS": self.args.qps,
             "clientBurst": self.burst,
         }
-        if self.args.bind_concurrency is not None:
-            spec["bindConcurrency"] = self.args.bind_concurrency
+        concurrency = getattr(self.args, "bind_concurrency", None)  # `just profile` has none
+        if concurrency is not None:
+            spec["bindConcurrency"] = concurrency
         try:
             await objects.get_cluster_custom_object(LS_GROUP, LS_VERSION, LS_PLURAL, LATTICE)
         except client.ApiException as exc:
