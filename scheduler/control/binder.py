@@ -36,9 +36,7 @@ class Binder:
             self._slots = asyncio.Semaphore(concurrency)
             self.concurrency = concurrency
 
-    async def bind(
-        self, ref: PodRef, node: str, annotations: dict[str, str] | None
-    ) -> BindOutcome:
+    async def bind(self, ref: PodRef, node: str, annotations: dict[str, str] | None) -> BindOutcome:
         async with self._slots:
             self.in_flight += 1
             started = time.perf_counter()

@@ -16,7 +16,7 @@ import yaml
 from kubernetes_asyncio import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler.control.scheduler import UNSCHEDULABLE
+from scheduler.control.reporter import UNSCHEDULABLE
 from scheduler.devcluster.cluster import ClusterConfig
 from scheduler.devcluster.kube import create_nodes, poll
 from scheduler.devcluster.profiles import get_profile
