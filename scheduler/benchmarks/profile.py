@@ -86,13 +86,11 @@ from scheduler.benchmarks.scheduling import (
     LATTICE,
     Bench,
     cpu_seconds,
-    existing_node_index,
     peak_rss_mib,
     plain,
 )
 from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client
-from scheduler.devcluster.profiles import node_name
 
 CHILD = "_child"
 """First argument of the wrapped `lattice run` (see :func:`_child`)."""
@@ -780,16 +778,7 @@ class Session:
             ns = f"profile-{os.getpid()}-{int(time.time())}"
             await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": ns}}))
             try:
-                existing = []
-                for i in range(args.existing):
-                    body = plain(f"e-{i}", LATTICE)
-                    body["spec"]["nodeName"] = node_name(existing_node_index(i, args.nodes))
-                    existing.append(body)
-                if existing:
-                    t0 = time.monotonic()
-                    await create_pods(core, ns, existing)
-                    await bench._settle(ns)
-                    print(f"  {len(existing)} existing pods in {time.monotonic() - t0:.0f}s")
+                await bench.place_existing(ns, plain, LATTICE, args.existing)
                 names = [f"p-{i}" for i in range(args.pods)]
                 watcher = Watcher(api, ns)
                 watcher.start()

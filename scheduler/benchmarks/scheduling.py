@@ -481,6 +481,20 @@ class Bench:
             )
         return start_lattice(self.cluster)
 
+    async def place_existing(self, ns: str, make: PodMaker, sched_name: str, count: int) -> None:
+        """``count`` pods of ``make``'s shape created already bound (``spec.nodeName``, as
+        :func:`existing_node_index` spreads them), and run by kwok before anything is timed."""
+        existing = []
+        for i in range(count):
+            body = make(f"e-{i}", sched_name)
+            body["spec"]["nodeName"] = node_name(existing_node_index(i, self.args.nodes))
+            existing.append(body)
+        if existing:
+            t0 = time.monotonic()
+            await _create(self.core, ns, existing)
+            await self._settle(ns)
+            print(f"  {len(existing)} existing pods in {time.monotonic() - t0:.0f}s", flush=True)
+
     async def _settle(self, ns: str, within: float = 600.0) -> None:
         """Until kwok has every existing pod Running, so its status writes are not
         what the measured scheduler competes with."""
@@ -526,18 +540,7 @@ class Bench:
         make = WORKLOADS[workload]
 
         try:
-            existing = []
-            for i in range(size.existing):
-                body = make(f"e-{i}", sched_name)
-                body["spec"]["nodeName"] = node_name(existing_node_index(i, args.nodes))
-                existing.append(body)
-            if existing:
-                t0 = time.monotonic()
-                await _create(core, ns, existing)
-                await self._settle(ns)
-                print(
-                    f"  {len(existing)} existing pods in {time.monotonic() - t0:.0f}s", flush=True
-                )
+            await self.place_existing(ns, make, sched_name, size.existing)
 
             names = [f"p-{i}" for i in range(size.measured)]
             backlog = set(names)
