@@ -33,7 +33,12 @@ from scheduler.control.intake import (
     nodes,
     pending_pods,
     pod_fingerprint,
+    slim_node,
+    slim_pod,
 )
+from scheduler.model.errors import InvalidObjectError
+from scheduler.model.node import Node
+from scheduler.model.pod import Pod
 
 pytestmark = pytest.mark.usefixtures("no_leaked_tasks")
 
@@ -609,6 +614,132 @@ def test_node_fingerprint_sees_what_scheduling_reads(
     body = copy.deepcopy(base_node())
     change(body)
     assert node_fingerprint(body) != node_fingerprint(base_node())
+
+
+# -- slimming -----------------------------------------------------------------------------
+
+
+def full_pod() -> dict[str, Any]:
+    """A pod as the API server sends it: what slimming drops, and what it must keep."""
+    body = base_pod()
+    body["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    body["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = "{}"
+    body["spec"]["containers"][0].update(
+        env=[{"name": "A", "value": "b"}], command=["sh"], livenessProbe={"exec": {}}
+    )
+    body["spec"]["initContainers"][0]["restartPolicy"] = "Always"
+    body["status"].update(
+        podIP="10.0.0.1",
+        startTime="2026-01-01T00:00:00Z",
+        nominatedNodeName="n2",
+        qosClass="Burstable",
+    )
+    body["status"]["conditions"] += [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"},
+        {"type": "PodResizePending", "reason": "Infeasible"},
+        {"type": "DisruptionTarget", "status": "True"},
+    ]
+    body["status"]["containerStatuses"][0].update(
+        resources={"requests": {"cpu": "200m"}},
+        allocatedResources={"cpu": "200m"},
+        state={"running": {"startedAt": "2026-01-01T00:00:01Z"}},
+    )
+    return body
+
+
+SLIM_CASES = {"full": lambda b: None, **POD_SAME, **POD_DIFFERENT}
+
+
+@pytest.mark.parametrize("change", SLIM_CASES.values(), ids=SLIM_CASES.keys())
+def test_slimming_a_pod_keeps_everything_a_decision_reads(
+    change: Callable[[dict[str, Any]], None],
+) -> None:
+    body = full_pod()
+    change(body)
+    slim = copy.deepcopy(body)
+    slim_pod(cast(RawObject, slim))
+    assert pod_fingerprint(slim) == pod_fingerprint(body)
+    ours = {
+        k: v for k, v in body["metadata"]["annotations"].items() if k.startswith("lattice.dev/")
+    }
+    assert parsed(slim) == parsed({**body, "metadata": {**body["metadata"], "annotations": ours}})
+
+
+def parsed(body: dict[str, Any]) -> Pod | str:
+    """The pod, or the error a bad one gets (which slimming must not change either)."""
+    try:
+        return Pod.from_api(body)
+    except InvalidObjectError as exc:
+        return str(exc)
+
+
+def test_slimming_a_pod_drops_the_bulk_and_keeps_what_the_writers_read() -> None:
+    slim = full_pod()
+    slim_pod(cast(RawObject, slim))
+    meta, container, status = slim["metadata"], slim["spec"]["containers"][0], slim["status"]
+    assert "managedFields" not in meta
+    assert set(meta["annotations"]) == {"lattice.dev/devices"}
+    assert set(container) == {"name", "resources", "ports"}
+    assert set(status) == {
+        "phase",
+        "conditions",
+        "containerStatuses",
+        "startTime",
+        "nominatedNodeName",
+    }
+    assert [c["type"] for c in status["conditions"]] == [
+        "PodScheduled",
+        "PodResizePending",
+        "DisruptionTarget",
+    ]
+    assert status["conditions"][0]["message"] == "m"  # the reporter's memory of PodScheduled
+    assert status["containerStatuses"] == [
+        {
+            "name": "c",
+            "resources": {"requests": {"cpu": "200m"}},
+            "allocatedResources": {"cpu": "200m"},
+        }
+    ]
+
+
+@pytest.mark.parametrize("change", [lambda b: None, *NODE_SAME.values(), *NODE_DIFFERENT.values()])
+def test_slimming_a_node_keeps_what_scheduling_reads(
+    change: Callable[[dict[str, Any]], None],
+) -> None:
+    body = copy.deepcopy(base_node())
+    body["metadata"]["managedFields"] = [{"manager": "kubelet"}]
+    body["status"]["nodeInfo"] = {"kubeletVersion": "v1.34.4"}
+    change(body)
+    slim = copy.deepcopy(body)
+    slim_node(cast(RawObject, slim))
+    assert node_fingerprint(slim) == node_fingerprint(body)
+    assert Node.from_api(slim) == Node.from_api(body)
+    assert set(slim["status"]) <= {"allocatable", "capacity"}
+    assert "managedFields" not in slim["metadata"]
+
+
+async def test_listed_and_watched_pods_arrive_slimmed() -> None:
+    hold = asyncio.Event()
+    listed, watched = full_pod(), full_pod()
+    watched["metadata"]["uid"] = "u2"
+
+    def script(q: dict[str, str]) -> FakeResponse:
+        if q.get("watch"):
+            content = FakeContent([line("ADDED", watched)], hold=hold)
+            return FakeResponse(200, content=content)
+        return list_page([cast(RawObject, listed)], rv="10")
+
+    api = FakeApi(script)
+    async with Intake(
+        cast(client.ApiClient, api), [pending_pods("lattice")], settings=FAST
+    ) as intake:
+        got = await collect(intake, lambda g: bool(batches(g)))
+        hold.set()
+    (initial,) = relists(got)
+    for obj_ in (initial.items[0], batches(got)[0].events[0].obj):
+        assert "managedFields" not in obj_["metadata"]
+        assert "podIP" not in obj_["status"]
+        assert pod_fingerprint(obj_) == pod_fingerprint(full_pod() | {"metadata": obj_["metadata"]})
 
 
 # -- the tracker --------------------------------------------------------------------------
