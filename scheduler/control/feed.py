@@ -256,6 +256,7 @@ class Feed:
             self.stats.pending_unchanged += 1
             return
         self._pending_fp[uid] = fp
+        intake.slim_pod(obj)  # kept until the echo of our binding: only what it compares
         self._pending_raw[uid] = obj
         self.stats.parsed += 1
         self.scheduler.pod_upserted(obj)

@@ -140,8 +140,10 @@ class Resource:
     field_selector: str = ""
     label_selector: str = ""
     slim: Callable[[RawObject], None] | None = None
-    """Drops, in place and as soon as an object is decoded, what no reader of this stream
-    needs: at 30 000 pods the full bodies of one list were most of the peak RSS."""
+    """Drops, in place, what no reader of this stream needs from each listed object as
+    its page is decoded: at 30 000 pods the full bodies of one list were most of the peak
+    RSS. Watch events pass whole (most are dropped after a fingerprint; whoever keeps
+    one slims it)."""
 
     @property
     def path(self) -> str:
@@ -362,18 +364,21 @@ Fingerprint = tuple[object, ...]
 LATTICE_ANNOTATION_PREFIX: Final = "lattice.dev/"
 """The annotations scheduling reads (devices, gpu-alignment, rdma; the solver keys on all)."""
 
-_NODE_CONSTRAINED_VOLUME_KEYS: Final = (
-    "persistentVolumeClaim",
-    "ephemeral",
-    "gcePersistentDisk",
-    "awsElasticBlockStore",
-    "rbd",
-    "iscsi",
-    "azureDisk",
-    "azureFile",
-    "cinder",
-    "portworxVolume",
-    "vsphereVolume",
+_NODE_CONSTRAINED_VOLUME_KEYS: Final = frozenset(
+    {
+        "persistentVolumeClaim",
+        "ephemeral",
+        "gcePersistentDisk",
+        "awsElasticBlockStore",
+        "rbd",
+        "iscsi",
+        "azureDisk",
+        "azureFile",
+        "cinder",
+        "portworxVolume",
+        "vsphereVolume",
+        "csi",
+    }
 )
 
 
@@ -386,8 +391,9 @@ def _status_view(cs: Mapping[str, Any]) -> tuple[object, ...]:
 
 
 def _volume_view(v: Mapping[str, Any]) -> tuple[object, ...]:
-    claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
-    return (v.get("name"), claim, *(v.get(k) is not None for k in _NODE_CONSTRAINED_VOLUME_KEYS))
+    """The name and every source that constrains placement, whole (claims, disks that
+    conflict or count against attach limits); emptyDir, configMap, projected ... are not."""
+    return (v.get("name"), *((k, x) for k, x in v.items() if k in _NODE_CONSTRAINED_VOLUME_KEYS))
 
 
 def pod_fingerprint(raw: Mapping[str, Any]) -> Fingerprint:
@@ -813,8 +819,6 @@ class Stream:
             if kind == "BOOKMARK":
                 self.stats.bookmarks += 1
                 continue
-            if self.resource.slim is not None:
-                self.resource.slim(obj)
             events.append(Event(EventType(kind), object_key(obj), obj))
         self.resource_version = rv
         if events:

@@ -4,7 +4,7 @@ and the two-stream pod rule (pending vs assigned), without a server."""
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -124,6 +124,28 @@ def test_the_echo_of_our_binding_confirms_the_pod_without_placing_it_again(
     assert sched.cache.snapshot.affinity_graph.seq == seq  # the graph was not patched
     assert (feed.stats.echoes, feed.stats.parsed) == (1, 1)  # parsed: the pending ADDED only
     assert queued_uids(sched) == set()
+
+
+def test_a_full_api_body_is_kept_slim_and_its_echo_still_confirms(
+    sched: Scheduler, feed: Feed
+) -> None:
+    body = pending_body("p")
+    body["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    body["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{}"}
+    body["spec"]["containers"][0]["env"] = [{"name": "A", "value": "b"}]
+    as_sent = copy.deepcopy(dict(body))
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.ADDED, body))])
+    kept = feed._pending_raw[uid_of(body)]
+    assert "managedFields" not in dict(kept["metadata"])
+    assert kept["metadata"]["annotations"] == {}
+    assert "env" not in kept["spec"]["containers"][0]
+    pod = assume(sched, body, "n1")
+    echo = bound_echo(cast(RawObject, as_sent), "n1")  # the server's echo is whole again
+    feed.apply([batch(intake.ASSIGNED_PODS, ev(EventType.ADDED, echo))])
+    cached = sched.cache.cached_pod(pod_key("default", "p"))
+    assert cached is not None
+    assert cached.pod is pod
+    assert feed.stats.echoes == 1
 
 
 def test_an_echo_that_differs_from_what_we_assumed_is_read_again(
