@@ -130,7 +130,8 @@ def test_a_full_api_body_is_kept_slim_and_its_echo_still_confirms(
     sched: Scheduler, feed: Feed
 ) -> None:
     body = pending_body("p")
-    body["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    meta = cast(dict[str, Any], body["metadata"])
+    meta["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
     body["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{}"}
     body["spec"]["containers"][0]["env"] = [{"name": "A", "value": "b"}]
     as_sent = copy.deepcopy(dict(body))
