@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import aiohttp
+import orjson
 from kubernetes_asyncio import client
 
 from scheduler.control.ratelimit import TokenBucket
@@ -73,6 +74,7 @@ class KubeWriter:
         events or PodGroup status writes never makes a binding wait for a token."""
         self._core = client.CoreV1Api(api)
         self._objects = client.CustomObjectsApi(api)
+        self._post = JsonPoster(api)
         self._component = component
         self._instance = instance
         self.limiter = limiter
@@ -96,11 +98,7 @@ class KubeWriter:
             body["metadata"]["annotations"] = annotations
         await self.limiter.acquire()
         try:
-            # _preload_content=False: the generated client cannot deserialise the Status reply.
-            resp = await self._core.create_namespaced_pod_binding(
-                pod.name, pod.namespace, cast(client.V1Binding, body), _preload_content=False
-            )
-            await _release_checked(resp)
+            await self._post(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", body)
             return BindOutcome(BindResult.BOUND, node=node)
         except client.ApiException as exc:
             if exc.status == 404:
@@ -178,10 +176,7 @@ class KubeWriter:
         }
         await self.report_limiter.acquire()
         try:
-            resp = await self._core.create_namespaced_event(
-                pod.namespace, cast(client.CoreV1Event, body), _preload_content=False
-            )
-            await _release_checked(resp)  # nothing to read: skip building a model object
+            await self._post(f"/api/v1/namespaces/{pod.namespace}/events", body)
         except client.ApiException as exc:
             if exc.status != 404:  # namespace being deleted: nobody will read it
                 raise
@@ -235,6 +230,52 @@ class KubeWriter:
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+POST_TIMEOUT = aiohttp.ClientTimeout(total=60.0)
+"""kube-apiserver's own default request timeout: past it the server would have answered."""
+
+
+class JsonPoster:
+    """POST a JSON body on the ApiClient's own session (its connection pool, TLS, proxy and
+    credentials, refreshed as the generated client refreshes them), without the generated
+    client's per-call work: measured at ~100 of ~370 µs CPU per binding or Event, the two
+    writes every pod costs. Non-2xx answers raise :class:`ApiException` as the generated
+    client's do, with the body, so callers judge 404/409 the same way."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = api
+
+    async def __call__(self, path: str, body: Mapping[str, Any]) -> None:
+        api = self._api
+        headers: dict[str, str] = {
+            **api.default_headers,
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+        }
+        await api.update_params_for_auth(headers, [], ["BearerToken"])
+        rest = api.rest_client
+        extra: dict[str, Any] = {}
+        if rest.proxy:
+            extra["proxy"] = rest.proxy
+        if rest.proxy_headers:
+            extra["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            extra["server_hostname"] = rest.server_hostname
+        session: aiohttp.ClientSession = rest.pool_manager
+        async with session.post(
+            f"{api.configuration.host}{path}",
+            data=orjson.dumps(body),
+            headers=headers,
+            timeout=POST_TIMEOUT,
+            **extra,
+        ) as resp:
+            data = await resp.read()  # small; read whole so the connection goes back
+            if 200 <= resp.status <= 299:
+                return
+            exc = client.ApiException(status=resp.status, reason=str(resp.reason))
+            exc.body = data
+            raise exc
 
 
 async def _release_checked(resp: Any) -> None:

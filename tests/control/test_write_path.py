@@ -4,12 +4,14 @@ or status patches never delays a binding; the Scheduled event can be switched of
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any, cast
 
 import pytest
+from aiohttp import web
 from kubernetes_asyncio import client
 
-from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
+from scheduler.control.kubeio import BindResult, JsonPoster, KubeWriter, PodRef
 from scheduler.control.ratelimit import TokenBucket
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import SettingsError, parse_spec
@@ -20,27 +22,14 @@ from tests.control.test_gangs import FakeWriter
 REF = PodRef("default", "p", "uid-p")
 
 
-class _Released:
-    status = 201
-    reason = "Created"
-
-    def release(self) -> None:
-        return None
-
-
-class FakeCore:
-    """The CoreV1Api calls KubeWriter makes, answered at once."""
+class FakePoster:
+    """The writer's POSTs (bindings, Events), answered at once."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    async def create_namespaced_pod_binding(self, *args: Any, **kwargs: Any) -> _Released:
-        self.calls.append("bind")
-        return _Released()
-
-    async def create_namespaced_event(self, *args: Any, **kwargs: Any) -> _Released:
-        self.calls.append("event")
-        return _Released()
+    async def __call__(self, path: str, body: Mapping[str, Any]) -> None:
+        self.calls.append("bind" if path.endswith("/binding") else "event")
 
 
 async def test_a_binding_never_waits_behind_reports() -> None:
@@ -49,8 +38,8 @@ async def test_a_binding_never_waits_behind_reports() -> None:
             api, component="lattice", instance="t", limiter=TokenBucket(1000.0, 1000)
         )
         writer.report_limiter.reconfigure(0.01, 1)  # one report now, the next in 100 s
-        core = FakeCore()
-        writer._core = cast(client.CoreV1Api, core)
+        core = FakePoster()
+        writer._post = cast(JsonPoster, core)
         await writer.event(REF, reason="FailedScheduling", message="first")
         stuck = asyncio.ensure_future(writer.event(REF, reason="FailedScheduling", message="2"))
         await asyncio.sleep(0)
@@ -98,28 +87,22 @@ def test_scheduled_events_must_be_a_boolean() -> None:
         parse_spec({"scheduledEvents": "no"}, "lattice")
 
 
-class _Answer:
-    """A raw reply with a status: the generated client only checks it when it preloads."""
-
-    def __init__(self, status: int, body: bytes = b"{}") -> None:
+class RefusingPoster:
+    def __init__(self, status: int) -> None:
         self.status = status
-        self.reason = "x"
-        self._body = body
 
-    def release(self) -> None:
-        return None
-
-    async def read(self) -> bytes:
-        return self._body
+    async def __call__(self, path: str, body: Mapping[str, Any]) -> None:
+        if self.status >= 300:
+            exc = client.ApiException(status=self.status, reason="x")
+            exc.body = b'{"message": "refused"}'
+            raise exc
 
 
-class AnsweringCore:
-    def __init__(self, status: int, node: str | None = None) -> None:
-        self.status = status
+class ReadingCore:
+    """The read after a 409."""
+
+    def __init__(self, node: str | None) -> None:
         self.node = node
-
-    async def create_namespaced_pod_binding(self, *args: Any, **kwargs: Any) -> _Answer:
-        return _Answer(self.status, b'{"message": "refused"}')
 
     async def read_namespaced_pod(self, *args: Any, **kwargs: Any) -> Any:
         return client.V1Pod(
@@ -144,6 +127,58 @@ async def test_a_binding_reply_is_judged_by_its_status(
 ) -> None:
     async with client.ApiClient() as api:
         writer = KubeWriter(api, component="lattice", instance="t", limiter=TokenBucket(100, 10))
-        writer._core = cast(client.CoreV1Api, AnsweringCore(status, node))
+        writer._post = cast(JsonPoster, RefusingPoster(status))
+        writer._core = cast(client.CoreV1Api, ReadingCore(node))
         outcome = await writer.bind(REF, "n1")
     assert outcome.result is result
+
+
+@pytest.mark.parametrize("status", [201, 404, 409, 429, 500])
+async def test_the_poster_sends_json_with_credentials_and_judges_the_status(status: int) -> None:
+    """A real HTTP server on loopback: the body, the token the configuration gives, the
+    status; a non-2xx answer is an ApiException carrying the server's message."""
+    seen: list[tuple[str, str, dict[str, Any]]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append((request.path, request.headers.get("Authorization", ""), await request.json()))
+        return web.json_response({"kind": "Status", "message": "said so"}, status=status)
+
+    app = web.Application()
+    app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    config = client.Configuration(host=f"http://127.0.0.1:{port}")
+    config.api_key = {"BearerToken": "secret-token"}
+    config.api_key_prefix = {"BearerToken": "Bearer"}
+    try:
+        async with client.ApiClient(config) as api:
+            writer = KubeWriter(
+                api, component="lattice", instance="t", limiter=TokenBucket(100, 10)
+            )
+            writer._core = cast(client.CoreV1Api, ReadingCore("n1"))
+            outcome = await writer.bind(REF, "n1", {"lattice.dev/devices": "gpu0"})
+    finally:
+        await runner.cleanup()
+    ((path, auth, body),) = seen
+    assert path == "/api/v1/namespaces/default/pods/p/binding"
+    assert auth == "Bearer secret-token"
+    assert body["metadata"] == {
+        "name": "p",
+        "namespace": "default",
+        "uid": "uid-p",
+        "annotations": {"lattice.dev/devices": "gpu0"},
+    }
+    assert body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    expected = {
+        201: BindResult.BOUND,
+        404: BindResult.GONE,
+        409: BindResult.BOUND,  # the read says it is on n1: an earlier try of ours
+        429: BindResult.ERROR,
+        500: BindResult.ERROR,
+    }[status]
+    assert outcome.result is expected
+    if status in (429, 500):
+        assert "said so" in outcome.detail

@@ -394,6 +394,9 @@ async def test_standby_takes_over_within_the_lease(
         leader = await poll(holder, within=60, interval=0.2)
         await create_pods(api, ns, [pod(f"ha-{i}") for i in range(100)])
         await wait_bound(api, ns, 100, within=120)
+        # Reports trail bindings and a SIGKILL loses the unsent ones (as it would
+        # kube-scheduler's): kill once the first hundred are reported.
+        await wait_scheduled_events(api, ns, 100)
         victim, survivor = (a, b) if leader == "ha-a" else (b, a)
         before = await coord.read_namespaced_lease("lattice-scheduler", LEASE_NS)
         victim.signal(signal.SIGKILL)
