@@ -36,7 +36,7 @@ from kubernetes_asyncio import client
 
 from scheduler.config import RunConfig
 from scheduler.control.feed import Feed, describe, resources
-from scheduler.control.intake import Intake
+from scheduler.control.intake import ASSIGNED_PODS, PENDING_PODS, Intake, Update
 from scheduler.control.kubeconfig import (
     CONNECTION_ERRORS,
     Credentials,
@@ -123,13 +123,23 @@ class App:
 
     # -- intake -----------------------------------------------------------
     async def _start_intake(self) -> None:
-        """Follow every stream; apply the initial lists in one go once all have synced,
-        so the first cycle sees the whole cluster (readiness waits for it)."""
+        """Follow every stream. Custom resources, namespaces and nodes are applied once
+        listed; then bound pods page by page as they are read (30 000 of them are never
+        held whole); pending pods only once every stream has synced, so the first cycle
+        sees the whole cluster (readiness waits for it)."""
         self.intake = intake = Intake(self.api, resources(self.cfg.scheduler_name))
         self.feed = Feed(self.scheduler)
         intake.start()
-        await intake.wait_synced()
-        self.feed.apply(intake.get_nowait())
+        pods = {ASSIGNED_PODS, PENDING_PODS}
+        first = [key for key in intake.streams if key not in pods]
+        await intake.wait_synced(first)
+        self.feed.apply(intake.get_nowait(first))
+        held: list[Update] = []
+        while not intake.synced:
+            got = await intake.get()
+            held.extend(u for u in got if u.stream == PENDING_PODS)
+            self.feed.apply([u for u in got if u.stream != PENDING_PODS])
+        self.feed.apply([*held, *intake.get_nowait()])
         self.synced = True
         log.info("cache_synced", reason=self._cache_summary())
 

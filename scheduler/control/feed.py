@@ -4,7 +4,9 @@
 coalesced :class:`Batch`\\ es; :class:`Feed` applies them to the :class:`Scheduler`, one
 call per read. Order within one call: custom resources, nodes and namespaces first, then
 bound pods, then pending pods, so that a pending pod's PodGroup and the nodes it could go
-to are known when it is queued (the start-up lists all arrive in one call).
+to are known when it is queued. At start-up the app applies the custom resources,
+namespaces and nodes first, the bound pods' :class:`~scheduler.control.intake.Page`\\ s as
+they are read, and the pending pods once every stream has synced.
 
 Fast paths skip the work of the common no-op events without parsing (each compares every
 field that the snapshot, the affinity graph and the device ledger read; see
@@ -39,6 +41,7 @@ from scheduler.control.intake import (
     Event,
     EventType,
     Fingerprint,
+    Page,
     PendingVerdict,
     PodTracker,
     RawObject,
@@ -126,6 +129,8 @@ class Feed:
         self._pending_fp: dict[str, Fingerprint] = {}
         self._bound_fp: dict[str, Fingerprint] = {}
         self._node_fp: dict[str, Fingerprint] = {}
+        self._paged: dict[str, list[str]] = {}
+        """Per stream, the uids of the initial list's pages so far."""
         self._handlers: dict[str, Callable[[Sequence[Event]], None]] = {
             PODGROUPS: self._podgroups,
             TOPOLOGIES: self._topologies,
@@ -161,10 +166,17 @@ class Feed:
                 log.warning("feed_unknown_stream", reason=update.stream)
 
     def _apply_one(self, update: Update) -> None:
-        if isinstance(update, Batch):
+        if isinstance(update, Page):
+            self._page(update)
+        elif isinstance(update, Batch):
             self._handlers[update.stream](update.events)
             if update.stream == intake.PENDING_PODS:
                 self.tracker.pending_progress(update.resource_version)
+        elif isinstance(update, Relisted) and update.paged:
+            # The pages were the whole initial list, added as they came: nothing to drop.
+            uids = self._paged.pop(update.stream, [])
+            if update.stream == intake.ASSIGNED_PODS:
+                self.tracker.relisted(uids, update.resource_version)
         elif isinstance(update, Relisted):
             if not update.initial:
                 log.info("feed_reconcile", reason=f"{update.stream}: {len(update.items)} objects")
@@ -175,6 +187,18 @@ class Feed:
                 self.tracker.pending_progress(update.resource_version)
         elif isinstance(update, Unavailable):
             self._relisters[update.stream](())
+
+    def _page(self, page: Page) -> None:
+        """A page of an initial list: its objects are new (the stream showed nothing yet)."""
+        if page.stream != intake.ASSIGNED_PODS:  # only bound pods come paged
+            log.warning("feed_unknown_stream", reason=f"a page of {page.stream}")
+            return
+        uids = self._paged.setdefault(page.stream, [])
+        for obj in page.items:
+            uid = _meta(obj)[2]
+            uids.append(uid)
+            self.tracker.bound(uid)
+            self._bound(obj, uid)
 
     # -- bound pods ---------------------------------------------------------------------
     def _assigned(self, events: Sequence[Event]) -> None:

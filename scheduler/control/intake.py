@@ -144,6 +144,10 @@ class Resource:
     its page is decoded: at 30 000 pods the full bodies of one list were most of the peak
     RSS. Watch events pass whole (most are dropped after a fingerprint; whoever keeps
     one slims it)."""
+    paged: bool = False
+    """Deliver the initial list page by page (:class:`Page`), for the consumer to apply as
+    it arrives. Only the first attempt: a list cut short by an error is read again whole,
+    so that its :class:`Relisted` can drop what an earlier page showed and is gone."""
 
     @property
     def path(self) -> str:
@@ -243,6 +247,7 @@ def assigned_pods() -> Resource:
         plural="pods",
         field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
         slim=slim_pod,
+        paged=True,
     )
 
 
@@ -301,12 +306,27 @@ class Batch:
 @dataclass(frozen=True, slots=True)
 class Relisted:
     """The stream's whole set at ``resource_version``: the initial list (``initial``) or
-    the re-list after 410 Gone. Replace what the stream showed before; drop what is missing."""
+    the re-list after 410 Gone. Replace what the stream showed before; drop what is missing.
+
+    ``paged``: the initial list came before this, page by page (:class:`Page`), and
+    ``items`` is empty; the set is the union of those pages."""
 
     stream: str
     items: tuple[RawObject, ...]
     resource_version: str
     initial: bool
+    paged: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a :attr:`Resource.paged` stream's initial list, delivered as it is read
+    so that 30 000 pods are never all held as bodies at once; a ``paged``
+    :class:`Relisted` closes the list. Apply as additions (nothing was shown before)."""
+
+    stream: str
+    items: tuple[RawObject, ...]
+    resource_version: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,7 +339,7 @@ class Unavailable:
     reason: str
 
 
-Update = Batch | Relisted | Unavailable
+Update = Batch | Relisted | Unavailable | Page
 
 
 def object_key(obj: RawObject) -> str:
@@ -630,6 +650,7 @@ class _Buffer:
         self.key = key
         self._wake = wake
         self._max = max_pending
+        self.pages: list[Page] = []
         self.head: Relisted | Unavailable | None = None
         self.events: dict[str, Event] = {}
         self.resource_version = ""
@@ -644,6 +665,10 @@ class _Buffer:
         self._room.set()
         self._wake.set()
 
+    def put_page(self, page: Page) -> None:
+        self.pages.append(page)
+        self._wake.set()
+
     def put_events(self, events: Iterable[Event], resource_version: str) -> None:
         coalesce(events, self.events)
         self.resource_version = resource_version
@@ -656,10 +681,11 @@ class _Buffer:
         self.resource_version = resource_version
 
     def has_news(self) -> bool:
-        return self.head is not None or bool(self.events)
+        return self.head is not None or bool(self.events) or bool(self.pages)
 
     def take(self) -> list[Update]:
-        out: list[Update] = []
+        out: list[Update] = [*self.pages]
+        self.pages = []
         if self.head is not None:
             out.append(self.head)
             self.head = None
@@ -693,6 +719,7 @@ class Stream:
         """Last RV read (object or bookmark): where a watch resumes."""
         self.available = True
         self._synced = asyncio.Event()
+        self._paging_tried = False
 
     @property
     def synced(self) -> bool:
@@ -727,6 +754,8 @@ class Stream:
         items: list[RawObject] = []
         rv = ""
         token = ""
+        paged = self.resource.paged and not self.synced and not self._paging_tried
+        self._paging_tried = self._paging_tried or paged
         while True:
             params = [("limit", str(s.page_size))]
             if token:
@@ -753,10 +782,15 @@ class Stream:
             if self.resource.slim is not None:
                 for item in page:
                     self.resource.slim(item)
-            items.extend(page)
+            if paged:
+                self.buffer.put_page(Page(self.resource.key, tuple(page), rv))
+            else:
+                items.extend(page)
             token = cast(str, cast(Mapping[str, Any], meta).get("continue") or "")
             if not token:
-                return Relisted(self.resource.key, tuple(items), rv, initial=not self.synced)
+                return Relisted(
+                    self.resource.key, tuple(items), rv, initial=not self.synced, paged=paged
+                )
 
     async def _watch_once(self) -> int:
         """One WATCH request from :attr:`resource_version` until the server closes it; the
@@ -963,11 +997,11 @@ class Intake:
     def synced(self) -> bool:
         return all(s.synced for s in self.streams.values())
 
-    async def wait_synced(self) -> None:
-        """Every stream has delivered its initial list (or reported its resource missing)."""
-        waiter = asyncio.ensure_future(
-            asyncio.gather(*(s.wait_synced() for s in self.streams.values()))
-        )
+    async def wait_synced(self, keys: Iterable[str] | None = None) -> None:
+        """Every stream (of ``keys``) has delivered its initial list (or reported its
+        resource missing)."""
+        streams = self.streams.values() if keys is None else [self.streams[k] for k in keys]
+        waiter = asyncio.ensure_future(asyncio.gather(*(s.wait_synced() for s in streams)))
         watched: list[asyncio.Future[Any]] = [waiter, *self._tasks]
         try:
             await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
@@ -976,12 +1010,15 @@ class Intake:
             await asyncio.gather(waiter, return_exceptions=True)
         self._raise_if_broken()
 
-    def get_nowait(self) -> list[Update]:
-        """Whatever every stream has pending (possibly nothing), without waiting."""
+    def get_nowait(self, keys: Iterable[str] | None = None) -> list[Update]:
+        """Whatever every stream (of ``keys``) has pending (possibly nothing), without
+        waiting."""
         self._raise_if_broken()
-        self._wake.clear()
+        streams = self.streams.values() if keys is None else [self.streams[k] for k in keys]
+        if keys is None:
+            self._wake.clear()
         out: list[Update] = []
-        for s in self.streams.values():
+        for s in streams:
             if s.buffer.has_news():
                 out.extend(s.buffer.take())
         return out

@@ -10,7 +10,15 @@ import pytest
 
 from scheduler.control import intake
 from scheduler.control.feed import PODGROUPS, Feed
-from scheduler.control.intake import Batch, Event, EventType, RawObject, Relisted, Unavailable
+from scheduler.control.intake import (
+    Batch,
+    Event,
+    EventType,
+    Page,
+    RawObject,
+    Relisted,
+    Unavailable,
+)
 from scheduler.control.lifecycle import PodState
 from scheduler.control.queue import pod_key
 from scheduler.control.scheduler import Scheduler
@@ -298,3 +306,31 @@ def test_an_expired_pod_the_pending_stream_no_longer_shows_is_not_queued(
     feed.apply([batch(intake.PENDING_PODS, ev(EventType.DELETED, body))])
     sched.tick()
     assert queued_uids(sched) == set()
+
+
+def test_an_initial_list_applied_page_by_page_places_every_pod(sched: Scheduler) -> None:
+    """As `lattice run` starts: nodes first, then the bound pods' pages as they are read,
+    closed by a paged Relisted; a later re-list still drops what went missing."""
+    feed = Feed(sched)
+    feed.apply([listed(intake.NODES, raw(make_node("n1").obj()), initial=True)])
+    bodies = [bound_echo(pending_body(f"p{i}"), "n1") for i in range(4)]
+    for i, body in enumerate(bodies):
+        body["metadata"]["uid"] = f"uid-{i}"
+    feed.apply([Page(intake.ASSIGNED_PODS, tuple(bodies[:2]), "50")])
+    feed.apply([Page(intake.ASSIGNED_PODS, tuple(bodies[2:]), "50")])
+    feed.apply([Relisted(intake.ASSIGNED_PODS, (), "50", initial=True, paged=True)])
+    assert sched.cache.pod_keys() == {pod_key("default", f"p{i}") for i in range(4)}
+    assert all(feed.tracker.is_bound(f"uid-{i}") for i in range(4))
+    assert feed._paged == {}
+    feed.apply([listed(intake.ASSIGNED_PODS, *bodies[1:])])  # p0 went during a gap
+    assert sched.cache.pod_keys() == {pod_key("default", f"p{i}") for i in range(1, 4)}
+
+
+def test_a_paged_list_read_again_whole_drops_what_its_pages_showed(sched: Scheduler) -> None:
+    feed = Feed(sched)
+    feed.apply([listed(intake.NODES, raw(make_node("n1").obj()), initial=True)])
+    a, gone = (bound_echo(pending_body(n), "n1") for n in ("a", "gone"))
+    a["metadata"]["uid"], gone["metadata"]["uid"] = "uid-a", "uid-gone"
+    feed.apply([Page(intake.ASSIGNED_PODS, (a, gone), "50")])
+    feed.apply([Relisted(intake.ASSIGNED_PODS, (a,), "60", initial=True)])
+    assert sched.cache.pod_keys() == {pod_key("default", "a")}

@@ -19,12 +19,14 @@ from scheduler.control.intake import (
     EventType,
     Intake,
     IntakeSettings,
+    Page,
     PendingVerdict,
     PodTracker,
     RawObject,
     Relisted,
     Unavailable,
     Update,
+    assigned_pods,
     bound_fingerprint,
     coalesce,
     custom,
@@ -295,6 +297,61 @@ async def test_expired_continue_token_restarts_the_list() -> None:
     (listed,) = relists(got)
     assert calls == ["", "t", "", "t"]
     assert listed.resource_version == "3"  # the restarted list's first page
+    assert [o["metadata"]["uid"] for o in listed.items] == ["a", "b"]
+
+
+def pages(updates: list[Update]) -> list[Page]:
+    return [u for u in updates if isinstance(u, Page)]
+
+
+async def test_a_paged_stream_delivers_its_initial_list_page_by_page() -> None:
+    hold = asyncio.Event()
+
+    def script(q: dict[str, str]) -> FakeResponse:
+        if q.get("watch"):
+            return FakeResponse(200, content=FakeContent([line("ADDED", obj("c", 12))], hold=hold))
+        if q.get("continue") == "t1":
+            return list_page([obj("b", 7)], rv="10")
+        return list_page([obj("a", 5)], rv="10", token="t1")
+
+    api = FakeApi(script)
+    async with Intake(cast(client.ApiClient, api), [assigned_pods()], settings=FAST) as intake:
+        await intake.wait_synced()
+        got = await collect(intake, lambda g: bool(batches(g)))
+        hold.set()
+    assert [[o["metadata"]["uid"] for o in p.items] for p in pages(got)] == [["a"], ["b"]]
+    (closing,) = relists(got)
+    assert (closing.initial, closing.paged, closing.items) == (True, True, ())
+    kinds = [type(u).__name__ for u in got]
+    assert kinds == ["Page", "Page", "Relisted", "Batch"]  # pages first, in order
+    watch = next(r for r in api.requests if r.get("watch"))
+    assert watch["resourceVersion"] == "10"
+
+
+async def test_a_paged_list_cut_short_is_read_again_whole() -> None:
+    """Pages already delivered may show pods that the new list no longer has: only a whole
+    Relisted can say what to drop."""
+    hold = asyncio.Event()
+    calls: list[str] = []
+
+    def script(q: dict[str, str]) -> FakeResponse:
+        if q.get("watch"):
+            return FakeResponse(200, content=FakeContent([], hold=hold))
+        calls.append(q.get("continue", ""))
+        if q.get("continue"):
+            if calls.count("t") == 1:
+                return FakeResponse(410, status(410))
+            return list_page([obj("b", 1)], rv="99")
+        first = [obj("a", 1), obj("gone", 1)] if len(calls) == 1 else [obj("a", 1)]
+        return list_page(first, rv=str(len(calls)), token="t")
+
+    api = FakeApi(script)
+    async with Intake(cast(client.ApiClient, api), [assigned_pods()], settings=FAST) as intake:
+        got = await collect(intake, lambda g: bool(relists(g)))
+        hold.set()
+    assert [[o["metadata"]["uid"] for o in p.items] for p in pages(got)] == [["a", "gone"]]
+    (listed,) = relists(got)
+    assert (listed.initial, listed.paged) == (True, False)
     assert [o["metadata"]["uid"] for o in listed.items] == ["a", "b"]
 
 
