@@ -76,6 +76,7 @@ from scheduler.control.queue import (
     SchedulingQueue,
     pod_key,
 )
+from scheduler.control.queued import BrokenPod, QueuedPod, relevant_update
 from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import SchedulerSettings
 from scheduler.core.framework import Code, Cycle, PluginSet
@@ -113,40 +114,12 @@ LOAD_GAUGE_EVERY = 4
 """Ticks between refreshes of the nodes-by-load-status gauge (ticks come 4 times a second)."""
 
 
-@dataclass(frozen=True)
-class BrokenPod:
-    """A pending pod whose body did not parse: it waits in the queue with its error,
-    so it gets a FailedScheduling event and is retried when it is updated."""
-
-    namespace: str
-    name: str
-    uid: str
-    error: str
-    priority: int = 0
-    scheduling_gates: tuple[str, ...] = ()
-
-
-QueuedPod = Pod | BrokenPod | GangEntry
-
-
 @dataclass
 class Counters:
     scheduled: int = 0
     unschedulable: int = 0
     errors: int = 0
     bind_errors: int = 0
-
-
-def _relevant_update(old: QueuedPod, new: QueuedPod) -> bool:
-    """Status-only changes (our own condition patch) must not retrigger the pod."""
-    if isinstance(old, GangEntry) and isinstance(new, GangEntry):
-        return old.revision != new.revision or old.scheduling_gates != new.scheduling_gates
-    if isinstance(old, Pod) and isinstance(new, Pod):
-        masked = dataclasses.replace(
-            new, phase=old.phase, nominated_node_name=old.nominated_node_name
-        )
-        return masked != old
-    return old != new
 
 
 def _node_changes(old: Node, new: Node) -> NodeChange:
@@ -265,9 +238,7 @@ class Scheduler:
         self._nrt_inputs: dict[str, Any] = {}
         """Per node, the parts of its NodeResourceTopology that placement reads."""
         self._last_cpu: dict[str, float] = {}
-        self.queue: SchedulingQueue[QueuedPod] = SchedulingQueue(
-            is_relevant_update=_relevant_update
-        )
+        self.queue: SchedulingQueue[QueuedPod] = SchedulingQueue(is_relevant_update=relevant_update)
         self.writer = writer
         self.metrics = metrics
         self.clock = clock
@@ -670,7 +641,7 @@ class Scheduler:
         gang = self.gangs.obtain(gkey)
         old = gang.pending.get(key)
         gang.placed.discard(key)
-        if old is None or _relevant_update(old, queued):
+        if old is None or relevant_update(old, queued):
             gang.revision += 1
         gang.pending[key] = queued
         self._sync_gang(gkey)

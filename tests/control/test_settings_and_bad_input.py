@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from scheduler.control.queue import QueueName, pod_key
-from scheduler.control.scheduler import BrokenPod, Scheduler
+from scheduler.control.queued import BrokenPod
+from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import SettingsError, default_spec, parse_spec
 from scheduler.core.profile import ScoringStrategy
 from scheduler.obs.metrics import Metrics
