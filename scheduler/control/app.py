@@ -179,7 +179,7 @@ class App:
     async def _gang_status_loop(self) -> None:
         """PodGroup status, written on change only, at most once a second per gang."""
         while True:
-            await self.scheduler.write_gang_statuses()
+            await self.scheduler.gang_flow.write_statuses()
             await asyncio.sleep(1.0)
 
     async def _lead(self) -> None:

@@ -3,8 +3,10 @@
 The parts around it, each a class of its own: the intake (:mod:`~scheduler.control.intake`
 streams, applied by :mod:`~scheduler.control.feed`), the binder
 (:mod:`~scheduler.control.binder`), the reporter (:mod:`~scheduler.control.reporter`:
-Events and PodScheduled) and the gang book (:mod:`~scheduler.control.gangs`). What is
-left here is the state they share (cache, queue, framework) and the decisions.
+Events and PodScheduled) and the gang flow (:mod:`~scheduler.control.gang_flow`: PodGroups
+to joint placements, over the gang book of :mod:`~scheduler.control.gangs`). What is left
+here is the state they share (cache, queue, framework), the watch-side handlers and the
+cycle of a single pod.
 
 Theory of operation (one asyncio loop, no threads, no locks):
 
@@ -27,12 +29,10 @@ Theory of operation (one asyncio loop, no threads, no locks):
 * Every attempt has a trace id on each of its log lines and on its Event.
 * Plugins run timed (``scheduler_plugin_execution_duration_seconds``) on one cycle in ten,
   by wrappers made here around the core's plugin instances; the core itself never times.
-* Gangs (PodGroups, see :mod:`scheduler.control.gangs`) are one queue entry until
-  admitted: the cycle builds the joint problem from the snapshot, the solve runs in a
-  worker thread (the loop keeps scheduling other pods meanwhile), and the commit re-checks
-  every member against the cache as it is *then*, assumes all of them or none, and binds
-  them concurrently. A member whose binding fails is re-placed at once if it can be;
-  otherwise it rejoins its gang, which is then partial and ranked first.
+* Gangs (PodGroups) are one queue entry until admitted; ``run`` hands that entry to the
+  gang flow, whose commit assumes all members or none and binds them through
+  :meth:`Scheduler.bind`, the path single pods take. A gang member's binding outcome goes
+  back to the gang flow (re-placed, or the gang made partial and ranked first).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import copy
-import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -50,21 +49,9 @@ import structlog
 
 from scheduler.control.binder import Binder
 from scheduler.control.cache import SchedulerCache, resource_version
-from scheduler.control.gangs import (
-    Gang,
-    GangBook,
-    GangEntry,
-    GangPhase,
-    entry_key,
-    gang_of,
-)
-from scheduler.control.kubeio import (
-    PODGROUP_GROUP,
-    PODGROUP_VERSION,
-    BindResult,
-    KubeWriter,
-    PodRef,
-)
+from scheduler.control.gang_flow import GangFlow
+from scheduler.control.gangs import GangEntry, gang_of
+from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
 from scheduler.control.queue import (
     PENDING_QUEUES,
     ClusterEvent,
@@ -79,23 +66,17 @@ from scheduler.control.queue import (
 from scheduler.control.queued import BrokenPod, QueuedPod, relevant_update
 from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import SchedulerSettings
+from scheduler.core.explain import Decision
 from scheduler.core.framework import Code, Cycle, PluginSet
 from scheduler.core.from_api import scheduled_at
 from scheduler.core.load import LoadView, load_report
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
 from scheduler.model.errors import InvalidObjectError
-from scheduler.model.gang import GangSpec
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.node import Node
 from scheduler.model.noderesourcetopology import NodeResourceTopology
 from scheduler.model.pod import Pod
-from scheduler.model.podgroup import (
-    PodGroupStatus,
-    gang_from_podgroup,
-    podgroup_status,
-    status_changed,
-)
 from scheduler.model.topology import (
     NodeLoad,
     NodeTopology,
@@ -106,7 +87,6 @@ from scheduler.model.topology import (
 from scheduler.obs.logging import attempt_logger, new_trace_id
 from scheduler.obs.metrics import AttemptResult, Metrics, PluginTimer
 from scheduler.predict import LoadPredictor, ObserveOutcome
-from scheduler.solver import GangPlan, GangProblem, build_problem, solve
 
 Body = Mapping[str, Any]
 
@@ -257,15 +237,6 @@ class Scheduler:
         queues it again if the pending stream still shows it)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._queued_rv: dict[str, int | None] = {}
-        self.gangs = GangBook()
-        self.gangs_dirty: set[str] = set()
-        """Gangs whose PodGroup status may have changed since it was last written."""
-        self._gang_status: dict[str, dict[str, Any]] = {}
-        self._gang_binding: dict[str, set[str]] = {}
-        """Members of a committed plan whose bindings are in flight, per gang."""
-        self._solve_slot = asyncio.Semaphore(1)
-        self.last_plans: dict[str, GangPlan] = {}
-        """The latest plan per gang, for status and explanations."""
         self.reporter: Reporter | None = None
         """Events and PodScheduled, through one bounded queue (None: nothing is written)."""
         if writer is not None:
@@ -276,6 +247,20 @@ class Scheduler:
                 repeat_after=self.queue.config.max_backoff,
                 on_drop=metrics.reports_dropped.inc,
             )
+        self.gang_flow = GangFlow(
+            self,
+            cache=self.cache,
+            queue=self.queue,
+            load=self.load,
+            metrics=metrics,
+            reporter=self.reporter,
+            writer=writer,
+            clock=clock,
+            wall_clock=wall_clock,
+            spawn=self._spawn,
+            log=self.log,
+        )
+        """PodGroups and their members, to one joint placement per gang."""
 
     @property
     def event_repeat_after(self) -> float:
@@ -310,7 +295,7 @@ class Scheduler:
             pod = self.cache.observe_bound_pod(body)
             self._drop_from_queue(key)
             if gang is not None:
-                self._gang_member_bound(gang, key, body)
+                self.gang_flow.member_bound(gang, key, body)
             if pod is not None and known is None:
                 self._note_foreign_placement(pod, str(spec["nodeName"]), body)
             if pod is not None and known is None and pod.has_pod_affinity:
@@ -325,7 +310,7 @@ class Scheduler:
             self._drop_from_queue(key)
             self.forget_reports(str(meta.get("uid", "")))
             if gang is not None:
-                self._gang_member_gone(gang, key)
+                self.gang_flow.member_gone(gang, key)
             return
         self._note_condition(str(meta.get("uid", "")), body)
         cached = self.cache.cached_pod(key)
@@ -347,7 +332,7 @@ class Scheduler:
             )
         self._queued_rv[key] = resource_version(body)
         if gang is not None:
-            self._gang_member_pending(gang, key, queued)
+            self.gang_flow.member_pending(gang, key, queued)
             return
         if key in self.queue:
             self.queue.update(queued)
@@ -397,7 +382,7 @@ class Scheduler:
             removed = self.cache.remove_pod(key)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
-            self._gang_member_gone(gang, key)
+            self.gang_flow.member_gone(gang, key)
         if removed:
             self.queue.move_all_on_event(ClusterEvent(ClusterEventType.POD_DELETED, subject=key))
 
@@ -410,7 +395,7 @@ class Scheduler:
         self._drop_from_queue(key)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
-            self._gang_member_bound(gang, key, body)
+            self.gang_flow.member_bound(gang, key, body)
 
     def bound_pod_unchanged(self, body: Body, key: PodKey, rv: int | None) -> None:
         """A bound pod changed only where scheduling does not read (status, mostly)."""
@@ -418,7 +403,7 @@ class Scheduler:
         meta = body.get("metadata") or {}
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
-            self._gang_member_bound(gang, key, body)  # counts Running members
+            self.gang_flow.member_bound(gang, key, body)  # counts Running members
 
     def pending_left(self, body: Body, *, bound: bool) -> None:
         """The pending stream no longer shows the pod: bound (``bound``: by us, or seen on a
@@ -435,9 +420,9 @@ class Scheduler:
         self.forget_reports(uid)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
-            member = (g := self.gangs.get(gang)) and g.pending.get(key)
+            member = (g := self.gang_flow.gangs.get(gang)) and g.pending.get(key)
             if member and member.uid == uid:
-                self._gang_member_gone(gang, key)
+                self.gang_flow.member_gone(gang, key)
 
     def pending_relisted(self, live: set[str]) -> None:
         """The pending stream's whole set (by uid) after a re-list: queued pods and waiting
@@ -449,10 +434,10 @@ class Scheduler:
                 if queued.uid not in live:
                     self.queue.delete(queued)
                     self.forget_reports(queued.uid)
-        for gang in list(self.gangs):
+        for gang in list(self.gang_flow.gangs):
             gone = [k for k, m in gang.pending.items() if m.uid not in live]
             for key in gone:
-                self._gang_member_gone(gang.key, key)
+                self.gang_flow.member_gone(gang.key, key)
 
     def _drop_from_queue(self, key: str) -> None:
         self._queued_rv.pop(key, None)
@@ -573,10 +558,6 @@ class Scheduler:
         """Nodes whose NodeTopology is known (a re-list reconciles them)."""
         return set(self._topology_specs) | set(self._last_cpu)
 
-    def podgroup_keys(self) -> set[str]:
-        """Gangs with a PodGroup (a re-list reconciles them)."""
-        return {g.key for g in self.gangs if g.spec is not None or g.spec_error is not None}
-
     def nrt_names(self) -> set[str]:
         """Nodes whose NodeResourceTopology is in use (a full list reconciles them)."""
         return set(self._nrt_inputs)
@@ -600,168 +581,22 @@ class Scheduler:
     def namespace_deleted(self, body: Body) -> None:
         self.cache.delete_namespace(str((body.get("metadata") or {}).get("name", "")))
 
-    # -- gangs: watch side ---------------------------------------------------
     def podgroup_upserted(self, body: Body) -> None:
-        meta = body.get("metadata") or {}
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        gang = self.gangs.obtain(key)
-        self._gang_status[key] = dict(body.get("status") or {})
-        try:
-            spec: GangSpec | None = gang_from_podgroup(body)
-            error = None
-        except InvalidObjectError as exc:
-            spec, error = None, str(exc)
-            self.log.warning("podgroup_unreadable", gang=key, reason=error)
-        if spec == gang.spec and error == gang.spec_error:
-            return  # a status write (ours, mostly): nothing a solve reads changed
-        solve_inputs_changed = (
-            spec is None
-            or gang.spec is None
-            or dataclasses.replace(spec, schedule_start_time=None, generation=None)
-            != dataclasses.replace(gang.spec, schedule_start_time=None, generation=None)
-        )
-        gang.spec, gang.spec_error = spec, error
-        if solve_inputs_changed:
-            gang.revision += 1
-        self._sync_gang(key)
+        self.gang_flow.podgroup_upserted(body)
 
     def podgroup_deleted(self, body: Body) -> None:
-        meta = body.get("metadata") or {}
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        gang = self.gangs.get(key)
-        if gang is None:
-            return
-        gang.spec, gang.spec_error = None, None
-        gang.revision += 1
-        self._gang_status.pop(key, None)
-        self._sync_gang(key)
-        self.gangs.discard_if_idle(key)
+        self.gang_flow.podgroup_deleted(body)
 
-    def _gang_member_pending(self, gkey: str, key: PodKey, queued: QueuedPod) -> None:
-        gang = self.gangs.obtain(gkey)
-        old = gang.pending.get(key)
-        gang.placed.discard(key)
-        if old is None or relevant_update(old, queued):
-            gang.revision += 1
-        gang.pending[key] = queued
-        self._sync_gang(gkey)
-
-    def _gang_member_bound(self, gkey: str, key: PodKey, body: Body) -> None:
-        if (body.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            self._gang_member_gone(gkey, key)  # finished: it holds nothing any more
-            return
-        gang = self.gangs.obtain(gkey)
-        changed = gang.pending.pop(key, None) is not None or key not in gang.placed
-        gang.placed.add(key)
-        running = (body.get("status") or {}).get("phase") == "Running"
-        if running != (key in gang.running):
-            changed = True
-            (gang.running.add if running else gang.running.discard)(key)
-        if changed:
-            self._sync_gang(gkey)
-
-    def _gang_member_gone(self, gkey: str, key: PodKey) -> None:
-        gang = self.gangs.get(gkey)
-        if gang is None:
-            return
-        was = gang.pending.pop(key, None) is not None
-        was = (key in gang.placed) or was
-        gang.placed.discard(key)
-        gang.running.discard(key)
-        gang.reported.pop(key, None)
-        if was:
-            gang.revision += 1
-            self._sync_gang(gkey)
-        self.gangs.discard_if_idle(gkey)
-
-    def note_bound_gang_members(self, bodies: list[dict[str, Any]]) -> None:
-        """Bound pods from a full list (start-up, re-list): count them in their gangs, so
-        a new leader knows which gangs are partial."""
-        for body in bodies:
-            meta = body.get("metadata") or {}
-            namespace = str(meta.get("namespace", ""))
-            gang = gang_of(meta.get("labels") or {}, namespace)
-            if gang is not None:
-                self._gang_member_bound(gang, pod_key(namespace, str(meta.get("name", ""))), body)
+    def podgroup_keys(self) -> set[str]:
+        """Gangs with a PodGroup (a re-list reconciles them)."""
+        return self.gang_flow.podgroup_keys()
 
     def prune_gang_members(self, live: set[str], list_rv: int | None) -> None:
         """Pending members that a full list no longer shows (deleted during a watch gap)."""
-        for gang in self.gangs:
+        for gang in self.gang_flow.gangs:
             gone = [k for k in gang.pending if k not in live and self.queued_before(k, list_rv)]
             for key in gone:
-                self._gang_member_gone(gang.key, key)
-
-    def _sync_gang(self, gkey: str) -> None:
-        """Make the queue hold what the gang's state says (see the table in gangs.py)."""
-        gang = self.gangs.get(gkey)
-        if gang is None:
-            return
-        gang.placed = {k for k in gang.placed if self.cache.cached_pod(k) is not None}
-        self.gangs_dirty.add(gkey)
-        ekey = entry_key(gkey)
-        queued = self.queue.get(ekey)
-        phase = gang.phase
-        if phase is GangPhase.READY and gang.quorum_at is None:
-            gang.quorum_at = self.clock()
-        if phase is GangPhase.READY and gang.started_wall is None:
-            gang.started_wall = self.wall_clock()
-        if phase is GangPhase.ADMITTED:
-            if queued is not None and self.queue.where(ekey) is not QueueName.IN_FLIGHT:
-                self.queue.delete(queued.pod)
-            for key, member in gang.pending.items():
-                if key not in self.queue:
-                    self.queue.add(member)
-            return
-        for key, member in gang.pending.items():
-            where = self.queue.where(key)
-            if where is not None and where is not QueueName.IN_FLIGHT:
-                self.queue.delete(member)
-        if not gang.pending:
-            if queued is not None and self.queue.where(ekey) is not QueueName.IN_FLIGHT:
-                self.queue.delete(queued.pod)
-            return
-        entry = gang.entry()
-        if queued is None:
-            self.queue.add(entry)
-        else:
-            self.queue.update(entry)
-        if phase in (GangPhase.MISSING, GangPhase.WAITING):
-            self._report_waiting(gang, phase)
-
-    def _report_waiting(self, gang: Gang, phase: GangPhase) -> None:
-        """Once per member and phase: why it waits (no PodGroup, or no quorum yet)."""
-        message = gang.waiting_message()
-        for key, member in gang.pending.items():
-            if gang.reported.get(key) == phase.value:
-                continue
-            gang.reported[key] = phase.value
-            if self.reporter is not None:
-                ref = PodRef(member.namespace, member.name, member.uid)
-                self.reporter.failed(ref, message, trace_id=new_trace_id())
-
-    def gang_timeouts(self, now_wall: float) -> None:
-        """Mark gangs whose scheduleTimeoutSeconds passed unadmitted (status Failed)."""
-        for gang in self.gangs:
-            spec = gang.spec
-            if (
-                spec is None
-                or spec.schedule_timeout_s is None
-                or gang.timed_out
-                or gang.phase is GangPhase.ADMITTED
-            ):
-                continue
-            start = spec.schedule_start_time
-            if start is not None and now_wall - start > spec.schedule_timeout_s:
-                gang.timed_out = True
-                gang.revision += 1
-                self.log.warning("gang_timed_out", gang=gang.key)
-                self._sync_gang(gang.key)
-                self._gang_event(
-                    gang,
-                    "ScheduleTimeout",
-                    f"not admitted within scheduleTimeoutSeconds "
-                    f"({spec.schedule_timeout_s}); still retrying: {gang.last_message}",
-                )
+                self.gang_flow.member_gone(gang.key, key)
 
     # -- scheduling side ----------------------------------------------------
     async def run(self) -> None:
@@ -772,7 +607,7 @@ class Scheduler:
                 break
             try:
                 if isinstance(info.pod, GangEntry):
-                    self.schedule_gang(info)
+                    self.gang_flow.schedule(info)
                 else:
                     self.schedule_one(info)
             except Exception as exc:  # a bug must cost one pod a retry, not the scheduler
@@ -781,6 +616,18 @@ class Scheduler:
                 )
                 self.queue.requeue_after_failure(info, unschedulable=False, reason=repr(exc))
             await asyncio.sleep(0)  # let watch events in between cycles
+
+    def decide(self, pod: Pod, *, restrict_to: frozenset[str] | None = None) -> Decision:
+        """``pod`` on the snapshot as it is now, plugins timed on sampled cycles: a single
+        pod's cycle, and a gang member re-checked against its plan (``restrict_to``)."""
+        return self._timed_framework.schedule(
+            self.cache.snapshot,
+            pod,
+            seed=self.settings.seed,
+            topology=self.cache.topology,
+            load=LoadView(self.load, self.wall_clock()),
+            restrict_to=restrict_to,
+        )
 
     def schedule_one(self, info: QueuedPodInfo[QueuedPod]) -> None:
         pod = info.pod
@@ -800,13 +647,7 @@ class Scheduler:
         assert isinstance(pod, Pod)
         self.plugin_timer.start_cycle(self.queue.scheduling_cycle)
         try:
-            decision = self._timed_framework.schedule(
-                self.cache.snapshot,
-                pod,
-                seed=self.settings.seed,
-                topology=self.cache.topology,
-                load=LoadView(self.load, self.wall_clock()),
-            )
+            decision = self.decide(pod)
         except Exception as exc:  # a bug in a plugin must not stop the scheduler
             log.exception("cycle_failed", reason=str(exc))
             self._failed(
@@ -828,365 +669,7 @@ class Scheduler:
         elapsed = time.perf_counter() - started
         self.metrics.observe_attempt(AttemptResult.SCHEDULED, elapsed)
         log.info("pod_assumed", node=node, duration_ms=round(elapsed * 1000, 3))
-        self._spawn(self._bind(info, pod, node, annotations, log, trace_id))
-
-    # -- gangs: scheduling side ---------------------------------------------
-    def schedule_gang(self, info: QueuedPodInfo[QueuedPod]) -> None:
-        """Build the gang's joint problem on the snapshot now; solve and commit later."""
-        entry = info.pod
-        assert isinstance(entry, GangEntry)
-        gang = self.gangs.get(entry.gang)
-        trace_id = new_trace_id()
-        log = self.log.bind(
-            gang=entry.gang,
-            attempt=info.attempts,
-            cycle=self.queue.scheduling_cycle,
-            trace_id=trace_id,
-        )
-        if gang is None or gang.phase is GangPhase.ADMITTED:
-            self.queue.done(info)
-            if gang is not None:
-                self._sync_gang(gang.key)
-            return
-        if gang.phase is not GangPhase.READY or gang.spec is None:
-            # Lost its quorum or PodGroup while queued: back to waiting (gated).
-            self.queue.requeue_after_failure(info, unschedulable=False, reason="not ready")
-            return
-        members = gang.ready_members()
-        need = gang.need
-        broken = [p for p in gang.pending.values() if isinstance(p, BrokenPod)]
-        if len(members) < need:
-            detail = "; ".join(f"{b.namespace}/{b.name}: {b.error}" for b in broken)
-            message = (
-                f"gang {gang.key}: {len(members)}/{need} members can be placed: "
-                f"unreadable members: {detail or 'none'}"
-            )
-            self._gang_failed(info, gang, message, log, unschedulable=False)
-            return
-        started = time.perf_counter()
-        try:
-            problem = build_problem(
-                self.framework,
-                self.cache.snapshot,
-                gang.spec,
-                members,
-                need=need,
-                topology=self.cache.topology,
-                load=LoadView(self.load, self.wall_clock()),
-                seed=self.settings.seed,
-            )
-        except Exception as exc:  # a bug must cost the gang a retry, not the scheduler
-            log.exception("gang_cycle_failed", reason=repr(exc))
-            self._gang_failed(info, gang, f"internal error: {exc}", log, unschedulable=False)
-            return
-        log.info(
-            "gang_problem_built",
-            reason=f"{len(members)} members, need {need}",
-            duration_ms=round((time.perf_counter() - started) * 1000, 3),
-        )
-        self._spawn(self._solve_and_commit(info, gang.key, members, problem, log, trace_id))
-
-    async def _solve_and_commit(
-        self,
-        info: QueuedPodInfo[QueuedPod],
-        gkey: str,
-        members: list[Pod],
-        problem: GangProblem,
-        log: Any,
-        trace_id: str,
-    ) -> None:
-        cfg = self.settings.gang
-        try:
-            async with self._solve_slot:
-                # OR-tools releases the GIL: the loop keeps scheduling ordinary pods.
-                plan = await asyncio.to_thread(
-                    solve,
-                    problem,
-                    time_limit_s=cfg.solver_time_limit_s,
-                    seed=self.settings.seed,
-                    use_solver=cfg.use_solver,
-                )
-        except Exception as exc:
-            log.exception("gang_solve_failed", reason=repr(exc))
-            gang = self.gangs.get(gkey)
-            if gang is not None:
-                self._gang_failed(info, gang, f"internal error: {exc}", log, unschedulable=False)
-            else:
-                self.queue.done(info)
-            return
-        self.metrics.gang_attempts.labels(outcome=plan.status.value).inc()
-        self.metrics.gang_solve_duration.observe(plan.solve_time_s)
-        self.last_plans[gkey] = plan
-        gang = self.gangs.get(gkey)
-        if gang is None:
-            self.queue.done(info)
-            return
-        if not plan.admitted:
-            self._gang_failed(info, gang, plan.message, log, unschedulable=True)
-            return
-        self._commit_gang(info, gang, members, plan, log, trace_id)
-
-    def _domain_nodes(self, gang: Gang, node: str) -> frozenset[str] | None:
-        """The nodes of ``node``'s domain of the gang's topology key (None: no constraint)."""
-        key = gang.spec.topology_key if gang.spec is not None else None
-        if not key:
-            return None
-        home = self.cache.snapshot.get_node(node)
-        value = home.labels.get(key) if home is not None else None
-        if value is None:
-            return frozenset()
-        return frozenset(n.name for n in self.cache.snapshot.nodes() if n.labels.get(key) == value)
-
-    def _place_member(
-        self, pod: Pod, preferred: str | None, domain: frozenset[str] | None
-    ) -> tuple[str, dict[str, str]] | str:
-        """Re-check one member against the cache as it is now: its planned node if it
-        still fits, else any node of the plan's domain. A node and its annotations, or
-        why not."""
-        tries: list[frozenset[str] | None] = [domain]
-        if preferred is not None:
-            tries.insert(0, frozenset({preferred}))
-        summary = ""
-        for restrict in tries:
-            decision = self._timed_framework.schedule(
-                self.cache.snapshot,
-                pod,
-                seed=self.settings.seed,
-                topology=self.cache.topology,
-                load=LoadView(self.load, self.wall_clock()),
-                restrict_to=restrict,
-            )
-            if decision.selected is not None:
-                return decision.selected, dict(decision.annotations)
-            summary = decision.summary
-        return summary
-
-    def _assume_member(self, gang: Gang, pod: Pod, node: str, annotations: dict[str, str]) -> None:
-        key = pod_key(pod.namespace, pod.name)
-        self.cache.assume(pod, node, annotations)
-        requests = pod.resources.requests
-        self.load.note_placement(
-            node, key, requests.get(CPU, 0), requests.get(MEMORY, 0), self.wall_clock()
-        )
-        gang.pending.pop(key, None)
-        gang.placed.add(key)
-
-    def _unassume_member(self, gang: Gang, pod: Pod) -> None:
-        key = pod_key(pod.namespace, pod.name)
-        self.cache.forget(pod)
-        self.load.forget_pod(key)
-        gang.placed.discard(key)
-        gang.pending[key] = pod
-
-    def _commit_gang(
-        self,
-        info: QueuedPodInfo[QueuedPod],
-        gang: Gang,
-        members: list[Pod],
-        plan: GangPlan,
-        log: Any,
-        trace_id: str,
-    ) -> None:
-        """All members assumed, or none: the plan is re-checked against the cache as it is
-        now (ordinary pods were placed while the solver ran)."""
-        assumed: list[tuple[Pod, str, dict[str, str]]] = []
-        domain: frozenset[str] | None = None
-        failure = ""
-        for index, planned in plan.placements:
-            pod = members[index]
-            key = pod_key(pod.namespace, pod.name)
-            current = gang.pending.get(key)
-            if not isinstance(current, Pod) or current.uid != pod.uid:
-                continue  # left the gang (deleted, recreated) while the solver ran
-            if domain is None:
-                domain = self._domain_nodes(gang, planned)
-            placed = self._place_member(current, planned, domain)
-            if isinstance(placed, str):
-                failure = f"{key}: {placed}"
-                break
-            node, annotations = placed
-            self._assume_member(gang, current, node, annotations)
-            assumed.append((current, node, annotations))
-        if failure or gang.need > 0:
-            for pod, _, _ in assumed:
-                self._unassume_member(gang, pod)
-            message = f"gang {gang.key}: the plan no longer fits: {failure or 'members left'}"
-            self._gang_failed(info, gang, message, log, unschedulable=False)
-            return
-        self.queue.done(info)
-        gang.last_reason, gang.last_message = "Scheduled", plan.message
-        gang.partial_reported = False
-        log.info(
-            "gang_assumed",
-            reason=f"{len(assumed)} members, {plan.status.value}",
-            duration_ms=round(plan.solve_time_s * 1000, 3),
-        )
-        binding = self._gang_binding.setdefault(gang.key, set())
-        for pod, node, annotations in assumed:
-            binding.add(pod_key(pod.namespace, pod.name))
-            member_log = log.bind(pod=f"{pod.namespace}/{pod.name}")
-            self._spawn(
-                self._bind(
-                    None,
-                    pod,
-                    node,
-                    annotations,
-                    member_log,
-                    trace_id,
-                    gang=gang.key,
-                    gang_queued=(info.first_queued_at, info.attempts),
-                )
-            )
-        self._sync_gang(gang.key)
-
-    def _gang_failed(
-        self,
-        info: QueuedPodInfo[QueuedPod],
-        gang: Gang,
-        message: str,
-        log: Any,
-        *,
-        unschedulable: bool,
-    ) -> None:
-        """The gang as one unit: one requeue (one backoff), an event per member."""
-        result = AttemptResult.UNSCHEDULABLE if unschedulable else AttemptResult.ERROR
-        self.metrics.observe_attempt(result, 0.0)
-        self.metrics.count_attempt(result, self.settings.scheduler_name)
-        queue = self.queue.requeue_after_failure(info, unschedulable=unschedulable, reason=message)
-        reason = UNSCHEDULABLE if unschedulable else SCHEDULER_ERROR
-        gang.last_reason = reason
-        gang.last_message = message
-        self.gangs_dirty.add(gang.key)
-        log.info("gang_unschedulable", reason=message, queue=str(queue))
-        if self.reporter is None:
-            return
-        for member in gang.pending.values():
-            ref = PodRef(member.namespace, member.name, member.uid)
-            self.reporter.failed(ref, message, reason=reason)
-
-    def _gang_member_failed(
-        self, gkey: str, pod: Pod, detail: str, log: Any, trace_id: str
-    ) -> None:
-        """A member's binding failed: re-place it within the plan's domain at once, or
-        give it back to its gang, which is then partial and goes first."""
-        gang = self.gangs.get(gkey)
-        key = pod_key(pod.namespace, pod.name)
-        if gang is None:
-            return
-        gang.placed.discard(key)
-        bound = [k for k in gang.placed if self.cache.cached_pod(k) is not None]
-        domain = None
-        if bound:
-            cached = self.cache.cached_pod(bound[0])
-            if cached is not None:
-                domain = self._domain_nodes(gang, cached.node)
-        placed = self._place_member(pod, None, domain)
-        if not isinstance(placed, str):
-            node, annotations = placed
-            self._assume_member(gang, pod, node, annotations)
-            self._gang_binding.setdefault(gkey, set()).add(key)
-            log.info("gang_member_replaced", node=node, reason=detail)
-            self._spawn(self._bind(None, pod, node, annotations, log, trace_id, gang=gkey))
-            return
-        gang.pending[key] = pod
-        gang.revision += 1
-        gang.last_reason = "Partial"
-        gang.last_message = f"member {key} could not be bound ({detail}) nor re-placed: {placed}"
-        log.warning("gang_partial", gang=gkey, reason=gang.last_message)
-        if not gang.partial_reported:
-            gang.partial_reported = True
-            self._gang_event(gang, "GangPartial", gang.last_message)
-        self._sync_gang(gkey)
-
-    def _gang_member_done(self, gkey: str, key: str) -> None:
-        """The last binding of a plan finished: the time from quorum to admission."""
-        binding = self._gang_binding.get(gkey)
-        if binding is None:
-            return
-        binding.discard(key)
-        if binding:
-            return
-        del self._gang_binding[gkey]
-        gang = self.gangs.get(gkey)
-        if gang is not None and gang.phase is GangPhase.ADMITTED and gang.quorum_at is not None:
-            self.metrics.gang_admit_duration.observe(self.clock() - gang.quorum_at)
-            gang.quorum_at = None
-
-    def _gang_event(self, gang: Gang, reason: str, message: str) -> None:
-        if self.reporter is None or gang.spec is None:
-            return
-        self.reporter.event(
-            PodRef(gang.namespace, gang.name, gang.spec.uid),
-            reason=reason,
-            message=message,
-            warning=True,
-            kind="PodGroup",
-            api_version=f"{PODGROUP_GROUP}/{PODGROUP_VERSION}",
-        )
-
-    def gang_status(self, gang: Gang) -> PodGroupStatus | None:
-        """The PodGroup status this process would write now (None: no PodGroup)."""
-        spec = gang.spec
-        if spec is None:
-            return None
-        phase = gang.phase
-        if phase is GangPhase.ADMITTED:
-            name = "Running" if len(gang.running) >= spec.min_member else "Scheduled"
-        elif gang.timed_out:
-            name = "Failed"
-        elif phase is GangPhase.READY:
-            name = "Scheduling"
-        else:
-            name = "Pending"
-        start = spec.schedule_start_time
-        if start is None and phase in (GangPhase.READY, GangPhase.ADMITTED):
-            start = gang.started_wall if gang.started_wall is not None else self.wall_clock()
-        reason = gang.last_reason or ("Scheduled" if phase is GangPhase.ADMITTED else "Waiting")
-        message = gang.last_message
-        if phase in (GangPhase.WAITING,):
-            reason, message = "WaitingForQuorum", gang.waiting_message()
-        if gang.timed_out and phase is not GangPhase.ADMITTED:
-            reason = "ScheduleTimeout"
-        return podgroup_status(
-            phase=name,
-            scheduled=len(gang.placed),
-            running=len(gang.running),
-            succeeded=0,
-            failed=0,
-            schedule_start_time=start,
-            reason=reason,
-            message=message,
-            now=self.wall_clock(),
-            previous=self._gang_status.get(gang.key),
-        )
-
-    async def write_gang_statuses(self) -> None:
-        """Write the status of every gang that changed, and only if it did."""
-        if self.writer is None:
-            self.gangs_dirty.clear()
-            return
-        dirty, self.gangs_dirty = self.gangs_dirty, set()
-        for gkey in dirty:
-            gang = self.gangs.get(gkey)
-            if gang is None:
-                continue
-            try:
-                status = self.gang_status(gang)
-            except ValueError as exc:  # a bug in what we would write must not stop the loop
-                self.log.warning("podgroup_status_failed", gang=gkey, reason=str(exc))
-                continue
-            if status is None:
-                continue
-            previous = self._gang_status.get(gkey)
-            if not status_changed(previous, status):
-                continue
-            try:
-                await self.writer.podgroup_status(gang.namespace, gang.name, status)
-            except Exception as exc:  # best effort; retried on the next change
-                self.log.warning("podgroup_status_failed", gang=gkey, reason=str(exc)[:200])
-                self.gangs_dirty.add(gkey)
-                continue
-            self._gang_status[gkey] = dict(status)
+        self._spawn(self.bind(info, pod, node, annotations, log, trace_id))
 
     def _failed(
         self,
@@ -1228,7 +711,7 @@ class Scheduler:
         if self.reporter is not None:
             self.reporter.forget(uid)
 
-    async def _bind(
+    async def bind(
         self,
         info: QueuedPodInfo[QueuedPod] | None,
         pod: Pod,
@@ -1240,7 +723,10 @@ class Scheduler:
         gang: str | None = None,
         gang_queued: tuple[float | None, int] | None = None,
     ) -> None:
-        """``info`` is the queue's handle of a single pod; gang members have none (their
+        """Bind one assumed pod and settle the outcome: one path for single pods and gang
+        members, so counters, metrics and events are kept in one place.
+
+        ``info`` is the queue's handle of a single pod; gang members have none (their
         gang's entry ended with the commit) and report to ``gang`` instead, with the gang
         entry's first-queued time and attempts in ``gang_queued`` for the SLI histogram."""
         assert self.binder is not None
@@ -1266,7 +752,7 @@ class Scheduler:
             else:
                 log.info("pod_bound", node=node)
             if gang is not None:
-                self._gang_member_done(gang, key)
+                self.gang_flow.binding_ended(gang, key)
             if self.settings.scheduled_events and self.reporter is not None:
                 self.reporter.event(
                     ref,
@@ -1282,8 +768,8 @@ class Scheduler:
             if info is not None:
                 self.queue.done(info)
             if gang is not None:
-                self._gang_member_done(gang, key)
-                self._sync_gang(gang)
+                self.gang_flow.binding_ended(gang, key)
+                self.gang_flow.sync(gang)
             log.info("binding_superseded", reason=outcome.detail)
             return
         self.counters.bind_errors += 1
@@ -1291,8 +777,8 @@ class Scheduler:
         self.metrics.count_attempt(AttemptResult.ERROR, profile)
         log.warning("binding_failed", node=node, reason=outcome.detail)
         if gang is not None:
-            self._gang_member_done(gang, key)
-            self._gang_member_failed(gang, pod, outcome.detail, log, trace_id)
+            self.gang_flow.binding_ended(gang, key)
+            self.gang_flow.binding_failed(gang, pod, outcome.detail, log, trace_id)
             return
         assert info is not None
         self.queue.requeue_after_failure(info, unschedulable=False, reason=outcome.detail)
@@ -1328,9 +814,10 @@ class Scheduler:
             self.log.warning("assumed_pod_expired", pod=key)
             for listener in self.on_expired:
                 listener(key)
-        if len(self.gangs):
-            self.gang_timeouts(self.wall_clock())
-        self.metrics.gangs_partial.set(self.gangs.partial_count())
+        gangs = self.gang_flow.gangs
+        if len(gangs):
+            self.gang_flow.timeouts(self.wall_clock())
+        self.metrics.gangs_partial.set(gangs.partial_count())
         seq = self.cache.snapshot.affinity_graph.seq  # one per DeltaGraph patch applied
         if seq != self._graph_seq:
             self.metrics.graph_patches.inc(seq - self._graph_seq if seq > self._graph_seq else seq)

@@ -107,7 +107,7 @@ async def run_one(sched: Scheduler) -> None:
     info = sched.queue.try_pop()
     assert info is not None
     if isinstance(info.pod, GangEntry):
-        sched.schedule_gang(info)
+        sched.gang_flow.schedule(info)
     else:
         sched.schedule_one(info)
     await sched.drain(30)
@@ -191,7 +191,7 @@ async def test_a_failed_binding_is_replaced_elsewhere() -> None:
     assert sorted(n for n, _ in writer.binds) == ["a", "b"]
     assert len({node for _, node in writer.binds}) == 2
     assert lost[0] not in {node for _, node in writer.binds}
-    assert sched.gangs.partial_count() == 0
+    assert sched.gang_flow.gangs.partial_count() == 0
 
 
 async def test_a_member_that_cannot_be_replaced_makes_the_gang_partial_and_first() -> None:
@@ -204,7 +204,7 @@ async def test_a_member_that_cannot_be_replaced_makes_the_gang_partial_and_first
     await run_one(sched)
     await sched.drain(10)
     assert [n for n, _ in writer.binds] == ["b"]
-    gang = sched.gangs.get("default/g")
+    gang = sched.gang_flow.gangs.get("default/g")
     assert gang is not None
     assert gang.partial
     queued = sched.queue.get(entry_key("default/g"))
@@ -221,7 +221,7 @@ async def test_status_is_written_on_change_only() -> None:
     for name in "ab":
         sched.pod_upserted(member(name, "g"))
     await run_one(sched)
-    await sched.write_gang_statuses()
+    await sched.gang_flow.write_statuses()
     assert writer.statuses
     name, status = writer.statuses[-1]
     assert name == "g"
@@ -229,8 +229,8 @@ async def test_status_is_written_on_change_only() -> None:
     assert status["scheduled"] == 2
     assert status.get("scheduleStartTime")
     count = len(writer.statuses)
-    sched.gangs_dirty.add("default/g")
-    await sched.write_gang_statuses()
+    sched.gang_flow.dirty.add("default/g")
+    await sched.gang_flow.write_statuses()
     assert len(writer.statuses) == count
 
 
@@ -252,10 +252,10 @@ async def test_restart_counts_bound_members_so_the_rest_is_completed() -> None:
     bound["spec"]["nodeName"] = "n0"
     bound["metadata"]["resourceVersion"] = "5"
     sched.cache.observe_bound_pod(bound)  # as the start-up list fills the cache
-    sched.note_bound_gang_members([bound])
+    sched.gang_flow.note_bound_members([bound])
     for name in "bc":
         sched.pod_upserted(member(name, "g"))
-    gang = sched.gangs.get("default/g")
+    gang = sched.gang_flow.gangs.get("default/g")
     assert gang is not None
     assert gang.need == 2
     assert gang.partial
@@ -280,7 +280,7 @@ async def test_a_finishing_gang_with_nobody_waiting_is_not_partial() -> None:
     done["spec"]["nodeName"] = "n0"
     done["status"] = {"phase": "Succeeded"}
     sched.pod_upserted(done)
-    gang = sched.gangs.get("default/g")
+    gang = sched.gang_flow.gangs.get("default/g")
     assert gang is not None
     assert gang.need == 1
     assert not gang.partial

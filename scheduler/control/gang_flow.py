@@ -1,0 +1,645 @@
+"""The gang flow: PodGroups and their members from the watch, to one joint placement.
+
+It owns the gangs' state in this process: the :class:`~scheduler.control.gangs.GangBook`,
+the PodGroup statuses last seen or written (and which gangs may need a new one), the
+members whose bindings are in flight per committed plan, the one solver slot and the
+latest plan per gang. Everything else it borrows: the scheduler's cache, queue, load
+predictor, reporter and writer, passed in; and through :class:`Host`, what changes with
+the settings (profile, seed, solver limits) and the binding path single pods share.
+
+Theory of operation (one asyncio loop; see the table in :mod:`scheduler.control.gangs`):
+
+* The scheduler's watch handlers tell it of members (``member_pending``, ``member_bound``,
+  ``member_gone``) and PodGroups (``podgroup_upserted`` / ``podgroup_deleted``); each
+  change ends in :meth:`GangFlow.sync`, which makes the queue hold what the gang's state
+  says: one gated or ready entry, or, once admitted, the remaining members one by one.
+* :meth:`GangFlow.schedule` runs in the scheduler's cycle: it builds the joint problem on
+  the snapshot now; the solve runs in a worker thread, one gang at a time, while the loop
+  keeps scheduling other pods; the commit re-checks every member against the cache as it
+  is *then*, assumes all of them or none, and binds them concurrently.
+* A member whose binding fails is re-placed within the plan's domain at once if it can
+  be; otherwise it rejoins its gang, which is then partial and ranked first.
+* PodGroup statuses are written by :meth:`GangFlow.write_statuses` (the app's status
+  loop), only for gangs marked dirty and only when the status changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Protocol
+
+from scheduler.control.cache import SchedulerCache
+from scheduler.control.gangs import Gang, GangBook, GangEntry, GangPhase, entry_key, gang_of
+from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_VERSION, KubeWriter, PodRef
+from scheduler.control.queue import PodKey, QueuedPodInfo, QueueName, SchedulingQueue, pod_key
+from scheduler.control.queued import BrokenPod, QueuedPod, relevant_update
+from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
+from scheduler.control.settings import SchedulerSettings
+from scheduler.core.explain import Decision
+from scheduler.core.load import LoadView
+from scheduler.core.schedule import Framework
+from scheduler.model.errors import InvalidObjectError
+from scheduler.model.gang import GangSpec
+from scheduler.model.names import CPU, MEMORY
+from scheduler.model.pod import Pod
+from scheduler.model.podgroup import (
+    PodGroupStatus,
+    gang_from_podgroup,
+    podgroup_status,
+    status_changed,
+)
+from scheduler.obs.logging import new_trace_id
+from scheduler.obs.metrics import AttemptResult, Metrics
+from scheduler.predict import LoadPredictor
+from scheduler.solver import GangPlan, GangProblem, build_problem, solve
+
+Body = Mapping[str, Any]
+
+
+class Host(Protocol):
+    """What the gang flow asks of its scheduler. Read at each use, never copied: the
+    settings and the framework are replaced by ``apply_settings``; bindings go through
+    the one path single pods take, so counters, metrics and events stay in one place."""
+
+    @property
+    def settings(self) -> SchedulerSettings: ...
+
+    @property
+    def framework(self) -> Framework: ...
+
+    def decide(self, pod: Pod, *, restrict_to: frozenset[str] | None = None) -> Decision: ...
+
+    def bind(
+        self,
+        info: QueuedPodInfo[QueuedPod] | None,
+        pod: Pod,
+        node: str,
+        annotations: dict[str, str],
+        log: Any,
+        trace_id: str,
+        *,
+        gang: str | None = None,
+        gang_queued: tuple[float | None, int] | None = None,
+    ) -> Coroutine[Any, Any, None]: ...
+
+
+class GangFlow:
+    """Every gang of one scheduler, from its PodGroup and members to its bound plan."""
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        cache: SchedulerCache,
+        queue: SchedulingQueue[QueuedPod],
+        load: LoadPredictor,
+        metrics: Metrics,
+        reporter: Reporter | None,
+        writer: KubeWriter | None,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        log: Any,
+    ) -> None:
+        self._host = host
+        self._cache = cache
+        self._queue = queue
+        self._load = load
+        self._metrics = metrics
+        self._reporter = reporter
+        self._writer = writer
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._spawn = spawn
+        self._log = log
+        self.gangs = GangBook()
+        self.dirty: set[str] = set()
+        """Gangs whose PodGroup status may have changed since it was last written."""
+        self._statuses: dict[str, dict[str, Any]] = {}
+        """Per gang, the PodGroup status last seen in the watch or written by us."""
+        self._binding: dict[str, set[str]] = {}
+        """Members of a committed plan whose bindings are in flight, per gang."""
+        self._solve_slot = asyncio.Semaphore(1)
+        self.last_plans: dict[str, GangPlan] = {}
+        """The latest plan per gang, for status and explanations."""
+
+    def podgroup_keys(self) -> set[str]:
+        """Gangs with a PodGroup (a re-list reconciles them)."""
+        return {g.key for g in self.gangs if g.spec is not None or g.spec_error is not None}
+
+    # -- watch side: PodGroups and members -------------------------------------
+    def podgroup_upserted(self, body: Body) -> None:
+        """Its status is remembered (what we would write is compared with it); its spec
+        changes the gang's revision only where a solve reads it."""
+        meta = body.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        gang = self.gangs.obtain(key)
+        self._statuses[key] = dict(body.get("status") or {})
+        try:
+            spec: GangSpec | None = gang_from_podgroup(body)
+            error = None
+        except InvalidObjectError as exc:
+            spec, error = None, str(exc)
+            self._log.warning("podgroup_unreadable", gang=key, reason=error)
+        if spec == gang.spec and error == gang.spec_error:
+            return  # a status write (ours, mostly): nothing a solve reads changed
+        solve_inputs_changed = (
+            spec is None
+            or gang.spec is None
+            or dataclasses.replace(spec, schedule_start_time=None, generation=None)
+            != dataclasses.replace(gang.spec, schedule_start_time=None, generation=None)
+        )
+        gang.spec, gang.spec_error = spec, error
+        if solve_inputs_changed:
+            gang.revision += 1
+        self.sync(key)
+
+    def podgroup_deleted(self, body: Body) -> None:
+        """The gang is kept while it has members: they wait, gated, for a PodGroup."""
+        meta = body.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        gang = self.gangs.get(key)
+        if gang is None:
+            return
+        gang.spec, gang.spec_error = None, None
+        gang.revision += 1
+        self._statuses.pop(key, None)
+        self.sync(key)
+        self.gangs.discard_if_idle(key)
+
+    def member_pending(self, gkey: str, key: PodKey, queued: QueuedPod) -> None:
+        """A pending member of ours, parsed or not: queued through its gang, never alone
+        before admission."""
+        gang = self.gangs.obtain(gkey)
+        old = gang.pending.get(key)
+        gang.placed.discard(key)
+        if old is None or relevant_update(old, queued):
+            gang.revision += 1
+        gang.pending[key] = queued
+        self.sync(gkey)
+
+    def member_bound(self, gkey: str, key: PodKey, body: Body) -> None:
+        """A member on a node, bound by anyone: it counts as placed (and as running)."""
+        if (body.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            self.member_gone(gkey, key)  # finished: it holds nothing any more
+            return
+        gang = self.gangs.obtain(gkey)
+        changed = gang.pending.pop(key, None) is not None or key not in gang.placed
+        gang.placed.add(key)
+        running = (body.get("status") or {}).get("phase") == "Running"
+        if running != (key in gang.running):
+            changed = True
+            (gang.running.add if running else gang.running.discard)(key)
+        if changed:
+            self.sync(gkey)
+
+    def member_gone(self, gkey: str, key: PodKey) -> None:
+        """A member deleted or finished: it counts neither for quorum nor as placed."""
+        gang = self.gangs.get(gkey)
+        if gang is None:
+            return
+        was = gang.pending.pop(key, None) is not None
+        was = (key in gang.placed) or was
+        gang.placed.discard(key)
+        gang.running.discard(key)
+        gang.reported.pop(key, None)
+        if was:
+            gang.revision += 1
+            self.sync(gkey)
+        self.gangs.discard_if_idle(gkey)
+
+    def note_bound_members(self, bodies: list[dict[str, Any]]) -> None:
+        """Bound pods from a full list (start-up, re-list): count them in their gangs, so
+        a new leader knows which gangs are partial."""
+        for body in bodies:
+            meta = body.get("metadata") or {}
+            namespace = str(meta.get("namespace", ""))
+            gang = gang_of(meta.get("labels") or {}, namespace)
+            if gang is not None:
+                self.member_bound(gang, pod_key(namespace, str(meta.get("name", ""))), body)
+
+    def sync(self, gkey: str) -> None:
+        """Make the queue hold what the gang's state says (see the table in gangs.py)."""
+        gang = self.gangs.get(gkey)
+        if gang is None:
+            return
+        gang.placed = {k for k in gang.placed if self._cache.cached_pod(k) is not None}
+        self.dirty.add(gkey)
+        ekey = entry_key(gkey)
+        queued = self._queue.get(ekey)
+        phase = gang.phase
+        if phase is GangPhase.READY and gang.quorum_at is None:
+            gang.quorum_at = self._clock()
+        if phase is GangPhase.READY and gang.started_wall is None:
+            gang.started_wall = self._wall_clock()
+        if phase is GangPhase.ADMITTED:
+            if queued is not None and self._queue.where(ekey) is not QueueName.IN_FLIGHT:
+                self._queue.delete(queued.pod)
+            for key, member in gang.pending.items():
+                if key not in self._queue:
+                    self._queue.add(member)
+            return
+        for key, member in gang.pending.items():
+            where = self._queue.where(key)
+            if where is not None and where is not QueueName.IN_FLIGHT:
+                self._queue.delete(member)
+        if not gang.pending:
+            if queued is not None and self._queue.where(ekey) is not QueueName.IN_FLIGHT:
+                self._queue.delete(queued.pod)
+            return
+        entry = gang.entry()
+        if queued is None:
+            self._queue.add(entry)
+        else:
+            self._queue.update(entry)
+        if phase in (GangPhase.MISSING, GangPhase.WAITING):
+            self._report_waiting(gang, phase)
+
+    def _report_waiting(self, gang: Gang, phase: GangPhase) -> None:
+        """Once per member and phase: why it waits (no PodGroup, or no quorum yet)."""
+        message = gang.waiting_message()
+        for key, member in gang.pending.items():
+            if gang.reported.get(key) == phase.value:
+                continue
+            gang.reported[key] = phase.value
+            if self._reporter is not None:
+                ref = PodRef(member.namespace, member.name, member.uid)
+                self._reporter.failed(ref, message, trace_id=new_trace_id())
+
+    def timeouts(self, now_wall: float) -> None:
+        """Mark gangs whose scheduleTimeoutSeconds passed unadmitted (status Failed)."""
+        for gang in self.gangs:
+            spec = gang.spec
+            if (
+                spec is None
+                or spec.schedule_timeout_s is None
+                or gang.timed_out
+                or gang.phase is GangPhase.ADMITTED
+            ):
+                continue
+            start = spec.schedule_start_time
+            if start is not None and now_wall - start > spec.schedule_timeout_s:
+                gang.timed_out = True
+                gang.revision += 1
+                self._log.warning("gang_timed_out", gang=gang.key)
+                self.sync(gang.key)
+                self._event(
+                    gang,
+                    "ScheduleTimeout",
+                    f"not admitted within scheduleTimeoutSeconds "
+                    f"({spec.schedule_timeout_s}); still retrying: {gang.last_message}",
+                )
+
+    # -- scheduling side: solve, commit, bind, report ---------------------------
+    def schedule(self, info: QueuedPodInfo[QueuedPod]) -> None:
+        """Build the gang's joint problem on the snapshot now; solve and commit later."""
+        entry = info.pod
+        assert isinstance(entry, GangEntry)
+        gang = self.gangs.get(entry.gang)
+        trace_id = new_trace_id()
+        log = self._log.bind(
+            gang=entry.gang,
+            attempt=info.attempts,
+            cycle=self._queue.scheduling_cycle,
+            trace_id=trace_id,
+        )
+        if gang is None or gang.phase is GangPhase.ADMITTED:
+            self._queue.done(info)
+            if gang is not None:
+                self.sync(gang.key)
+            return
+        if gang.phase is not GangPhase.READY or gang.spec is None:
+            # Lost its quorum or PodGroup while queued: back to waiting (gated).
+            self._queue.requeue_after_failure(info, unschedulable=False, reason="not ready")
+            return
+        members = gang.ready_members()
+        need = gang.need
+        broken = [p for p in gang.pending.values() if isinstance(p, BrokenPod)]
+        if len(members) < need:
+            detail = "; ".join(f"{b.namespace}/{b.name}: {b.error}" for b in broken)
+            message = (
+                f"gang {gang.key}: {len(members)}/{need} members can be placed: "
+                f"unreadable members: {detail or 'none'}"
+            )
+            self._failed(info, gang, message, log, unschedulable=False)
+            return
+        started = time.perf_counter()
+        try:
+            problem = build_problem(
+                self._host.framework,
+                self._cache.snapshot,
+                gang.spec,
+                members,
+                need=need,
+                topology=self._cache.topology,
+                load=LoadView(self._load, self._wall_clock()),
+                seed=self._host.settings.seed,
+            )
+        except Exception as exc:  # a bug must cost the gang a retry, not the scheduler
+            log.exception("gang_cycle_failed", reason=repr(exc))
+            self._failed(info, gang, f"internal error: {exc}", log, unschedulable=False)
+            return
+        log.info(
+            "gang_problem_built",
+            reason=f"{len(members)} members, need {need}",
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        self._spawn(self._solve_and_commit(info, gang.key, members, problem, log, trace_id))
+
+    async def _solve_and_commit(
+        self,
+        info: QueuedPodInfo[QueuedPod],
+        gkey: str,
+        members: list[Pod],
+        problem: GangProblem,
+        log: Any,
+        trace_id: str,
+    ) -> None:
+        cfg = self._host.settings.gang
+        try:
+            async with self._solve_slot:
+                # OR-tools releases the GIL: the loop keeps scheduling ordinary pods.
+                plan = await asyncio.to_thread(
+                    solve,
+                    problem,
+                    time_limit_s=cfg.solver_time_limit_s,
+                    seed=self._host.settings.seed,
+                    use_solver=cfg.use_solver,
+                )
+        except Exception as exc:
+            log.exception("gang_solve_failed", reason=repr(exc))
+            gang = self.gangs.get(gkey)
+            if gang is not None:
+                self._failed(info, gang, f"internal error: {exc}", log, unschedulable=False)
+            else:
+                self._queue.done(info)
+            return
+        self._metrics.gang_attempts.labels(outcome=plan.status.value).inc()
+        self._metrics.gang_solve_duration.observe(plan.solve_time_s)
+        self.last_plans[gkey] = plan
+        gang = self.gangs.get(gkey)
+        if gang is None:
+            self._queue.done(info)
+            return
+        if not plan.admitted:
+            self._failed(info, gang, plan.message, log, unschedulable=True)
+            return
+        self._commit(info, gang, members, plan, log, trace_id)
+
+    def _domain_nodes(self, gang: Gang, node: str) -> frozenset[str] | None:
+        """The nodes of ``node``'s domain of the gang's topology key (None: no constraint)."""
+        key = gang.spec.topology_key if gang.spec is not None else None
+        if not key:
+            return None
+        home = self._cache.snapshot.get_node(node)
+        value = home.labels.get(key) if home is not None else None
+        if value is None:
+            return frozenset()
+        return frozenset(n.name for n in self._cache.snapshot.nodes() if n.labels.get(key) == value)
+
+    def _place_member(
+        self, pod: Pod, preferred: str | None, domain: frozenset[str] | None
+    ) -> tuple[str, dict[str, str]] | str:
+        """Re-check one member against the cache as it is now: its planned node if it
+        still fits, else any node of the plan's domain. A node and its annotations, or
+        why not."""
+        tries: list[frozenset[str] | None] = [domain]
+        if preferred is not None:
+            tries.insert(0, frozenset({preferred}))
+        summary = ""
+        for restrict in tries:
+            decision = self._host.decide(pod, restrict_to=restrict)
+            if decision.selected is not None:
+                return decision.selected, dict(decision.annotations)
+            summary = decision.summary
+        return summary
+
+    def _assume_member(self, gang: Gang, pod: Pod, node: str, annotations: dict[str, str]) -> None:
+        key = pod_key(pod.namespace, pod.name)
+        self._cache.assume(pod, node, annotations)
+        requests = pod.resources.requests
+        self._load.note_placement(
+            node, key, requests.get(CPU, 0), requests.get(MEMORY, 0), self._wall_clock()
+        )
+        gang.pending.pop(key, None)
+        gang.placed.add(key)
+
+    def _unassume_member(self, gang: Gang, pod: Pod) -> None:
+        key = pod_key(pod.namespace, pod.name)
+        self._cache.forget(pod)
+        self._load.forget_pod(key)
+        gang.placed.discard(key)
+        gang.pending[key] = pod
+
+    def _commit(
+        self,
+        info: QueuedPodInfo[QueuedPod],
+        gang: Gang,
+        members: list[Pod],
+        plan: GangPlan,
+        log: Any,
+        trace_id: str,
+    ) -> None:
+        """All members assumed, or none: the plan is re-checked against the cache as it is
+        now (ordinary pods were placed while the solver ran)."""
+        assumed: list[tuple[Pod, str, dict[str, str]]] = []
+        domain: frozenset[str] | None = None
+        failure = ""
+        for index, planned in plan.placements:
+            pod = members[index]
+            key = pod_key(pod.namespace, pod.name)
+            current = gang.pending.get(key)
+            if not isinstance(current, Pod) or current.uid != pod.uid:
+                continue  # left the gang (deleted, recreated) while the solver ran
+            if domain is None:
+                domain = self._domain_nodes(gang, planned)
+            placed = self._place_member(current, planned, domain)
+            if isinstance(placed, str):
+                failure = f"{key}: {placed}"
+                break
+            node, annotations = placed
+            self._assume_member(gang, current, node, annotations)
+            assumed.append((current, node, annotations))
+        if failure or gang.need > 0:
+            for pod, _, _ in assumed:
+                self._unassume_member(gang, pod)
+            message = f"gang {gang.key}: the plan no longer fits: {failure or 'members left'}"
+            self._failed(info, gang, message, log, unschedulable=False)
+            return
+        self._queue.done(info)
+        gang.last_reason, gang.last_message = "Scheduled", plan.message
+        gang.partial_reported = False
+        log.info(
+            "gang_assumed",
+            reason=f"{len(assumed)} members, {plan.status.value}",
+            duration_ms=round(plan.solve_time_s * 1000, 3),
+        )
+        binding = self._binding.setdefault(gang.key, set())
+        for pod, node, annotations in assumed:
+            binding.add(pod_key(pod.namespace, pod.name))
+            member_log = log.bind(pod=f"{pod.namespace}/{pod.name}")
+            self._spawn(
+                self._host.bind(
+                    None,
+                    pod,
+                    node,
+                    annotations,
+                    member_log,
+                    trace_id,
+                    gang=gang.key,
+                    gang_queued=(info.first_queued_at, info.attempts),
+                )
+            )
+        self.sync(gang.key)
+
+    def _failed(
+        self,
+        info: QueuedPodInfo[QueuedPod],
+        gang: Gang,
+        message: str,
+        log: Any,
+        *,
+        unschedulable: bool,
+    ) -> None:
+        """The gang as one unit: one requeue (one backoff), an event per member."""
+        result = AttemptResult.UNSCHEDULABLE if unschedulable else AttemptResult.ERROR
+        self._metrics.observe_attempt(result, 0.0)
+        self._metrics.count_attempt(result, self._host.settings.scheduler_name)
+        queue = self._queue.requeue_after_failure(info, unschedulable=unschedulable, reason=message)
+        reason = UNSCHEDULABLE if unschedulable else SCHEDULER_ERROR
+        gang.last_reason = reason
+        gang.last_message = message
+        self.dirty.add(gang.key)
+        log.info("gang_unschedulable", reason=message, queue=str(queue))
+        if self._reporter is None:
+            return
+        for member in gang.pending.values():
+            ref = PodRef(member.namespace, member.name, member.uid)
+            self._reporter.failed(ref, message, reason=reason)
+
+    def binding_failed(self, gkey: str, pod: Pod, detail: str, log: Any, trace_id: str) -> None:
+        """A member's binding failed (told by :meth:`Host.bind`): re-place it within the
+        plan's domain at once, or give it back to its gang, which is then partial and goes
+        first."""
+        gang = self.gangs.get(gkey)
+        key = pod_key(pod.namespace, pod.name)
+        if gang is None:
+            return
+        gang.placed.discard(key)
+        bound = [k for k in gang.placed if self._cache.cached_pod(k) is not None]
+        domain = None
+        if bound:
+            cached = self._cache.cached_pod(bound[0])
+            if cached is not None:
+                domain = self._domain_nodes(gang, cached.node)
+        placed = self._place_member(pod, None, domain)
+        if not isinstance(placed, str):
+            node, annotations = placed
+            self._assume_member(gang, pod, node, annotations)
+            self._binding.setdefault(gkey, set()).add(key)
+            log.info("gang_member_replaced", node=node, reason=detail)
+            self._spawn(self._host.bind(None, pod, node, annotations, log, trace_id, gang=gkey))
+            return
+        gang.pending[key] = pod
+        gang.revision += 1
+        gang.last_reason = "Partial"
+        gang.last_message = f"member {key} could not be bound ({detail}) nor re-placed: {placed}"
+        log.warning("gang_partial", gang=gkey, reason=gang.last_message)
+        if not gang.partial_reported:
+            gang.partial_reported = True
+            self._event(gang, "GangPartial", gang.last_message)
+        self.sync(gkey)
+
+    def binding_ended(self, gkey: str, key: str) -> None:
+        """A member's binding ended, whatever its outcome (told by :meth:`Host.bind`); the
+        last one of a plan observes the time from quorum to admission."""
+        binding = self._binding.get(gkey)
+        if binding is None:
+            return
+        binding.discard(key)
+        if binding:
+            return
+        del self._binding[gkey]
+        gang = self.gangs.get(gkey)
+        if gang is not None and gang.phase is GangPhase.ADMITTED and gang.quorum_at is not None:
+            self._metrics.gang_admit_duration.observe(self._clock() - gang.quorum_at)
+            gang.quorum_at = None
+
+    def _event(self, gang: Gang, reason: str, message: str) -> None:
+        if self._reporter is None or gang.spec is None:
+            return
+        self._reporter.event(
+            PodRef(gang.namespace, gang.name, gang.spec.uid),
+            reason=reason,
+            message=message,
+            warning=True,
+            kind="PodGroup",
+            api_version=f"{PODGROUP_GROUP}/{PODGROUP_VERSION}",
+        )
+
+    def status(self, gang: Gang) -> PodGroupStatus | None:
+        """The PodGroup status this process would write now (None: no PodGroup)."""
+        spec = gang.spec
+        if spec is None:
+            return None
+        phase = gang.phase
+        if phase is GangPhase.ADMITTED:
+            name = "Running" if len(gang.running) >= spec.min_member else "Scheduled"
+        elif gang.timed_out:
+            name = "Failed"
+        elif phase is GangPhase.READY:
+            name = "Scheduling"
+        else:
+            name = "Pending"
+        start = spec.schedule_start_time
+        if start is None and phase in (GangPhase.READY, GangPhase.ADMITTED):
+            start = gang.started_wall if gang.started_wall is not None else self._wall_clock()
+        reason = gang.last_reason or ("Scheduled" if phase is GangPhase.ADMITTED else "Waiting")
+        message = gang.last_message
+        if phase in (GangPhase.WAITING,):
+            reason, message = "WaitingForQuorum", gang.waiting_message()
+        if gang.timed_out and phase is not GangPhase.ADMITTED:
+            reason = "ScheduleTimeout"
+        return podgroup_status(
+            phase=name,
+            scheduled=len(gang.placed),
+            running=len(gang.running),
+            succeeded=0,
+            failed=0,
+            schedule_start_time=start,
+            reason=reason,
+            message=message,
+            now=self._wall_clock(),
+            previous=self._statuses.get(gang.key),
+        )
+
+    async def write_statuses(self) -> None:
+        """Write the status of every gang that changed, and only if it did."""
+        if self._writer is None:
+            self.dirty.clear()
+            return
+        dirty, self.dirty = self.dirty, set()
+        for gkey in dirty:
+            gang = self.gangs.get(gkey)
+            if gang is None:
+                continue
+            try:
+                status = self.status(gang)
+            except ValueError as exc:  # a bug in what we would write must not stop the loop
+                self._log.warning("podgroup_status_failed", gang=gkey, reason=str(exc))
+                continue
+            if status is None:
+                continue
+            previous = self._statuses.get(gkey)
+            if not status_changed(previous, status):
+                continue
+            try:
+                await self._writer.podgroup_status(gang.namespace, gang.name, status)
+            except Exception as exc:  # best effort; retried on the next change
+                self._log.warning("podgroup_status_failed", gang=gkey, reason=str(exc)[:200])
+                self.dirty.add(gkey)
+                continue
+            self._statuses[gkey] = dict(status)
