@@ -581,6 +581,7 @@ class Scheduler:
     def namespace_deleted(self, body: Body) -> None:
         self.cache.delete_namespace(str((body.get("metadata") or {}).get("name", "")))
 
+    # PodGroups reach the feed's handlers here like every other kind; the gang flow owns them.
     def podgroup_upserted(self, body: Body) -> None:
         self.gang_flow.podgroup_upserted(body)
 
