@@ -48,7 +48,7 @@ from typing import Any
 import structlog
 
 from scheduler.control.binder import Binder
-from scheduler.control.cache import SchedulerCache, resource_version
+from scheduler.control.cache import SchedulerCache
 from scheduler.control.gang_flow import GangFlow
 from scheduler.control.gangs import GangEntry, gang_of
 from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
@@ -236,7 +236,6 @@ class Scheduler:
         """Told of each assumed pod whose binding never showed up in the watch (the feed
         queues it again if the pending stream still shows it)."""
         self._tasks: set[asyncio.Task[None]] = set()
-        self._queued_rv: dict[str, int | None] = {}
         self.reporter: Reporter | None = None
         """Events and PodScheduled, through one bounded queue (None: nothing is written)."""
         if writer is not None:
@@ -330,7 +329,6 @@ class Scheduler:
                 str(meta.get("uid", "")),
                 str(exc),
             )
-        self._queued_rv[key] = resource_version(body)
         if gang is not None:
             self.gang_flow.member_pending(gang, key, queued)
             return
@@ -440,15 +438,9 @@ class Scheduler:
                 self.gang_flow.member_gone(gang.key, key)
 
     def _drop_from_queue(self, key: str) -> None:
-        self._queued_rv.pop(key, None)
         info = self.queue.get(pod_key(*key.split("/", 1)))
         if info is not None:
             self.queue.delete(info.pod)
-
-    def queued_before(self, key: str, list_rv: int | None) -> bool:
-        """The queue's view of ``key`` is no newer than a list taken at ``list_rv``."""
-        rv = self._queued_rv.get(key)
-        return list_rv is not None and rv is not None and rv <= list_rv
 
     def node_upserted(self, body: Body) -> None:
         name = str((body.get("metadata") or {}).get("name", ""))
@@ -591,13 +583,6 @@ class Scheduler:
     def podgroup_keys(self) -> set[str]:
         """Gangs with a PodGroup (a re-list reconciles them)."""
         return self.gang_flow.podgroup_keys()
-
-    def prune_gang_members(self, live: set[str], list_rv: int | None) -> None:
-        """Pending members that a full list no longer shows (deleted during a watch gap)."""
-        for gang in self.gang_flow.gangs:
-            gone = [k for k in gang.pending if k not in live and self.queued_before(k, list_rv)]
-            for key in gone:
-                self.gang_flow.member_gone(gang.key, key)
 
     # -- scheduling side ----------------------------------------------------
     async def run(self) -> None:
