@@ -1,0 +1,490 @@
+"""DefaultPreemption (kube-scheduler 1.34's PostFilter): which lower-priority pods to evict
+so that a pod that fits nowhere fits somewhere, and on which node.
+
+Theory of operation, following ``pkg/scheduler/framework/preemption`` and
+``plugins/defaultpreemption``:
+
+1. **Eligibility** (:func:`ineligible_reason`): ``preemptionPolicy: Never`` never preempts;
+   a pod already nominated to a node where a lower-priority pod is terminating *by
+   preemption* waits for it (unless that node is now UnschedulableAndUnresolvable).
+2. **Potential nodes**: only nodes the failed cycle rejected as Unschedulable;
+   UnschedulableAndUnresolvable means no eviction can help.
+3. **Screen, vectorised**: over all potential nodes at once, would the pod's requests and
+   one pod slot fit if *every* lower-priority pod were gone (and the nominated pods of at
+   least its priority were there)? Resource fit is monotone in the pods removed, so a node
+   failing this cannot be a candidate; only the survivors are simulated.
+4. **Dry run** (``SelectVictimsOnNode``) per survivor, from a seeded offset (kube draws it at
+   random) until ``max(10 %, 100)`` candidates are found: remove every lower-priority pod
+   from the snapshot, check the pod passes *all* filters, then reprieve victims one by one -
+   PDB-violating first, then the others, each group most important first (higher priority,
+   then earlier start) - keeping a pod back whenever the pod still fits with it. The
+   snapshot (and the device ledger) is restored exactly afterwards, pods in their old order.
+5. **Pick** (``pickOneNodeForPreemption``): fewest PDB violations, lowest highest-victim
+   priority, smallest sum of ``priority + 2**31`` (so negative priorities still add up),
+   fewest victims, latest earliest-start among the highest-priority victims, then the first
+   in dry-run order. :attr:`Preemption.tied` lists the nodes equal at every criterion (kube
+   takes one of them at random, by Go map order).
+
+Filters run with kube's ``RunFilterPluginsWithNominatedPods``: first with the nominated pods
+of priority >= the pod's added on the node, then, if any were added, without them; the pod
+must pass both. What the snapshot does not carry about pods (start time, the
+``DisruptionTarget`` condition, ``preemptionPolicy``) comes in :class:`PodFacts`.
+
+Pure: the snapshot is mutated during the call and restored before it returns.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+import numpy as np
+
+from scheduler.core.explain import Decision
+from scheduler.core.framework import Code, Cycle
+from scheduler.core.load import LoadView
+from scheduler.core.profile import NODE_RESOURCES_FIT
+from scheduler.core.schedule import Framework
+from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
+from scheduler.core.topology.state import TopologyState
+from scheduler.model._fields import mapping, object_list, string
+from scheduler.model.errors import InvalidObjectError
+from scheduler.model.names import CPU, EPHEMERAL_STORAGE, MEMORY, is_extended_resource
+from scheduler.model.pdb import PodDisruptionBudget
+from scheduler.model.pod import Pod
+from scheduler.model.topology import parse_time
+
+PRIORITY_OFFSET: Final = 2**31
+"""``math.MaxInt32 + 1``, added per victim to the priority sum so negatives count up."""
+MIN_CANDIDATES_PERCENT: Final = 10
+MIN_CANDIDATES_ABSOLUTE: Final = 100
+DISRUPTION_TARGET: Final = "DisruptionTarget"
+PREEMPTION_BY_SCHEDULER: Final = "PreemptionByScheduler"
+NEVER_MESSAGE: Final = "not eligible due to preemptionPolicy=Never."
+TERMINATING_MESSAGE: Final = "not eligible due to a terminating pod on the nominated node."
+
+
+class PreemptionPolicy(StrEnum):
+    PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+    NEVER = "Never"
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    """What preemption reads of a pod beyond the snapshot's :class:`Pod` record."""
+
+    start_time: float | None = None
+    """``status.startTime`` (Unix seconds); None: not started, which kube reads as "now"."""
+    terminating_by_preemption: bool = False
+    """``deletionTimestamp`` set and ``DisruptionTarget=True`` with reason
+    PreemptionByScheduler (kube's ``podTerminatingByPreemption``)."""
+    preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+
+    @property
+    def start_key(self) -> float:
+        return math.inf if self.start_time is None else self.start_time
+
+    @classmethod
+    def from_api(cls, body: Mapping[str, Any]) -> PodFacts:
+        metadata = mapping(body.get("metadata"), "metadata")
+        spec = mapping(body.get("spec"), "spec")
+        status = mapping(body.get("status"), "status")
+        raw_start = string(status.get("startTime"), "status.startTime")
+        try:
+            start = parse_time(raw_start).timestamp() if raw_start else None
+        except ValueError as exc:
+            raise InvalidObjectError("status.startTime", raw_start, str(exc)) from exc
+        by_preemption = False
+        if metadata.get("deletionTimestamp") is not None:
+            for cond in object_list(status.get("conditions"), "status.conditions"):
+                if cond.get("type") == DISRUPTION_TARGET:  # the first one decides, as in kube
+                    by_preemption = (
+                        cond.get("status") == "True"
+                        and cond.get("reason") == PREEMPTION_BY_SCHEDULER
+                    )
+                    break
+        raw_policy = spec.get("preemptionPolicy")
+        policy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+        if raw_policy is not None:
+            if raw_policy not in [p.value for p in PreemptionPolicy]:
+                raise InvalidObjectError(
+                    "spec.preemptionPolicy", raw_policy, 'must be "PreemptLowerPriority" or "Never"'
+                )
+            policy = PreemptionPolicy(raw_policy)
+        return cls(start, by_preemption, policy)
+
+
+NO_FACTS: Final = PodFacts()
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A node where evicting ``victims`` (most important first) makes the pod fit."""
+
+    node: str
+    victims: tuple[Pod, ...]
+    pdb_violations: int
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """The chosen candidate, and what the choice was made from."""
+
+    node: str
+    victims: tuple[Pod, ...]
+    pdb_violations: int
+    candidates: tuple[Candidate, ...] = ()
+    """Every candidate the dry run found, in dry-run order."""
+    tied: tuple[str, ...] = ()
+    """Candidates equal to ``node`` at every criterion (``node`` included)."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything besides snapshot and pod that one evaluation reads."""
+
+    pdbs: Sequence[PodDisruptionBudget] = ()
+    nominated: Sequence[tuple[Pod, str]] = ()
+    """Pending pods with a ``status.nominatedNodeName``, and that node."""
+    facts: Mapping[str, PodFacts] = field(default_factory=dict)
+    """By :attr:`Pod.key`; a missing pod has :data:`NO_FACTS`."""
+    seed: int = 0
+    """Seeds the dry run's starting offset (kube: ``rand.Int31n``)."""
+    topology: TopologyState | None = None
+    load: LoadView | None = None
+
+    def facts_of(self, pod: Pod) -> PodFacts:
+        return self.facts.get(pod.key, NO_FACTS)
+
+
+def num_candidates(potential: int) -> int:
+    """``calculateNumCandidates``: 10 % of the potential nodes, at least 100, at most all."""
+    n = potential * MIN_CANDIDATES_PERCENT // 100
+    return min(max(n, MIN_CANDIDATES_ABSOLUTE), potential)
+
+
+def more_important_key(pod: Pod, facts: PodFacts) -> tuple[int, float]:
+    """Sort key of ``MoreImportantPod``: higher priority, then earlier start, first."""
+    return (-pod.priority, facts.start_key)
+
+
+def ineligible_reason(
+    snapshot: Snapshot, pod: Pod, decision: Decision, inputs: Inputs
+) -> str | None:
+    """``PodEligibleToPreemptOthers``: None when the pod may preempt, else kube's message."""
+    if inputs.facts_of(pod).preemption_policy is PreemptionPolicy.NEVER:
+        return NEVER_MESSAGE
+    nominated = pod.nominated_node_name
+    if not nominated:
+        return None
+    explanation = decision.explanation
+    if nominated in explanation.node_names:
+        at = explanation.node_names.index(nominated)
+        if int(explanation.node_codes[at]) == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            return None
+    row = snapshot.index_of(nominated)
+    if row is None:
+        return None
+    for other in snapshot.pods_on(row):
+        if other.priority < pod.priority and inputs.facts_of(other).terminating_by_preemption:
+            return TERMINATING_MESSAGE
+    return None
+
+
+def potential_nodes(snapshot: Snapshot, decision: Decision) -> list[str]:
+    """Nodes the failed cycle rejected as Unschedulable, in snapshot row order."""
+    explanation = decision.explanation
+    codes = {
+        name: int(code)
+        for name, code in zip(explanation.node_names, explanation.node_codes.tolist(), strict=True)
+    }
+    return [n for n in snapshot.node_names if codes.get(n) == Code.UNSCHEDULABLE]
+
+
+def pick_one(candidates: Sequence[Candidate], inputs: Inputs) -> tuple[Candidate, list[Candidate]]:
+    """``pickOneNodeForPreemption``'s criteria in order; the first of the best, and all tied."""
+    remaining = list(candidates)
+    for score in _criteria(inputs):
+        scores = [score(c) for c in remaining]
+        best = max(scores)
+        remaining = [c for c, s in zip(remaining, scores, strict=True) if s == best]
+        if len(remaining) == 1:
+            break
+    return remaining[0], remaining
+
+
+def _criteria(inputs: Inputs) -> list[Callable[[Candidate], float]]:
+    def earliest_top_start(c: Candidate) -> float:
+        top = max(v.priority for v in c.victims)
+        return min(inputs.facts_of(v).start_key for v in c.victims if v.priority == top)
+
+    return [
+        lambda c: -c.pdb_violations,
+        lambda c: -max(v.priority for v in c.victims),
+        lambda c: -sum(v.priority + PRIORITY_OFFSET for v in c.victims),
+        lambda c: -len(c.victims),
+        earliest_top_start,
+    ]
+
+
+def split_by_pdb(
+    pods: Sequence[Pod], pdbs: Sequence[PodDisruptionBudget]
+) -> tuple[list[Pod], list[Pod]]:
+    """``filterPodsWithPDBViolation``: spend each budget's allowance in the given order; a pod
+    whose eviction takes some budget below zero is violating."""
+    allowed = [pdb.disruptions_allowed for pdb in pdbs]
+    violating: list[Pod] = []
+    fine: list[Pod] = []
+    for pod in pods:
+        violated = False
+        for i, pdb in enumerate(pdbs):
+            if pdb.covers(pod):
+                allowed[i] -= 1
+                if allowed[i] < 0:
+                    violated = True
+        (violating if violated else fine).append(pod)
+    return violating, fine
+
+
+def select_victims(
+    victims_in_order: Sequence[Pod],
+    pdbs: Sequence[PodDisruptionBudget],
+    fits_with: Callable[[Pod], bool],
+    drop: Callable[[Pod], None],
+) -> tuple[list[Pod], int]:
+    """The reprieve loop of ``SelectVictimsOnNode`` over pods already removed and sorted most
+    important first: ``fits_with(p)`` puts ``p`` back and says whether the pod still fits;
+    ``drop(p)`` takes it out again. Returns (victims most important first, violations)."""
+    violating, fine = split_by_pdb(victims_in_order, pdbs)
+    victims: list[Pod] = []
+    violations = 0
+    for group, counts in ((violating, True), (fine, False)):
+        for pod in group:
+            if not fits_with(pod):
+                drop(pod)
+                victims.append(pod)
+                violations += counts
+    if violating and fine:
+        order = {p.key: i for i, p in enumerate(victims_in_order)}
+        victims.sort(key=lambda p: order[p.key])
+    return victims, violations
+
+
+class _Simulation:
+    """Removes and restores pods of one node in the snapshot (and the device ledger)."""
+
+    def __init__(self, framework: Framework, snapshot: Snapshot, pod: Pod, inputs: Inputs):
+        self.framework = framework
+        self.snapshot = snapshot
+        self.pod = pod
+        self.inputs = inputs
+        self.nominated: dict[str, list[Pod]] = {}
+        self.unledgered: dict[str, Pod] = {}
+        """Pods taken out of the device ledger, to put back on restore."""
+        for other, node in inputs.nominated:
+            if other.priority >= pod.priority and other.key != pod.key:
+                self.nominated.setdefault(node, []).append(other)
+
+    def remove(self, pod: Pod) -> None:
+        self.snapshot.remove_pod(pod)
+        if self.inputs.topology is not None:
+            self.inputs.topology.pod_removed(pod.key)
+            self.unledgered[pod.key] = pod
+
+    def add(self, pod: Pod, node: str) -> None:
+        self.snapshot.add_pod(pod, node)
+        if self.inputs.topology is not None:
+            self.inputs.topology.pod_placed(pod, node, pod.annotations)
+            self.unledgered.pop(pod.key, None)
+
+    def restore(self, node: str, original: Sequence[Pod]) -> None:
+        """Put the node's pods back in their original order (pod order is observable)."""
+        row = self.snapshot.index_of(node)
+        assert row is not None
+        for pod in list(self.snapshot.pods_on(row)):
+            self.snapshot.remove_pod(pod)
+        for pod in original:
+            self.snapshot.add_pod(pod, node)
+        if self.inputs.topology is not None:
+            for pod in self.unledgered.values():
+                self.inputs.topology.pod_placed(pod, node, pod.annotations)
+        self.unledgered.clear()
+
+    def fits(self, node: str) -> bool:
+        """``RunFilterPluginsWithNominatedPods`` on one node of the current snapshot."""
+        extra = self.nominated.get(node, [])
+        if not extra:
+            return passes_filters(self.framework, self.snapshot, self.pod, node, self.inputs)
+        for other in extra:
+            self.snapshot.add_pod(other, node)
+        try:
+            with_nominated = passes_filters(
+                self.framework, self.snapshot, self.pod, node, self.inputs
+            )
+        finally:
+            for other in extra:
+                self.snapshot.remove_pod(other)
+        return with_nominated and passes_filters(
+            self.framework, self.snapshot, self.pod, node, self.inputs
+        )
+
+    def select_on(self, node: str) -> Candidate | None:
+        row = self.snapshot.index_of(node)
+        assert row is not None
+        original = list(self.snapshot.pods_on(row))
+        lower = [p for p in original if p.priority < self.pod.priority]
+        if not lower:
+            return None
+        for victim in lower:
+            self.remove(victim)
+        try:
+            if not self.fits(node):
+                return None
+            facts = self.inputs.facts_of
+            ordered = sorted(lower, key=lambda p: more_important_key(p, facts(p)))
+
+            def fits_with(victim: Pod) -> bool:
+                self.add(victim, node)
+                return self.fits(node)
+
+            victims, violations = select_victims(ordered, self.inputs.pdbs, fits_with, self.remove)
+        finally:
+            self.restore(node, original)
+        if not victims:
+            return None
+        return Candidate(node, tuple(victims), violations)
+
+
+def passes_filters(
+    framework: Framework, snapshot: Snapshot, pod: Pod, node: str, inputs: Inputs
+) -> bool:
+    """Whether ``pod`` passes every PreFilter and Filter of the profile on ``node``.
+
+    The same loop as :meth:`Framework.schedule` without scoring and explanations.
+    """
+    row = snapshot.index_of(node)
+    if row is None or pod.scheduling_gates:
+        return False
+    cycle = Cycle(snapshot, pod, topology=inputs.topology, load=inputs.load)
+    skipped: set[str] = set()
+    for plugin in framework.plugins.pre_filters:
+        result = plugin.pre_filter(cycle)
+        if result.code is Code.SKIP:
+            skipped.add(plugin.name)
+            continue
+        if result.rejected:
+            return False
+        if result.node_names is not None and node not in result.node_names:
+            return False
+    candidates = np.zeros(snapshot.num_nodes, dtype=np.bool_)
+    candidates[row] = True
+    for filter_plugin in framework.plugins.filters:
+        if filter_plugin.name in skipped:
+            continue
+        verdict = filter_plugin.filter(cycle, candidates)
+        if verdict is not None and verdict.codes[row] != 0:
+            return False
+    return True
+
+
+def screen(
+    framework: Framework, snapshot: Snapshot, pod: Pod, rows: Sequence[int], inputs: Inputs
+) -> BoolArray:
+    """Per entry of ``rows``: could the pod's requests and a pod slot fit with every
+    lower-priority pod removed (and the nominated pods of >= priority added)? Also False
+    where there is no lower-priority pod at all. Vectorised over nodes."""
+    n = snapshot.num_nodes
+    lower_count = np.zeros(n, dtype=np.int64)
+    resources = list(snapshot.resource_names)
+    index = {r: i for i, r in enumerate(resources)}
+    freed = np.zeros((len(resources), n), dtype=np.int64)
+    for row in rows:
+        for other in snapshot.pods_on(row):
+            if other.priority < pod.priority:
+                lower_count[row] += 1
+                for name, amount in other.resources.accounted.items():
+                    freed[index[name], row] += amount
+    added = np.zeros((len(resources), n), dtype=np.int64)
+    added_count = np.zeros(n, dtype=np.int64)
+    for other, node in inputs.nominated:
+        row_of = snapshot.index_of(node)
+        if row_of is None or other.priority < pod.priority or other.key == pod.key:
+            continue
+        added_count[row_of] += 1
+        for name, amount in other.resources.accounted.items():
+            col = index.get(name)
+            if col is not None:
+                added[col, row_of] += amount
+    ok = lower_count > 0
+    if NODE_RESOURCES_FIT in framework.profile.filters:
+        args = framework.profile.node_resources_fit
+        ok &= snapshot.pod_counts - lower_count + added_count + 1 <= snapshot.allowed_pods
+        used: IntArray = snapshot.requested - freed + added
+        for name, amount in pod.resources.requests.items():
+            if amount <= 0:
+                continue
+            if is_extended_resource(name) and name not in (CPU, MEMORY, EPHEMERAL_STORAGE):
+                group = name.split("/", 1)[0]
+                if name in args.ignored_resources or group in args.ignored_resource_groups:
+                    continue
+            col = index.get(name)
+            if col is None:
+                ok[:] = False
+                break
+            ok &= amount <= snapshot.allocatable[col] - used[col]
+    return np.asarray(ok[np.asarray(rows, dtype=np.intp)], dtype=np.bool_)
+
+
+def preempt(
+    framework: Framework,
+    snapshot: Snapshot,
+    decision: Decision,
+    inputs: Inputs | None = None,
+) -> Preemption | None:
+    """DefaultPreemption for ``decision.pod`` after ``decision`` found no node.
+
+    None when the pod is not eligible or no node can be freed for it; otherwise the node to
+    nominate and the pods to evict there (most important first).
+    """
+    inputs = inputs or Inputs()
+    pod = decision.pod
+    if ineligible_reason(snapshot, pod, decision, inputs) is not None:
+        return None
+    names = potential_nodes(snapshot, decision)
+    if not names:
+        return None
+    rows = [snapshot.index_of(name) for name in names]
+    survivors = screen(framework, snapshot, pod, [r for r in rows if r is not None], inputs)
+    alive = {name for name, keep in zip(names, survivors.tolist(), strict=True) if keep}
+    wanted = num_candidates(len(names))
+    offset = random.Random(inputs.seed).randrange(len(names))
+    simulation = _Simulation(framework, snapshot, pod, inputs)
+    clean: list[Candidate] = []
+    violating: list[Candidate] = []
+    for i in range(len(names)):
+        name = names[(offset + i) % len(names)]
+        if name not in alive:
+            continue
+        found = simulation.select_on(name)
+        if found is None:
+            continue
+        bucket = violating if found.pdb_violations else clean
+        if len(bucket) < wanted:  # kube's candidate lists hold at most that many each
+            bucket.append(found)
+        if clean and len(clean) + len(violating) >= wanted:
+            break
+    candidates = clean + violating
+    if not candidates:
+        return None
+    best, tied = pick_one(candidates, inputs)
+    return Preemption(
+        best.node,
+        best.victims,
+        best.pdb_violations,
+        tuple(candidates),
+        tuple(c.node for c in tied),
+    )
