@@ -255,10 +255,12 @@ def select_victims(
     pdbs: Sequence[PodDisruptionBudget],
     fits_with: Callable[[Pod], bool],
     drop: Callable[[Pod], None],
+    importance: Callable[[Pod], tuple[int, float]],
 ) -> tuple[list[Pod], int]:
     """The reprieve loop of ``SelectVictimsOnNode`` over pods already removed and sorted most
     important first: ``fits_with(p)`` puts ``p`` back and says whether the pod still fits;
-    ``drop(p)`` takes it out again. Returns (victims most important first, violations)."""
+    ``drop(p)`` takes it out again; ``importance`` is the sort key. Returns (victims most
+    important first, violations); kube's sort is not stable, so equals may come in any order."""
     violating, fine = split_by_pdb(victims_in_order, pdbs)
     victims: list[Pod] = []
     violations = 0
@@ -269,8 +271,7 @@ def select_victims(
                 victims.append(pod)
                 violations += counts
     if violating and fine:
-        order = {p.key: i for i, p in enumerate(victims_in_order)}
-        victims.sort(key=lambda p: order[p.key])
+        victims.sort(key=importance)
     return victims, violations
 
 
@@ -345,13 +346,19 @@ class _Simulation:
             if not self.fits(node):
                 return None
             facts = self.inputs.facts_of
-            ordered = sorted(lower, key=lambda p: more_important_key(p, facts(p)))
+
+            def importance(p: Pod) -> tuple[int, float]:
+                return more_important_key(p, facts(p))
+
+            ordered = sorted(lower, key=importance)
 
             def fits_with(victim: Pod) -> bool:
                 self.add(victim, node)
                 return self.fits(node)
 
-            victims, violations = select_victims(ordered, self.inputs.pdbs, fits_with, self.remove)
+            victims, violations = select_victims(
+                ordered, self.inputs.pdbs, fits_with, self.remove, importance
+            )
         finally:
             self.restore(node, original)
         if not victims:
