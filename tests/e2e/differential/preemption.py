@@ -1,0 +1,253 @@
+"""Drive kube-scheduler's DefaultPreemption through generated cases and record what it did.
+
+One round runs many cases at once (one namespace and node pool each, see
+``preemption_gen``): create nodes and wait until they are Ready and untainted, create the
+low-priority pods bound to them and wait until kwok runs them (their ``startTime`` is one of
+preemption's criteria), create the budgets and wait until the disruption controller has
+counted every pod, read the whole cluster back, and only then create the preemptors. For
+each preemptor kube-scheduler either nominates a node and deletes victims (patching the
+``DisruptionTarget`` condition first; kwok then removes them and the preemptor binds), or
+reports why preemption does not help in its FailedScheduling condition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar, cast
+
+from kubernetes_asyncio import client
+
+from scheduler.devcluster.kube import poll
+from tests.e2e.differential.preemption_gen import Body, Case, priority_classes
+
+T = TypeVar("T")
+_CONCURRENCY = 32
+
+
+@dataclass(frozen=True)
+class KubePreemption:
+    """kube-scheduler's verdict on one preemptor."""
+
+    node: str | None
+    """The nominated node (or, if the preemptor was bound already, the node it went to)."""
+    victims: frozenset[str]
+    """Names of the case's pods kube-scheduler preempted."""
+    bound: str | None
+    message: str | None
+    """The FailedScheduling condition's message, when there was one."""
+
+
+@dataclass
+class Before:
+    """The cluster as the API server had it just before the preemptors were created."""
+
+    nodes: list[Body]
+    pods: list[Body]
+    namespaces: list[Body]
+    pdbs: list[Body]
+
+
+async def _bounded(jobs: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
+    gate = asyncio.Semaphore(_CONCURRENCY)
+
+    async def one(job: Callable[[], Awaitable[T]]) -> T:
+        async with gate:
+            return await job()
+
+    return list(await asyncio.gather(*(one(j) for j in jobs)))
+
+
+class PreemptionKubeSide:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.policy = client.PolicyV1Api(api)
+        self.scheduling = client.SchedulingV1Api(api)
+
+    async def install_priority_classes(self) -> None:
+        for body in priority_classes():
+            try:
+                await self.scheduling.create_priority_class(cast(client.V1PriorityClass, body))
+            except client.ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+    async def prepare(self, cases: Sequence[Case]) -> Before:
+        await _bounded(
+            [
+                partial(
+                    self.core.create_namespace,
+                    cast(client.V1Namespace, {"metadata": {"name": c.namespace}}),
+                )
+                for c in cases
+            ]
+        )
+        nodes = [n for c in cases for n in c.nodes]
+        await _bounded([partial(self.core.create_node, cast(client.V1Node, n)) for n in nodes])
+        await self._nodes_ready({n["metadata"]["name"] for n in nodes})
+        pods = [p for c in cases for p in c.pods]
+        await _bounded(
+            [
+                partial(
+                    self.core.create_namespaced_pod,
+                    p["metadata"]["namespace"],
+                    cast(client.V1Pod, p),
+                )
+                for p in pods
+            ]
+        )
+        await self._pods_running(cases)
+        pdbs = [b for c in cases for b in c.pdbs]
+        await _bounded(
+            [
+                partial(
+                    self.policy.create_namespaced_pod_disruption_budget,
+                    b["metadata"]["namespace"],
+                    cast(client.V1PodDisruptionBudget, b),
+                )
+                for b in pdbs
+            ]
+        )
+        await self._budgets_counted(cases)
+        # The scheduler's informers trail the API server by milliseconds; budgets have no
+        # sentinel like pods do, so give them a moment.
+        await asyncio.sleep(1.0)
+        return await self._read()
+
+    async def _nodes_ready(self, names: set[str]) -> None:
+        async def ready() -> bool:
+            mine = [n for n in (await self.core.list_node()).items if n.metadata.name in names]
+            return len(mine) == len(names) and all(
+                not any(t.key == "node.kubernetes.io/not-ready" for t in (n.spec.taints or []))
+                and any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+                for n in mine
+            )
+
+        await poll(ready, within=90, interval=0.25)
+
+    async def _pods_running(self, cases: Sequence[Case]) -> None:
+        want = {c.namespace: len(c.pods) for c in cases}
+
+        async def running() -> bool:
+            pods = (await self.core.list_pod_for_all_namespaces()).items
+            count: dict[str, int] = {}
+            for p in pods:
+                ns = p.metadata.namespace
+                if ns in want and p.status.phase == "Running" and p.status.start_time:
+                    count[ns] = count.get(ns, 0) + 1
+            return all(count.get(ns, 0) == n for ns, n in want.items())
+
+        await poll(running, within=90, interval=0.25)
+
+    async def _budgets_counted(self, cases: Sequence[Case]) -> None:
+        expected: dict[tuple[str, str], int] = {}
+        for c in cases:
+            for b in c.pdbs:
+                app = b["spec"]["selector"]["matchLabels"]["app"]
+                expected[(c.namespace, b["metadata"]["name"])] = sum(
+                    p["metadata"]["labels"]["app"] == app for p in c.pods
+                )
+
+        async def counted() -> bool:
+            items = (await self.policy.list_pod_disruption_budget_for_all_namespaces()).items
+            seen = 0
+            for b in items:
+                key = (b.metadata.namespace, b.metadata.name)
+                if key not in expected:
+                    continue
+                st = b.status
+                if (
+                    st is None
+                    or (st.observed_generation or 0) < (b.metadata.generation or 0)
+                    or st.expected_pods != expected[key]
+                    or st.current_healthy != expected[key]
+                ):
+                    return False
+                seen += 1
+            return seen == len(expected)
+
+        await poll(counted, within=90, interval=0.25)
+
+    async def _raw(self, call: Callable[..., Awaitable[Any]]) -> list[Body]:
+        response: Any = await call(_preload_content=False)
+        items: list[Body] = json.loads(await response.read())["items"]
+        return items
+
+    async def _read(self) -> Before:
+        nodes, pods, namespaces, pdbs = await asyncio.gather(
+            self._raw(self.core.list_node),
+            self._raw(self.core.list_pod_for_all_namespaces),
+            self._raw(self.core.list_namespace),
+            self._raw(self.policy.list_pod_disruption_budget_for_all_namespaces),
+        )
+        return Before(nodes, pods, namespaces, pdbs)
+
+    async def preempt(self, cases: Sequence[Case]) -> tuple[list[Body], list[KubePreemption]]:
+        """Create every preemptor; return them as stored (after admission) and the verdicts."""
+        created = await _bounded(
+            [
+                partial(
+                    self.core.create_namespaced_pod,
+                    c.namespace,
+                    cast(client.V1Pod, c.preemptor),
+                    _preload_content=False,
+                )
+                for c in cases
+            ]
+        )
+        bodies: list[Body] = [json.loads(await cast(Any, r).read()) for r in created]
+        verdicts = await asyncio.gather(*(self._verdict(c) for c in cases))
+        return bodies, list(verdicts)
+
+    async def _verdict(self, case: Case) -> KubePreemption:
+        ns = case.namespace
+        originals = {p["metadata"]["name"] for p in case.pods}
+
+        async def decided() -> tuple[str | None, str | None, str | None] | None:
+            pod = await self.core.read_namespaced_pod("preemptor", ns)
+            nominated = pod.status.nominated_node_name or None
+            if pod.spec.node_name or nominated:
+                return pod.spec.node_name, nominated, None
+            for cond in pod.status.conditions or []:
+                if cond.type == "PodScheduled" and cond.status == "False" and cond.message:
+                    return None, None, str(cond.message)
+            return None
+
+        bound, nominated, message = await poll(decided, within=60, interval=0.1)
+        if bound is None and nominated is None:
+            # A failure without a nomination is final; look once more in case a retry raced.
+            await asyncio.sleep(1.0)
+            again = await decided()
+            assert again is not None
+            bound, nominated, message = again
+        if nominated is not None and bound is None:
+
+            async def placed() -> str | None:
+                pod = await self.core.read_namespaced_pod("preemptor", ns)
+                return pod.spec.node_name or None
+
+            bound = await poll(placed, within=60, interval=0.1)
+        victims = await self._victims(ns, originals)
+        return KubePreemption(nominated or (bound if victims else None), victims, bound, message)
+
+    async def _victims(self, ns: str, originals: set[str]) -> frozenset[str]:
+        pods: list[Any] = (await self.core.list_namespaced_pod(ns)).items
+        alive: set[str] = set()
+        for p in pods:
+            preempted = p.metadata.deletion_timestamp is not None or any(
+                c.type == "DisruptionTarget" and c.status == "True"
+                for c in p.status.conditions or []
+            )
+            if not preempted:
+                alive.add(p.metadata.name)
+        return frozenset(originals - alive)
+
+    async def teardown(self, cases: Sequence[Case]) -> None:
+        await _bounded(
+            [partial(self.core.delete_node, n["metadata"]["name"]) for c in cases for n in c.nodes]
+        )
+        await _bounded([partial(self.core.delete_namespace, c.namespace) for c in cases])

@@ -1,0 +1,249 @@
+"""Seeded generator of preemption cases for the differential test against kube-scheduler.
+
+A case is a namespace with its own pool of 2-4 nodes (label ``pool``), nodes filled with
+low-priority pods, 0-2 PodDisruptionBudgets, and one preemptor selecting the pool. Pools
+make cases independent, so many run at once on one control plane: the preemptor's
+nodeSelector makes every other pool's nodes UnschedulableAndUnresolvable (never preemption
+candidates), zones are per pool, and every affinity, spread and budget selector stays in the
+case's namespace.
+
+Priorities are distinct among the pods of one node: kube sorts victims with an unstable
+sort, so two pods of equal priority and equal start second could be reprieved in either
+order. Across nodes they may repeat, so the sum, count and start-time criteria are reached.
+Budgets use integer ``minAvailable`` only: the disruption controller computes
+``maxUnavailable`` and percentages only for pods with a scalable owner.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+Body = dict[str, Any]
+
+HOST: Final = "kubernetes.io/hostname"
+ZONE: Final = "topology.kubernetes.io/zone"
+APPS: Final = ("web", "db", "batch")
+LOW_PRIORITIES: Final = tuple(range(-3, 31))
+HIGH: Final = ("diff-high", 1000, "PreemptLowerPriority")
+MID: Final = ("diff-mid", 15, "PreemptLowerPriority")
+NEVER: Final = ("diff-never", 1000, "Never")
+
+
+def low_class(value: int) -> str:
+    return f"diff-low-{value}" if value >= 0 else f"diff-low-m{-value}"
+
+
+def priority_classes() -> list[Body]:
+    """Every PriorityClass the cases use (cluster-scoped, created once)."""
+    out = [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": low_class(v)},
+            "value": v,
+        }
+        for v in LOW_PRIORITIES
+    ]
+    for name, value, policy in (HIGH, MID, NEVER):
+        out.append(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+                "preemptionPolicy": policy,
+            }
+        )
+    return out
+
+
+@dataclass
+class Case:
+    namespace: str
+    nodes: list[Body] = field(default_factory=list)
+    pods: list[Body] = field(default_factory=list)
+    pdbs: list[Body] = field(default_factory=list)
+    preemptor: Body = field(default_factory=dict)
+
+
+def _container(cpu: str, memory: str, port: int | None = None) -> Body:
+    c: Body = {
+        "name": "c",
+        "image": "busybox",
+        "resources": {"requests": {"cpu": cpu, "memory": memory}},
+    }
+    if port is not None:
+        c["ports"] = [{"containerPort": port, "hostPort": port, "protocol": "TCP"}]
+    return c
+
+
+def _millis(cpu: str) -> int:
+    return int(cpu[:-1]) if cpu.endswith("m") else int(cpu) * 1000
+
+
+def _mib(memory: str) -> int:
+    return int(memory[:-2]) * (1024 if memory.endswith("Gi") else 1)
+
+
+class PreemptionGenerator:
+    """Draws cases from one seed: same seed, same cases."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.seed = seed
+
+    def case(self, round_index: int, index: int) -> Case:
+        r = self.rng
+        ns = f"pre-{self.seed}-{round_index}-{index}"
+        case = Case(ns)
+        for i in range(r.randint(2, 4)):
+            case.nodes.append(self._node(f"{ns}-n{i}", ns, i))
+        for node in case.nodes:
+            self._fill(case, node)
+        self._budgets(case)
+        case.preemptor = self._preemptor(case)
+        return case
+
+    def _node(self, name: str, pool: str, i: int) -> Body:
+        r = self.rng
+        cpu = r.choice((2, 3, 4))
+        capacity = {
+            "cpu": str(cpu),
+            "memory": f"{r.choice((4, 8))}Gi",
+            "pods": r.choice(("3", "4", "110", "110", "110")),
+            "ephemeral-storage": "20Gi",
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    HOST: name,
+                    "pool": pool,
+                    ZONE: f"{pool}-z{r.randint(0, 1) if i else 0}",
+                },
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+            },
+            "spec": {},
+            "status": {"capacity": capacity, "allocatable": dict(capacity)},
+        }
+
+    def _fill(self, case: Case, node: Body) -> None:
+        """Low-priority pods until the node is (nearly) full, distinct priorities."""
+        r = self.rng
+        capacity = node["status"]["allocatable"]
+        free_cpu = int(capacity["cpu"]) * 1000
+        free_mem = _mib(capacity["memory"])
+        slots = int(capacity["pods"])
+        priorities = r.sample(LOW_PRIORITIES, len(LOW_PRIORITIES))
+        ports: set[int] = set()
+        name = node["metadata"]["name"]
+        for k in range(slots):
+            cpu = r.choice(("250m", "500m", "500m", "1", "1500m"))
+            memory = r.choice(("256Mi", "512Mi", "1Gi", "2Gi"))
+            if _millis(cpu) > free_cpu or _mib(memory) > free_mem:
+                if r.random() < 0.5:
+                    break
+                continue
+            free_cpu -= _millis(cpu)
+            free_mem -= _mib(memory)
+            port = 8080 if r.random() < 0.15 and 8080 not in ports else None
+            if port is not None:
+                ports.add(port)
+            spec: Body = {
+                "nodeName": name,
+                "priorityClassName": low_class(priorities[k]),
+                "containers": [_container(cpu, memory, port)],
+                "tolerations": [{"operator": "Exists"}],
+            }
+            if r.random() < 0.15:
+                spec["affinity"] = {
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {"matchLabels": {"app": r.choice(APPS)}},
+                                "topologyKey": r.choice((HOST, ZONE)),
+                            }
+                        ]
+                    }
+                }
+            case.pods.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{name[len(case.namespace) + 1 :]}-p{k}",
+                        "namespace": case.namespace,
+                        "labels": {"app": r.choice(APPS)},
+                    },
+                    "spec": spec,
+                }
+            )
+
+    def _budgets(self, case: Case) -> None:
+        r = self.rng
+        for b in range(r.choice((0, 1, 1, 2))):
+            app = r.choice(APPS)
+            matching = sum(p["metadata"]["labels"]["app"] == app for p in case.pods)
+            case.pdbs.append(
+                {
+                    "apiVersion": "policy/v1",
+                    "kind": "PodDisruptionBudget",
+                    "metadata": {"name": f"b{b}", "namespace": case.namespace},
+                    "spec": {
+                        "minAvailable": r.randint(max(0, matching - 2), matching),
+                        "selector": {"matchLabels": {"app": app}},
+                    },
+                }
+            )
+
+    def _preemptor(self, case: Case) -> Body:
+        r = self.rng
+        app = r.choice(APPS)
+        biggest = max(int(n["status"]["allocatable"]["cpu"]) for n in case.nodes) * 1000
+        cpu = r.choice([c for c in (500, 1000, 1500, 2000, 3000, 4000) if c <= biggest + 500])
+        memory = r.choice(("256Mi", "1Gi", "2Gi", "4Gi"))
+        port = 8080 if r.random() < 0.1 else None
+        cls = r.choices((HIGH, MID, NEVER), weights=(75, 18, 7))[0]
+        spec: Body = {
+            "priorityClassName": cls[0],
+            "nodeSelector": {"pool": case.namespace},
+            "containers": [_container(f"{cpu}m", memory, port)],
+        }
+        affinity: Body = {}
+        roll = r.random()
+        if roll < 0.2:
+            affinity["podAntiAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"app": r.choice(APPS)}},
+                        "topologyKey": r.choice((HOST, HOST, ZONE)),
+                    }
+                ]
+            }
+        elif roll < 0.3:
+            affinity["podAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": r.choice(APPS)}}, "topologyKey": ZONE}
+                ]
+            }
+        if affinity:
+            spec["affinity"] = affinity
+        if r.random() < 0.1:
+            spec["topologySpreadConstraints"] = [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": r.choice((HOST, ZONE)),
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": app}},
+                }
+            ]
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "preemptor", "namespace": case.namespace, "labels": {"app": app}},
+            "spec": spec,
+        }
