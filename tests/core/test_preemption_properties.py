@@ -1,5 +1,6 @@
-"""Property tests: the screened, incremental evaluator equals the naive oracle, and the
-snapshot it simulates on comes back unchanged."""
+"""Property tests: the evaluator equals the naive oracle, on its integer path (pods that only
+resources constrain) and on its simulation path alike, and the snapshot it simulates on
+comes back unchanged."""
 
 from __future__ import annotations
 
@@ -135,8 +136,11 @@ def test_evaluator_equals_oracle(scenario: tuple[Snapshot, Pod, Inputs]) -> None
     assert view(snapshot) == before
     assert [[p.key for p in snapshot.pods_on(i)] for i in range(snapshot.num_nodes)] == order
     assert FRAMEWORK.schedule(snapshot, probe).explanation.to_json() == probe_before
+    simulated = preempt(FRAMEWORK, snapshot, decision, inputs, force_simulation=True)
+    assert view(snapshot) == before
     slow = oracle.preempt(FRAMEWORK, snapshot, decision, inputs)
     assert outcome(fast) == outcome(slow)
+    assert outcome(simulated) == outcome(slow)
     if fast is not None:
         assert slow is not None
         assert [v.key for v in fast.victims] == [v.key for v in slow.victims]
