@@ -11,18 +11,21 @@ Theory of operation, following ``pkg/scheduler/framework/preemption`` and
    UnschedulableAndUnresolvable means no eviction can help.
 3. **Screen, vectorised**: over all potential nodes at once, would the pod's requests and
    one pod slot fit if *every* lower-priority pod were gone (and the nominated pods of at
-   least its priority were there)? Resource fit is monotone in the pods removed, so a node
-   failing this cannot be a candidate; only the survivors are simulated.
+   least its priority were there)? And could the domain of each of the pod's required
+   anti-affinity terms be emptied by the node's own lower-priority pods leaving? Both are
+   monotone in the pods removed, so a node failing them cannot be a candidate; only the
+   survivors are simulated.
 4. **Dry run** (``SelectVictimsOnNode``) per survivor, from a seeded offset (kube draws it at
    random) until ``max(10 %, 100)`` candidates are found: remove every lower-priority pod
    from the snapshot, check the pod passes *all* filters, then reprieve victims one by one -
    PDB-violating first, then the others, each group most important first (higher priority,
    then earlier start) - keeping a pod back whenever the pod still fits with it. The
    snapshot (and the device ledger) is restored exactly afterwards, pods in their old order.
-   When nothing but NodeResourcesFit can change as pods leave (:func:`resource_only`: no
-   ports, hard spread, inter-pod terms, devices or load thresholds in play), the same loop
-   runs on integer sums instead of filter calls, which is what keeps 5000 full nodes cheap:
-   every filter call costs a pass over all nodes.
+   When only counts can change as pods leave (:func:`counted_path`: requests and pod
+   slots, and the pod's own required anti-affinity; no ports, hard spread, required
+   affinity, devices or load thresholds in play), the same loop runs on integer sums
+   instead of filter calls, which is what keeps 5000 full nodes cheap: every filter call
+   costs a pass over all nodes.
 5. **Pick** (``pickOneNodeForPreemption``): fewest PDB violations, lowest highest-victim
    priority, smallest sum of ``priority + 2**31`` (so negative priorities still add up),
    fewest victims, latest earliest-start among the highest-priority victims, then the first
@@ -51,10 +54,12 @@ import numpy as np
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code, Cycle
 from scheduler.core.load import LoadView
-from scheduler.core.profile import NODE_RESOURCES_FIT
+from scheduler.core.plugins.inter_pod_affinity import required_state
+from scheduler.core.profile import INTER_POD_AFFINITY, NODE_RESOURCES_FIT
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.core.topology.state import TopologyState
+from scheduler.graph.terms import TermKey
 from scheduler.model._fields import mapping, object_list, string
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.names import CPU, EPHEMERAL_STORAGE, MEMORY, is_extended_resource
@@ -408,13 +413,14 @@ POD_INDEPENDENT_FILTERS: Final = frozenset(
 """Filters whose verdict on a node does not depend on the pods placed there."""
 
 
-def resource_only(framework: Framework, snapshot: Snapshot, pod: Pod, inputs: Inputs) -> bool:
-    """Whether only NodeResourcesFit's arithmetic can change when pods leave a node.
+def counted_path(framework: Framework, snapshot: Snapshot, pod: Pod, inputs: Inputs) -> bool:
+    """Whether counts decide the fit as pods leave a node: NodeResourcesFit's sums, and the
+    pod's own required anti-affinity terms (pods selected per domain).
 
     True when every other filter is pod-independent or skips this pod (no host ports, no
-    hard spread, no inter-pod terms on either side, no devices, no load thresholds), and no
-    nominated pod could bring an anti-affinity term along. Skips only get likelier as pods
-    are removed, so the original snapshot decides.
+    hard spread, no required affinity, no existing pod's anti-affinity selecting it, no
+    devices, no load thresholds), and no nominated pod could bring an anti-affinity term
+    along. Skips only get likelier as pods are removed, so the original snapshot decides.
     """
     if any(other.has_required_anti_affinity for other, _ in inputs.nominated):
         return False
@@ -423,6 +429,12 @@ def resource_only(framework: Framework, snapshot: Snapshot, pod: Pod, inputs: In
     for plugin in framework.plugins.pre_filters:
         with_pre_filter.add(plugin.name)
         if plugin.name in POD_INDEPENDENT_FILTERS or plugin.name == NODE_RESOURCES_FIT:
+            continue
+        if (
+            plugin.name == INTER_POD_AFFINITY
+            and not pod.required_affinity
+            and not required_state(snapshot.affinity_graph, pod).existing_anti_affinity_counts
+        ):
             continue
         if plugin.pre_filter(cycle).code is not Code.SKIP:
             return False
@@ -434,7 +446,7 @@ def resource_only(framework: Framework, snapshot: Snapshot, pod: Pod, inputs: In
 
 class _Room:
     """NodeResourcesFit's accounting for one pod: the vectorised screen over all potential
-    nodes, and the whole victim selection in integer arithmetic when :func:`resource_only`.
+    nodes, and the whole victim selection in integer arithmetic when :func:`counted_path`.
     """
 
     def __init__(self, framework: Framework, snapshot: Snapshot, pod: Pod, inputs: Inputs):
@@ -442,6 +454,11 @@ class _Room:
         self.pod = pod
         self.inputs = inputs
         self.checked = NODE_RESOURCES_FIT in framework.profile.filters
+        self.anti_terms = (
+            [TermKey.of_affinity(t) for t in pod.required_anti_affinity]
+            if INTER_POD_AFFINITY in framework.profile.filters
+            else []
+        )
         self.checks: list[tuple[str, int | None, int]] = []
         """(resource, snapshot column or None, amount) the filter compares."""
         if self.checked:
@@ -458,10 +475,12 @@ class _Room:
         self.index = {r: i for i, r in enumerate(snapshot.resource_names)}
         self.added = np.zeros((len(self.index), n), dtype=np.int64)
         self.added_count = np.zeros(n, dtype=np.int64)
+        self.nominated_on: dict[str, list[Pod]] = {}
         for other, node in inputs.nominated:
             row = snapshot.index_of(node)
             if row is None or other.priority < pod.priority or other.key == pod.key:
                 continue
+            self.nominated_on.setdefault(node, []).append(other)
             self.added_count[row] += 1
             for name, amount in other.resources.accounted.items():
                 col = self.index.get(name)
@@ -492,10 +511,45 @@ class _Room:
                     ok[:] = False
                     break
                 ok &= amount <= snapshot.allocatable[col] - used[col]
+        ok &= self._anti_affinity_clears(rows)
         return np.asarray(ok[np.asarray(rows, dtype=np.intp)], dtype=np.bool_)
 
+    def _staying(self, row: int, key: TermKey, by_domain: Mapping[str, int]) -> int | None:
+        """Pods ``key`` selects that stay in the node's domain when the node's lower-priority
+        pods leave and its nominated pods arrive; None when the node lacks the key."""
+        snapshot, pod = self.snapshot, self.pod
+        column = snapshot.label_column(key.topology_key)
+        vid = -1 if column is None else int(column.ids[row])
+        if column is None or vid < 0:
+            return None
+        graph = snapshot.affinity_graph
+        staying = by_domain.get(column.values[vid], 0)
+        for other in snapshot.pods_on(row):
+            if other.priority < pod.priority and graph.selects_pod(key, other):
+                staying -= 1
+        for other in self.nominated_on.get(snapshot.node_names[row], ()):
+            if graph.selects_pod(key, other):
+                staying += 1
+        return staying
+
+    def _anti_affinity_clears(self, rows: Sequence[int]) -> BoolArray:
+        """Nodes where removing the lower-priority pods could empty the domain of every
+        required anti-affinity term of the pod (kube's filter rejects a node whose domain
+        has a pod the term selects). Only the node's own pods leave, so every selected pod
+        elsewhere in the domain, or of higher priority, or nominated there, stays."""
+        ok = np.ones(self.snapshot.num_nodes, dtype=np.bool_)
+        graph = self.snapshot.affinity_graph
+        for key in self.anti_terms:
+            by_domain = dict(graph.term_counts(key).by_domain)
+            for row in rows:
+                staying = self._staying(row, key, by_domain)
+                if staying is not None and staying > 0:
+                    ok[row] = False
+        return ok
+
     def select_on(self, node: str) -> Candidate | None:
-        """``SelectVictimsOnNode`` when only resources matter: sums instead of filters."""
+        """``SelectVictimsOnNode`` when counts decide (:func:`counted_path`): sums of requests
+        and of pods the anti-affinity terms select, instead of filter calls."""
         snapshot, pod, inputs = self.snapshot, self.pod, self.inputs
         row = snapshot.index_of(node)
         assert row is not None
@@ -512,9 +566,18 @@ class _Room:
         ]
         count = [int(snapshot.pod_counts[row]) - len(lower) + int(self.added_count[row])]
         allowed = int(snapshot.allowed_pods[row])
+        graph = snapshot.affinity_graph
+        anti: list[tuple[TermKey, int]] = []
+        for key in self.anti_terms:
+            staying = self._staying(row, key, graph.term_counts(key).by_domain)
+            if staying is not None:
+                anti.append((key, staying))
+        staying_now = [n for _, n in anti]
 
         def fits() -> bool:
             if self.checked and count[0] + 1 > allowed:
+                return False
+            if any(n > 0 for n in staying_now):
                 return False
             return all(u + c[2] <= a for u, c, a in zip(used, cols, alloc, strict=True))
 
@@ -522,6 +585,9 @@ class _Room:
             count[0] += sign
             for i, (name, _, _) in enumerate(cols):
                 used[i] += sign * victim.resources.accounted.get(name, 0)
+            for i, (key, _) in enumerate(anti):
+                if graph.selects_pod(key, victim):
+                    staying_now[i] += sign
 
         if not fits():
             return None
@@ -569,11 +635,29 @@ def preempt(
     alive = {name for name, keep in zip(names, survivors.tolist(), strict=True) if keep}
     if not alive:
         return None
-    select: Callable[[str], Candidate | None]
-    if not force_simulation and resource_only(framework, snapshot, pod, inputs):
-        select = room.select_on
-    else:
-        select = _Simulation(framework, snapshot, pod, inputs).select_on
+    if not force_simulation and counted_path(framework, snapshot, pod, inputs):
+        return _dry_run(names, alive, room.select_on, inputs)
+    # Known to the graph as pending, the pod's own terms are indexed and their counts
+    # patched as victims leave and return, instead of recounted over every pod per check.
+    register = snapshot.node_of_pod(pod.key) is None
+    if register:
+        snapshot.add_pod(pod, "")
+    try:
+        return _dry_run(
+            names, alive, _Simulation(framework, snapshot, pod, inputs).select_on, inputs
+        )
+    finally:
+        if register:
+            snapshot.remove_pod(pod)
+
+
+def _dry_run(
+    names: Sequence[str],
+    alive: set[str],
+    select: Callable[[str], Candidate | None],
+    inputs: Inputs,
+) -> Preemption | None:
+    """``DryRunPreemption`` then ``SelectCandidate`` over the screened potential nodes."""
     wanted = num_candidates(len(names))
     offset = random.Random(inputs.seed).randrange(len(names))
     clean: list[Candidate] = []

@@ -71,7 +71,7 @@ def scenarios(draw: Any) -> tuple[Snapshot, Pod, Inputs]:
         .label("app", draw(st.sampled_from(APPS)))
     )
     roll = draw(st.integers(0, 9))
-    if roll == 0:
+    if roll in (0, 4):
         incoming.pod_anti_affinity(draw(st.sampled_from([HOST, ZONE])), {"app": "db"})
     elif roll == 1:
         incoming.pod_affinity(ZONE, {"app": "batch"})
