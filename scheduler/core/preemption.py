@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -75,6 +76,8 @@ DISRUPTION_TARGET: Final = "DisruptionTarget"
 PREEMPTION_BY_SCHEDULER: Final = "PreemptionByScheduler"
 NEVER_MESSAGE: Final = "not eligible due to preemptionPolicy=Never."
 TERMINATING_MESSAGE: Final = "not eligible due to a terminating pod on the nominated node."
+NO_VICTIMS_MESSAGE: Final = "No preemption victims found for incoming pod"
+NOT_HELPFUL_MESSAGE: Final = "Preemption is not helpful for scheduling"
 
 
 class PreemptionPolicy(StrEnum):
@@ -324,23 +327,39 @@ class _Simulation:
                 self.inputs.topology.pod_placed(pod, node, pod.annotations)
         self.unledgered.clear()
 
-    def fits(self, node: str) -> bool:
-        """``RunFilterPluginsWithNominatedPods`` on one node of the current snapshot."""
+    def failure(self, node: str) -> tuple[str, ...] | None:
+        """``RunFilterPluginsWithNominatedPods`` on one node of the current snapshot: None
+        when the pod passes with the nominated pods and (if any) without them."""
+        fw, snap, pod, inputs = self.framework, self.snapshot, self.pod, self.inputs
         extra = self.nominated.get(node, [])
         if not extra:
-            return passes_filters(self.framework, self.snapshot, self.pod, node, self.inputs)
+            return filter_failure(fw, snap, pod, node, inputs)
         for other in extra:
-            self.snapshot.add_pod(other, node)
+            snap.add_pod(other, node)
         try:
-            with_nominated = passes_filters(
-                self.framework, self.snapshot, self.pod, node, self.inputs
-            )
+            with_nominated = filter_failure(fw, snap, pod, node, inputs)
         finally:
             for other in extra:
-                self.snapshot.remove_pod(other)
-        return with_nominated and passes_filters(
-            self.framework, self.snapshot, self.pod, node, self.inputs
-        )
+                snap.remove_pod(other)
+        return with_nominated or filter_failure(fw, snap, pod, node, inputs)
+
+    def fits(self, node: str) -> bool:
+        return self.failure(node) is None
+
+    def status_on(self, node: str) -> tuple[str, ...] | None:
+        """Why ``node`` is no candidate (the dry run's status), None if it is one."""
+        row = self.snapshot.index_of(node)
+        assert row is not None
+        original = list(self.snapshot.pods_on(row))
+        lower = [p for p in original if p.priority < self.pod.priority]
+        if not lower:
+            return (NO_VICTIMS_MESSAGE,)
+        for victim in lower:
+            self.remove(victim)
+        try:
+            return self.failure(node)
+        finally:
+            self.restore(node, original)
 
     def select_on(self, node: str) -> Candidate | None:
         row = self.snapshot.index_of(node)
@@ -375,16 +394,17 @@ class _Simulation:
         return Candidate(node, tuple(victims), violations)
 
 
-def passes_filters(
+def filter_failure(
     framework: Framework, snapshot: Snapshot, pod: Pod, node: str, inputs: Inputs
-) -> bool:
-    """Whether ``pod`` passes every PreFilter and Filter of the profile on ``node``.
+) -> tuple[str, ...] | None:
+    """None when ``pod`` passes every PreFilter and Filter of the profile on ``node``, else
+    the reasons of the first plugin that rejects it (kube's status reasons).
 
     The same loop as :meth:`Framework.schedule` without scoring and explanations.
     """
     row = snapshot.index_of(node)
-    if row is None or pod.scheduling_gates:
-        return False
+    if row is None:
+        return ("node not found",)
     cycle = Cycle(snapshot, pod, topology=inputs.topology, load=inputs.load)
     skipped: set[str] = set()
     for plugin in framework.plugins.pre_filters:
@@ -393,9 +413,9 @@ def passes_filters(
             skipped.add(plugin.name)
             continue
         if result.rejected:
-            return False
+            return (result.message,)
         if result.node_names is not None and node not in result.node_names:
-            return False
+            return (f"node(s) didn't satisfy plugin {plugin.name}",)
     candidates = np.zeros(snapshot.num_nodes, dtype=np.bool_)
     candidates[row] = True
     for filter_plugin in framework.plugins.filters:
@@ -403,8 +423,14 @@ def passes_filters(
             continue
         verdict = filter_plugin.filter(cycle, candidates)
         if verdict is not None and verdict.codes[row] != 0:
-            return False
-    return True
+            return tuple(verdict.reasons_at(row))
+    return None
+
+
+def passes_filters(
+    framework: Framework, snapshot: Snapshot, pod: Pod, node: str, inputs: Inputs
+) -> bool:
+    return filter_failure(framework, snapshot, pod, node, inputs) is None
 
 
 POD_INDEPENDENT_FILTERS: Final = frozenset(
@@ -685,3 +711,39 @@ def _dry_run(
         tuple(candidates),
         tuple(c.node for c in tied),
     )
+
+
+def no_preemption_message(
+    framework: Framework, snapshot: Snapshot, decision: Decision, inputs: Inputs | None = None
+) -> str:
+    """kube's PostFilter message when :func:`preempt` returns None (kube prefixes it with
+    ``preemption: `` after the cycle's own FitError): the eligibility message, or a FitError
+    over the dry run's per-node statuses, every node not examined counting as "Preemption
+    is not helpful for scheduling". Simulates every potential node, so it is for reports,
+    not for the cycle."""
+    inputs = inputs or Inputs()
+    pod = decision.pod
+    reason = ineligible_reason(snapshot, pod, decision, inputs)
+    if reason is not None:
+        return reason
+    counts: Counter[str] = Counter()
+    examined = 0
+    register = snapshot.node_of_pod(pod.key) is None
+    if register:
+        snapshot.add_pod(pod, "")
+    try:
+        simulation = _Simulation(framework, snapshot, pod, inputs)
+        for name in potential_nodes(snapshot, decision):
+            status = simulation.status_on(name)
+            if status is None:
+                continue
+            examined += 1
+            counts.update(status)
+    finally:
+        if register:
+            snapshot.remove_pod(pod)
+    absent = snapshot.num_nodes - examined
+    if absent:
+        counts[NOT_HELPFUL_MESSAGE] += absent
+    entries = sorted(f"{count} {reason}" for reason, count in counts.items())
+    return f"0/{snapshot.num_nodes} nodes are available: {', '.join(entries)}."

@@ -15,6 +15,7 @@ from scheduler.core.preemption import (
     Preemption,
     PreemptionPolicy,
     ineligible_reason,
+    no_preemption_message,
     num_candidates,
     preempt,
 )
@@ -290,3 +291,25 @@ def test_preempting_keeps_snapshot_usable_for_scheduling() -> None:
     for victim in result.victims:
         snapshot.remove_pod(victim)
     assert FRAMEWORK.schedule(snapshot, high("2")).selected == "n0"
+
+
+def test_no_preemption_message_counts_the_dry_run() -> None:
+    nodes = [make_node("n1", cpu="1"), make_node("n2", cpu="2"), make_node("n3", cpu="3")]
+    placed = [
+        (low("a", "1", 1), "n1"),
+        (low("b", "2", 500), "n2"),
+        (low("c", "2", 500), "n3"),
+        (low("d", "1", 1), "n3"),
+    ]
+    snapshot = cluster(nodes, placed)
+    decision = FRAMEWORK.schedule(snapshot, high("2"))
+    assert preempt(FRAMEWORK, snapshot, decision) is None
+    # n1 is too small in total (not a candidate at all), n2 holds only a more important pod,
+    # n3 stays short of cpu with d gone.
+    assert no_preemption_message(FRAMEWORK, snapshot, decision) == (
+        "0/3 nodes are available: 1 Insufficient cpu, "
+        "1 No preemption victims found for incoming pod, "
+        "1 Preemption is not helpful for scheduling."
+    )
+    never = Inputs(facts={"hi": PodFacts(preemption_policy=PreemptionPolicy.NEVER)})
+    assert no_preemption_message(FRAMEWORK, snapshot, decision, never) == NEVER_MESSAGE

@@ -8,8 +8,10 @@ stored). Agreement means:
 * kube-scheduler preempted on node n with victims V  =>  Lattice found a preemption, n is
   among the nodes it found tied at every criterion (kube breaks the last tie at random), and
   Lattice's victims on n are exactly V;
-* kube-scheduler did not preempt  =>  neither did Lattice (and if kube bound the pod without
-  preempting, Lattice found that node feasible).
+* kube-scheduler did not preempt  =>  neither did Lattice, and its PostFilter message (the
+  part after ``preemption:``: not eligible, or the dry run's per-node reasons) is Lattice's
+  :func:`no_preemption_message`; if kube bound the pod without preempting, Lattice found that
+  node feasible.
 
 ``LATTICE_DIFF_PREEMPT_CASES`` (default 200) sets how many cases, ``--diff-seed`` which.
 """
@@ -27,7 +29,13 @@ from kubernetes_asyncio import client
 
 from scheduler.core.explain import Decision
 from scheduler.core.from_api import as_pending, snapshot_from_api
-from scheduler.core.preemption import Inputs, PodFacts, Preemption, preempt
+from scheduler.core.preemption import (
+    Inputs,
+    PodFacts,
+    Preemption,
+    no_preemption_message,
+    preempt,
+)
 from scheduler.core.schedule import Framework
 from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client
@@ -62,6 +70,8 @@ async def preempt_api(preempt_plane: Path) -> AsyncIterator[client.ApiClient]:
 class Ours:
     decision: Decision
     preemption: Preemption | None
+    message: str | None = None
+    """Our PostFilter message when we did not preempt."""
 
 
 def lattice_preempts(before: Before, stored: Body) -> Ours:
@@ -76,7 +86,10 @@ def lattice_preempts(before: Before, stored: Body) -> Ours:
     if decision.selected is not None:
         return Ours(decision, None)
     inputs = Inputs(pdbs=[PodDisruptionBudget.from_api(b) for b in before.pdbs], facts=facts)
-    return Ours(decision, preempt(framework, built.snapshot, decision, inputs))
+    found = preempt(framework, built.snapshot, decision, inputs)
+    if found is not None:
+        return Ours(decision, found)
+    return Ours(decision, None, no_preemption_message(framework, built.snapshot, decision, inputs))
 
 
 def agree(kube: KubePreemption, ours: Ours) -> bool:
@@ -84,7 +97,11 @@ def agree(kube: KubePreemption, ours: Ours) -> bool:
     if kube.node is None or not kube.victims:
         if kube.bound is not None:
             return p is None and kube.bound in ours.decision.feasible
-        return p is None and ours.decision.selected is None
+        if p is not None or ours.decision.selected is not None:
+            return False
+        # "<cycle's FitError>. [other PostFilter messages, ]preemption: <ours>"
+        _, found, theirs = (kube.message or "").partition("preemption: ")
+        return bool(found) and theirs == ours.message
     if p is None or kube.node not in p.tied:
         return False
     (on_node,) = [c for c in p.candidates if c.node == kube.node]
@@ -94,7 +111,7 @@ def agree(kube: KubePreemption, ours: Ours) -> bool:
 def describe(case: str, kube: KubePreemption, ours: Ours, stored: Body) -> str:
     p = ours.preemption
     mine = (
-        "none"
+        f"none: {ours.message}"
         if p is None
         else f"{p.node} {sorted(v.name for v in p.victims)} violations={p.pdb_violations} "
         f"tied={list(p.tied)} candidates="
