@@ -42,13 +42,11 @@ Pure: the snapshot is mutated during the call and restored before it returns.
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 
@@ -61,73 +59,19 @@ from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.core.topology.state import TopologyState
 from scheduler.graph.terms import TermKey
-from scheduler.model._fields import mapping, object_list, string
-from scheduler.model.errors import InvalidObjectError
 from scheduler.model.names import CPU, EPHEMERAL_STORAGE, MEMORY, is_extended_resource
 from scheduler.model.pdb import PodDisruptionBudget
 from scheduler.model.pod import Pod
-from scheduler.model.topology import parse_time
+from scheduler.model.pod_facts import PodFacts, PreemptionPolicy
 
 PRIORITY_OFFSET: Final = 2**31
 """``math.MaxInt32 + 1``, added per victim to the priority sum so negatives count up."""
 MIN_CANDIDATES_PERCENT: Final = 10
 MIN_CANDIDATES_ABSOLUTE: Final = 100
-DISRUPTION_TARGET: Final = "DisruptionTarget"
-PREEMPTION_BY_SCHEDULER: Final = "PreemptionByScheduler"
 NEVER_MESSAGE: Final = "not eligible due to preemptionPolicy=Never."
 TERMINATING_MESSAGE: Final = "not eligible due to a terminating pod on the nominated node."
 NO_VICTIMS_MESSAGE: Final = "No preemption victims found for incoming pod"
 NOT_HELPFUL_MESSAGE: Final = "Preemption is not helpful for scheduling"
-
-
-class PreemptionPolicy(StrEnum):
-    PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
-    NEVER = "Never"
-
-
-@dataclass(frozen=True, slots=True)
-class PodFacts:
-    """What preemption reads of a pod beyond the snapshot's :class:`Pod` record."""
-
-    start_time: float | None = None
-    """``status.startTime`` (Unix seconds); None: not started, which kube reads as "now"."""
-    terminating_by_preemption: bool = False
-    """``deletionTimestamp`` set and ``DisruptionTarget=True`` with reason
-    PreemptionByScheduler (kube's ``podTerminatingByPreemption``)."""
-    preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
-
-    @property
-    def start_key(self) -> float:
-        return math.inf if self.start_time is None else self.start_time
-
-    @classmethod
-    def from_api(cls, body: Mapping[str, Any]) -> PodFacts:
-        metadata = mapping(body.get("metadata"), "metadata")
-        spec = mapping(body.get("spec"), "spec")
-        status = mapping(body.get("status"), "status")
-        raw_start = string(status.get("startTime"), "status.startTime")
-        try:
-            start = parse_time(raw_start).timestamp() if raw_start else None
-        except ValueError as exc:
-            raise InvalidObjectError("status.startTime", raw_start, str(exc)) from exc
-        by_preemption = False
-        if metadata.get("deletionTimestamp") is not None:
-            for cond in object_list(status.get("conditions"), "status.conditions"):
-                if cond.get("type") == DISRUPTION_TARGET:  # the first one decides, as in kube
-                    by_preemption = (
-                        cond.get("status") == "True"
-                        and cond.get("reason") == PREEMPTION_BY_SCHEDULER
-                    )
-                    break
-        raw_policy = spec.get("preemptionPolicy")
-        policy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
-        if raw_policy is not None:
-            if raw_policy not in [p.value for p in PreemptionPolicy]:
-                raise InvalidObjectError(
-                    "spec.preemptionPolicy", raw_policy, 'must be "PreemptLowerPriority" or "Never"'
-                )
-            policy = PreemptionPolicy(raw_policy)
-        return cls(start, by_preemption, policy)
 
 
 NO_FACTS: Final = PodFacts()

@@ -11,9 +11,7 @@ from scheduler.core.preemption import (
     NEVER_MESSAGE,
     TERMINATING_MESSAGE,
     Inputs,
-    PodFacts,
     Preemption,
-    PreemptionPolicy,
     ineligible_reason,
     no_preemption_message,
     num_candidates,
@@ -24,6 +22,7 @@ from scheduler.core.snapshot import Snapshot
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.pdb import IntOrPercent, PodDisruptionBudget
 from scheduler.model.pod import Pod
+from scheduler.model.pod_facts import PodFacts, PreemptionPolicy
 from tests.builders import NodeBuilder, cluster, make_node, make_pod
 
 FRAMEWORK = Framework()

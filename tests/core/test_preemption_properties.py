@@ -10,11 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.oracle import preemption as oracle
-from scheduler.core.preemption import Inputs, PodFacts, Preemption, preempt
+from scheduler.core.preemption import Inputs, Preemption, preempt
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.model.pdb import PodDisruptionBudget
 from scheduler.model.pod import Pod
+from scheduler.model.pod_facts import PodFacts
 from tests.builders import cluster, make_namespace, make_node, make_pod
 from tests.core.test_snapshot import view
 

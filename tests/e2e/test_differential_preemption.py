@@ -31,7 +31,6 @@ from scheduler.core.explain import Decision
 from scheduler.core.from_api import as_pending, snapshot_from_api
 from scheduler.core.preemption import (
     Inputs,
-    PodFacts,
     Preemption,
     no_preemption_message,
     preempt,
@@ -41,6 +40,7 @@ from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client
 from scheduler.model.pdb import PodDisruptionBudget
 from scheduler.model.pod import Pod
+from scheduler.model.pod_facts import PodFacts
 from tests.conftest import report_line
 from tests.e2e.differential.preemption import Before, KubePreemption, PreemptionKubeSide
 from tests.e2e.differential.preemption_gen import Body, PreemptionGenerator

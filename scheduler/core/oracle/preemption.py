@@ -19,13 +19,13 @@ from scheduler.core.preemption import (
     Candidate,
     Inputs,
     Preemption,
-    PreemptionPolicy,
     num_candidates,
 )
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.model.node import Namespace, Node
 from scheduler.model.pod import Pod
+from scheduler.model.pod_facts import PreemptionPolicy
 
 
 class _World:
