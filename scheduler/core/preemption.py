@@ -371,12 +371,6 @@ def filter_failure(
     return None
 
 
-def passes_filters(
-    framework: Framework, snapshot: Snapshot, pod: Pod, node: str, inputs: Inputs
-) -> bool:
-    return filter_failure(framework, snapshot, pod, node, inputs) is None
-
-
 POD_INDEPENDENT_FILTERS: Final = frozenset(
     {"Unsupported", "NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity"}
 )
