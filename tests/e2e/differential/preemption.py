@@ -247,6 +247,16 @@ class PreemptionKubeSide:
         return frozenset(originals - alive)
 
     async def teardown(self, cases: Sequence[Case]) -> None:
+        """Pods first, at once (grace 0): left to their nodes' deletion they linger as
+        terminating pods and namespaces, and every later round's lists grow with them."""
+        await _bounded(
+            [
+                partial(
+                    self.core.delete_collection_namespaced_pod, c.namespace, grace_period_seconds=0
+                )
+                for c in cases
+            ]
+        )
         await _bounded(
             [partial(self.core.delete_node, n["metadata"]["name"]) for c in cases for n in c.nodes]
         )
