@@ -39,6 +39,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--diff-seed", type=int, default=1, help="differential test: generator seed (default 1)"
     )
+    parser.addoption(
+        "--preempt-cases",
+        type=int,
+        default=200,
+        help="differential preemption test: cases against kube-scheduler (default 200)",
+    )
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -13,12 +13,11 @@ stored). Agreement means:
   :func:`no_preemption_message`; if kube bound the pod without preempting, Lattice found that
   node feasible.
 
-``LATTICE_DIFF_PREEMPT_CASES`` (default 200) sets how many cases, ``--diff-seed`` which.
+``--preempt-cases`` (default 200) sets how many cases, ``--diff-seed`` which.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -46,7 +45,6 @@ from tests.e2e.differential.preemption import Before, KubePreemption, Preemption
 from tests.e2e.differential.preemption_gen import Body, PreemptionGenerator
 
 CASES_PER_ROUND = 25
-DEFAULT_CASES = 200
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +125,7 @@ def describe(case: str, kube: KubePreemption, ours: Ours, stored: Body) -> str:
 async def test_preemption_agrees_with_kube_scheduler(
     preempt_api: client.ApiClient, request: pytest.FixtureRequest
 ) -> None:
-    cases = int(os.environ.get("LATTICE_DIFF_PREEMPT_CASES", DEFAULT_CASES))
+    cases: int = request.config.getoption("--preempt-cases")
     seed: int = request.config.getoption("--diff-seed")
     gen = PreemptionGenerator(seed)
     kube = PreemptionKubeSide(preempt_api)
