@@ -18,6 +18,9 @@ extension over *all candidate nodes at once*, then Score over all feasible nodes
 * Annotate (Lattice's, after selection) returns pod annotations for the chosen node row,
   which the binder writes with the binding: the Topology plugin records the devices it
   picked this way, so the choice survives a scheduler restart.
+* VolumePlan (after selection) returns the PV claimRefs and PVC selected-node annotations
+  to write, and the claims to wait for, before the binding (kube's VolumeBinding PreBind,
+  as data rather than I/O).
 
 Outcomes are values; exceptions are for bugs. :class:`Code` keeps kube-scheduler's numbering
 so Unschedulable (may pass after preemption/cluster change) and UnschedulableAndUnresolvable
@@ -41,6 +44,7 @@ from scheduler.model.pod import UNSCHEDULABLE_TAINT_KEY, Pod, tolerates
 if TYPE_CHECKING:
     from scheduler.core.load import LoadView
     from scheduler.core.topology.state import TopologyState
+    from scheduler.core.volumes import VolumePlan, VolumeState
 
 CodeArray = npt.NDArray[np.int8]
 T = TypeVar("T")
@@ -109,7 +113,7 @@ class Cycle:
     memoised here so several plugins can reuse them.
     """
 
-    __slots__ = ("_memo", "load", "pod", "snapshot", "state", "topology")
+    __slots__ = ("_memo", "load", "pod", "snapshot", "state", "topology", "volumes")
 
     def __init__(
         self,
@@ -118,6 +122,7 @@ class Cycle:
         *,
         topology: TopologyState | None = None,
         load: LoadView | None = None,
+        volumes: VolumeState | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.pod = pod
@@ -125,6 +130,9 @@ class Cycle:
         self.topology = topology
         # Predicted node load (None: no predictor, LoadAware stays out of the way).
         self.load = load
+        # PVs, PVCs, StorageClasses, CSINodes (None: volume plugins stay out, and
+        # Unsupported refuses pods with claims).
+        self.volumes = volumes
         self.state: dict[str, Any] = {}
         self._memo: dict[str, Any] = {}
 
@@ -260,6 +268,14 @@ class AnnotatePlugin(Plugin, Protocol):
         ...
 
 
+@runtime_checkable
+class VolumePlanPlugin(Plugin, Protocol):
+    def volume_plan(self, cycle: Cycle, row: int) -> VolumePlan | None:
+        """The PV and PVC writes that must precede binding the pod to the selected node row
+        (kube's PreBind, as data); None when the pod's volumes need none."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class PluginSet:
     """Plugins instantiated for one profile, in execution order."""
@@ -270,3 +286,5 @@ class PluginSet:
     annotators: tuple[AnnotatePlugin, ...] = field(default=())
     preferences: tuple[PreferPlugin, ...] = field(default=())
     """Score plugins that also rank some nodes last (in score order)."""
+    volume_planners: tuple[VolumePlanPlugin, ...] = field(default=())
+    """Filter plugins that name writes to make before binding (VolumeBinding)."""

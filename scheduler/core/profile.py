@@ -1,14 +1,16 @@
 """Scheduling profiles: which plugins run, in what order, with which weights and arguments.
 
 The defaults reproduce kube-scheduler v1.34's default profile restricted to the plugins the
-core implements (no volume plugins, DynamicResources, ImageLocality or preemption). Filter
-order matters: a node is attributed to the first filter that rejects it, and that is what
-FailedScheduling messages count.
+core implements (no DynamicResources, ImageLocality or preemption). Filter order matters: a
+node is attributed to the first filter that rejects it, and that is what FailedScheduling
+messages count.
 
-Pods that need the missing plugins (PVC-backed or generic ephemeral volumes, inline disks
-with conflict or attach-limit rules, DRA resource claims) are refused first, by the
-Unsupported plugin, rather than bound where their volumes or devices cannot follow; every
-other pod skips it.
+The volume plugins (VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone) need
+the controller's VolumeState in the cycle. Pods that need what is still missing (inline
+disks with conflict or attach-limit rules, DRA resource claims, and PVC-backed or generic
+ephemeral volumes when the cycle has no VolumeState or VolumeBinding is disabled) are
+refused first, by the Unsupported plugin, rather than bound where their volumes or devices
+cannot follow; every other pod skips it.
 
 Lattice adds two plugins of its own, last among the filters. Topology (device and NUMA
 alignment) skips every pod that asks for no GPUs, RDMA NICs or pinned CPUs. LoadAware
@@ -121,6 +123,10 @@ TAINT_TOLERATION: Final = "TaintToleration"
 NODE_AFFINITY: Final = "NodeAffinity"
 NODE_PORTS: Final = "NodePorts"
 NODE_RESOURCES_FIT: Final = "NodeResourcesFit"
+VOLUME_RESTRICTIONS: Final = "VolumeRestrictions"
+NODE_VOLUME_LIMITS: Final = "NodeVolumeLimits"
+VOLUME_BINDING: Final = "VolumeBinding"
+VOLUME_ZONE: Final = "VolumeZone"
 POD_TOPOLOGY_SPREAD: Final = "PodTopologySpread"
 INTER_POD_AFFINITY: Final = "InterPodAffinity"
 BALANCED_ALLOCATION: Final = "NodeResourcesBalancedAllocation"
@@ -135,6 +141,10 @@ DEFAULT_FILTERS: Final = (
     NODE_AFFINITY,
     NODE_PORTS,
     NODE_RESOURCES_FIT,
+    VOLUME_RESTRICTIONS,
+    NODE_VOLUME_LIMITS,
+    VOLUME_BINDING,
+    VOLUME_ZONE,
     POD_TOPOLOGY_SPREAD,
     INTER_POD_AFFINITY,
     TOPOLOGY,

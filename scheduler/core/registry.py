@@ -18,6 +18,7 @@ from scheduler.core.framework import (
     PreferPlugin,
     PreFilterPlugin,
     ScorePlugin,
+    VolumePlanPlugin,
 )
 from scheduler.core.plugins import (
     balanced_allocation,
@@ -28,10 +29,14 @@ from scheduler.core.plugins import (
     node_ports,
     node_resources_fit,
     node_unschedulable,
+    node_volume_limits,
     pod_topology_spread,
     taint_toleration,
     topology,
     unsupported,
+    volume_binding,
+    volume_restrictions,
+    volume_zone,
 )
 from scheduler.core.profile import Profile
 
@@ -45,6 +50,10 @@ IN_TREE: Final[tuple[tuple[str, PluginFactory], ...]] = (
     (node_affinity.NAME, node_affinity.new),
     (node_ports.NAME, node_ports.new),
     (node_resources_fit.NAME, node_resources_fit.new),
+    (volume_restrictions.NAME, volume_restrictions.new),
+    (node_volume_limits.NAME, node_volume_limits.new),
+    (volume_binding.NAME, volume_binding.new),
+    (volume_zone.NAME, volume_zone.new),
     (pod_topology_spread.NAME, pod_topology_spread.new),
     (inter_pod_affinity.NAME, inter_pod_affinity.new),
     (balanced_allocation.NAME, balanced_allocation.new),
@@ -101,7 +110,10 @@ class Registry:
             scores.append((plugin, weight))
         annotators = tuple(p for p in instances.values() if isinstance(p, AnnotatePlugin))
         preferences = tuple(p for p, _ in scores if isinstance(p, PreferPlugin))
-        return PluginSet(tuple(pre_filters), tuple(filters), tuple(scores), annotators, preferences)
+        planners = tuple(p for p in filters if isinstance(p, VolumePlanPlugin))
+        return PluginSet(
+            tuple(pre_filters), tuple(filters), tuple(scores), annotators, preferences, planners
+        )
 
 
 def default_registry() -> Registry:

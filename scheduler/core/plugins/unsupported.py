@@ -2,12 +2,15 @@
 
 kube-scheduler decides a PVC-backed pod's node together with the volume (VolumeBinding,
 VolumeZone, VolumeRestrictions, NodeVolumeLimits) and a DRA pod's node together with its
-claims' devices (DynamicResources). Lattice implements none of these, so binding such a pod
-would put it on a node its volume or devices cannot reach, where it sits in
-ContainerCreating forever. Until that logic exists this PreFilter rejects the pod as
-UnschedulableAndUnresolvable, with a message naming every volume and claim at fault, so the
-scheduler reports FailedScheduling and ``PodScheduled=False`` and never binds it. The
-volume and claim lists are immutable, so no cluster event can make the pod schedulable.
+claims' devices (DynamicResources). Lattice has the volume plugins for claims (PVCs and
+generic ephemeral volumes), but they need the controller's VolumeState in the cycle and
+VolumeBinding in the profile; it has no logic for inline disks' conflicts and attach limits
+(their identities are not in the Pod model) nor for DRA. Binding such a pod would put it on
+a node its volume or devices cannot reach, where it sits in ContainerCreating forever, so
+this PreFilter rejects it as UnschedulableAndUnresolvable, with a message naming every
+volume and claim at fault, so the scheduler reports FailedScheduling and
+``PodScheduled=False`` and never binds it. The volume and claim lists are immutable, so no
+cluster event can make the pod schedulable.
 
 Plain pods (no such volume, no resource claim) are skipped at PreFilter: the plugin costs a
 tuple check per pod and its Filter never runs.
@@ -18,7 +21,7 @@ from __future__ import annotations
 from typing import Final
 
 from scheduler.core.framework import PREFILTER_SKIP, Code, Cycle, FilterResult, PreFilterResult
-from scheduler.core.profile import UNSUPPORTED, Profile
+from scheduler.core.profile import UNSUPPORTED, VOLUME_BINDING, Profile
 from scheduler.core.snapshot import BoolArray
 from scheduler.model.pod import (
     EPHEMERAL,
@@ -51,10 +54,16 @@ def _claim(claim: ResourceClaimRef) -> str:
     return f'resource claim "{claim.name}"'
 
 
-def unsupported_reason(pod: Pod) -> str | None:
-    """Why Lattice cannot place ``pod`` correctly, or None when it can."""
+def unsupported_reason(pod: Pod, *, binds_volumes: bool = False) -> str | None:
+    """Why Lattice cannot place ``pod`` correctly, or None when it can.
+
+    ``binds_volumes``: the cycle has a VolumeState and the profile runs VolumeBinding, so
+    claims are placed like kube-scheduler places them.
+    """
     claimed = {PERSISTENT_VOLUME_CLAIM, EPHEMERAL}
-    bound = [_volume(v) for v in pod.storage_volumes if v.source in claimed]
+    bound = (
+        [] if binds_volumes else [_volume(v) for v in pod.storage_volumes if v.source in claimed]
+    )
     inline = [_volume(v) for v in pod.storage_volumes if v.source not in claimed]
     claims = [_claim(c) for c in pod.resource_claims]
     clauses = [
@@ -70,8 +79,12 @@ def unsupported_reason(pod: Pod) -> str | None:
 class Unsupported:
     name: Final = NAME
 
+    def __init__(self, *, volume_binding: bool = True) -> None:
+        self.volume_binding = volume_binding
+
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
-        reason = unsupported_reason(cycle.pod)
+        binds = self.volume_binding and cycle.volumes is not None
+        reason = unsupported_reason(cycle.pod, binds_volumes=binds)
         if reason is None:
             return PREFILTER_SKIP
         return PreFilterResult(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason)
@@ -82,4 +95,4 @@ class Unsupported:
 
 
 def new(profile: Profile) -> Unsupported:
-    return Unsupported()
+    return Unsupported(volume_binding=VOLUME_BINDING in profile.filters)

@@ -1,0 +1,330 @@
+"""VolumeBinding: a pod's claims decide its node together with their volumes (kube 1.34).
+
+PreFilter reads every claim of the pod (``persistentVolumeClaim`` and generic ephemeral
+volumes) from the VolumeState and rejects the pod as UnschedulableAndUnresolvable when one
+is missing, lost, being deleted, not the pod's own (ephemeral), or unbound with Immediate
+binding (the PV controller, not the scheduler, binds those). The rest are *bound* (a volume
+name and ``pv.kubernetes.io/bind-completed``) or *delayed* (WaitForFirstConsumer, no volume
+name yet). kube 1.34 returns no node set from PreFilter, so neither do we.
+
+Filter, per node (vectorised over nodes, one pass per claim and PV):
+
+* bound claims: the PV must exist ("... bound to non-existent pv(s)") and its required node
+  affinity must match the node's labels ("didn't match PersistentVolume's node affinity");
+  claims are checked in order and the first failure decides, as ``checkBoundClaims`` does;
+* delayed claims: a claim already carrying ``volume.kubernetes.io/selected-node`` fits only
+  that node; the others, smallest request first, each take the smallest available PV of
+  their class that fits (capacity, volume mode, attributes class, selector, access modes,
+  node affinity, not taken by an earlier claim on that node) — a PV pre-bound to the claim
+  wins outright; claims left without a PV, and the selected-node ones, need a StorageClass
+  whose provisioner can provision (not ``kubernetes.io/no-provisioner``) within its
+  ``allowedTopologies``; otherwise "didn't find available persistent volumes to bind".
+
+All rejections are UnschedulableAndUnresolvable, like kube's. There is no Score: kube's
+StorageCapacityScoring is alpha and off by default in 1.34. CSIStorageCapacity is not
+modelled: a provisioner is assumed to have room (kube checks capacity only for CSI drivers
+that opt in with ``storageCapacity: true``).
+
+:meth:`VolumeBinding.volume_plan` is kube's Reserve+PreBind as data: for the chosen node,
+the PVs to bind (claimRef, ``bound-by-controller``) and the claims to annotate with the
+selected node, in kube's write order, plus the claims to wait for before binding the pod.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+
+from scheduler.core.framework import (
+    PREFILTER_SKIP,
+    PREFILTER_SUCCESS,
+    Code,
+    Cycle,
+    FilterResult,
+    PreFilterResult,
+)
+from scheduler.core.profile import VOLUME_BINDING, Profile
+from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
+from scheduler.core.volumes import (
+    Provisioning,
+    StaticBinding,
+    VolumePlan,
+    VolumeState,
+    ephemeral_owner_error,
+    not_found,
+    pod_claims,
+    pv_affinity_mask,
+    topology_mask,
+)
+from scheduler.model.pod import Pod
+from scheduler.model.volume import CLAIM_LOST, PV_AVAILABLE, PersistentVolume, PersistentVolumeClaim
+
+NAME: Final = VOLUME_BINDING
+REASON_NODE_CONFLICT: Final = "node(s) didn't match PersistentVolume's node affinity"
+REASON_BIND_CONFLICT: Final = "node(s) didn't find available persistent volumes to bind"
+REASON_PV_NOT_EXIST: Final = (
+    "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+)
+REASON_UNBOUND_IMMEDIATE: Final = "pod has unbound immediate PersistentVolumeClaims"
+_STATE: Final = NAME
+
+
+@dataclass
+class _Claims:
+    bound: list[PersistentVolumeClaim] = field(default_factory=list)
+    delayed: list[PersistentVolumeClaim] = field(default_factory=list)
+
+
+@dataclass
+class _Match:
+    """One delayed claim's PV per node (``-1``: none) among ``candidates``."""
+
+    claim: PersistentVolumeClaim
+    candidates: list[PersistentVolume]
+    chosen: IntArray
+
+
+@dataclass
+class _Verdict:
+    node_conflict: BoolArray
+    bind_conflict: BoolArray
+    pv_missing: BoolArray
+    matches: list[_Match]
+    selected: list[PersistentVolumeClaim]
+
+
+def _read_claims(pod: Pod, volumes: VolumeState) -> _Claims | str:
+    """``podHasPVCs`` then ``GetPodVolumeClaims``: the claims, or why the pod cannot go."""
+    found: list[PersistentVolumeClaim] = []
+    for claim, ephemeral in pod_claims(pod):
+        pvc = volumes.pvcs.get((pod.namespace, claim))
+        if pvc is None:
+            if ephemeral:
+                return (
+                    "waiting for ephemeral volume controller to create the "
+                    f'persistentvolumeclaim "{claim}"'
+                )
+            return not_found("persistentvolumeclaim", claim)
+        if pvc.phase == CLAIM_LOST:
+            return (
+                f'persistentvolumeclaim "{pvc.name}" bound to non-existent '
+                f'persistentvolume "{pvc.volume_name}"'
+            )
+        if pvc.deleting:
+            return f'persistentvolumeclaim "{pvc.name}" is being deleted'
+        if ephemeral and (error := ephemeral_owner_error(pod, pvc)) is not None:
+            return error
+        found.append(pvc)
+    claims = _Claims()
+    immediate = False
+    for pvc in found:
+        if pvc.fully_bound:
+            claims.bound.append(pvc)
+            continue
+        storage_class = volumes.classes.get(pvc.storage_class) if pvc.storage_class else None
+        if storage_class is not None and storage_class.binding_mode is None:
+            return f'VolumeBindingMode not set for StorageClass "{storage_class.name}"'
+        delayed = storage_class is not None and storage_class.delays_binding
+        if delayed and not pvc.volume_name:
+            claims.delayed.append(pvc)
+        else:
+            immediate = True
+    if immediate:
+        return REASON_UNBOUND_IMMEDIATE
+    return claims
+
+
+def _static_candidates(
+    claim: PersistentVolumeClaim, volumes: VolumeState
+) -> tuple[PersistentVolume | None, list[PersistentVolume]]:
+    """``FindMatchingVolume``'s node-independent checks: a PV pre-bound to the claim (which
+    wins if its affinity fits), and the other usable PVs, smallest first."""
+    prebound: PersistentVolume | None = None
+    usable: list[PersistentVolume] = []
+    for pv in sorted(volumes.pvs_of_class(claim.storage_class), key=lambda p: p.name):
+        if pv.claim_ref is not None and not pv.bound_to(claim):
+            continue
+        if pv.capacity < claim.request or pv.volume_mode != claim.volume_mode:
+            continue
+        if pv.attributes_class != claim.attributes_class or pv.deleting:
+            continue
+        if pv.bound_to(claim):
+            prebound = prebound or pv
+            continue
+        if pv.phase != PV_AVAILABLE:
+            continue
+        if claim.selector is not None and not claim.selector.matches(pv.labels):
+            continue
+        if not set(claim.access_modes) <= set(pv.access_modes):
+            continue
+        usable.append(pv)
+    usable.sort(key=lambda p: p.capacity)
+    return prebound, usable
+
+
+def _evaluate(snapshot: Snapshot, volumes: VolumeState, claims: _Claims) -> _Verdict:
+    n = snapshot.num_nodes
+    names = np.asarray(snapshot.node_names, dtype=object)
+    node_conflict = np.zeros(n, dtype=np.bool_)
+    pv_missing = np.zeros(n, dtype=np.bool_)
+    undecided = np.ones(n, dtype=np.bool_)
+    for pvc in claims.bound:
+        pv = volumes.pvs.get(pvc.volume_name)
+        if pv is None:
+            pv_missing |= undecided
+            undecided[:] = False
+            break
+        fits = pv_affinity_mask(snapshot, pv)
+        node_conflict |= undecided & ~fits
+        undecided &= fits
+
+    selected = [c for c in claims.delayed if c.selected_node is not None]
+    to_match = sorted(
+        (c for c in claims.delayed if c.selected_node is None), key=lambda c: c.request
+    )
+    unbound_ok = np.ones(n, dtype=np.bool_)
+    for pvc in selected:
+        unbound_ok &= names == pvc.selected_node
+
+    provisionable: dict[str, BoolArray] = {}
+
+    def can_provision(pvc: PersistentVolumeClaim) -> BoolArray:
+        if pvc.storage_class not in provisionable:
+            storage_class = volumes.classes.get(pvc.storage_class)
+            if storage_class is None or not storage_class.can_provision:
+                provisionable[pvc.storage_class] = np.zeros(n, dtype=np.bool_)
+            else:
+                provisionable[pvc.storage_class] = topology_mask(
+                    snapshot, storage_class.allowed_topologies
+                )
+        return provisionable[pvc.storage_class]
+
+    for pvc in selected:
+        unbound_ok &= can_provision(pvc)
+
+    matches: list[_Match] = []
+    taken: dict[str, BoolArray] = {}
+    for pvc in to_match:
+        prebound, usable = _static_candidates(pvc, volumes)
+        chosen = np.full(n, -1, dtype=np.int64)
+        candidates = [prebound] if prebound is not None else usable
+        for k, pv in enumerate(candidates):
+            free = chosen == -1
+            if pv.name in taken:
+                free &= ~taken[pv.name]
+            hit = free & pv_affinity_mask(snapshot, pv)
+            chosen[hit] = k
+        for k, pv in enumerate(candidates):
+            here = chosen == k
+            taken[pv.name] = taken[pv.name] | here if pv.name in taken else here
+        matches.append(_Match(pvc, candidates, chosen))
+        unbound_ok &= (chosen >= 0) | can_provision(pvc)
+    return _Verdict(node_conflict, ~unbound_ok, pv_missing, matches, selected)
+
+
+class VolumeBinding:
+    name: Final = NAME
+
+    def pre_filter(self, cycle: Cycle) -> PreFilterResult:
+        volumes = cycle.volumes
+        if volumes is None or not pod_claims(cycle.pod):
+            return PREFILTER_SKIP
+        claims = _read_claims(cycle.pod, volumes)
+        if isinstance(claims, str):
+            return PreFilterResult(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, claims)
+        cycle.state[_STATE] = claims
+        return PREFILTER_SUCCESS
+
+    def _verdict(self, cycle: Cycle) -> _Verdict | None:
+        claims = cycle.state.get(_STATE)
+        if claims is None or cycle.volumes is None:
+            return None
+        key = f"{_STATE}/verdict"
+        if key not in cycle.state:
+            cycle.state[key] = _evaluate(cycle.snapshot, cycle.volumes, claims)
+        verdict: _Verdict = cycle.state[key]
+        return verdict
+
+    def filter(self, cycle: Cycle, candidates: BoolArray) -> FilterResult | None:
+        verdict = self._verdict(cycle)
+        if verdict is None:
+            return None
+        reasons = tuple(
+            (reason, mask)
+            for reason, mask in (
+                (REASON_NODE_CONFLICT, verdict.node_conflict),
+                (REASON_BIND_CONFLICT, verdict.bind_conflict),
+                (REASON_PV_NOT_EXIST, verdict.pv_missing),
+            )
+            if mask.any()
+        )
+        if not reasons:
+            return None
+        rejected = np.logical_or.reduce([m for _, m in reasons])
+        codes = np.where(rejected, np.int8(Code.UNSCHEDULABLE_AND_UNRESOLVABLE), np.int8(0))
+        return FilterResult(codes.astype(np.int8), reasons)
+
+    def volume_plan(self, cycle: Cycle, row: int) -> VolumePlan | None:
+        verdict = self._verdict(cycle)
+        if verdict is None:
+            return None
+        node = cycle.snapshot.node_names[row]
+        static: list[StaticBinding] = []
+        provisions = [
+            Provisioning(c.namespace, c.name, node, c.resource_version) for c in verdict.selected
+        ]
+        for match in verdict.matches:
+            pvc, k = match.claim, int(match.chosen[row])
+            if k < 0:
+                provisions.append(Provisioning(pvc.namespace, pvc.name, node, pvc.resource_version))
+                continue
+            pv = match.candidates[k]
+            static.append(
+                StaticBinding(
+                    pv=pv.name,
+                    claim_namespace=pvc.namespace,
+                    claim_name=pvc.name,
+                    claim_uid=pvc.uid,
+                    claim_resource_version=pvc.resource_version,
+                    pv_resource_version=pv.resource_version,
+                    set_bound_by_controller=not pv.bound_to(pvc),
+                )
+            )
+        if not static and not provisions:
+            return None
+        claims = tuple((s.claim_namespace, s.claim_name) for s in static) + tuple(
+            (p.claim_namespace, p.claim_name) for p in provisions
+        )
+        return VolumePlan(node, tuple(static), tuple(provisions), claims)
+
+
+def plan_volume_bindings(
+    snapshot: Snapshot, volumes: VolumeState, pod: Pod, node: str
+) -> VolumePlan | None:
+    """The writes to make before binding ``pod`` to ``node`` (None: nothing to write).
+
+    For a controller that has the decision but not its cycle: VolumeBinding's PreFilter and
+    Filter are re-run for that node alone. Raises ValueError when the node does not fit.
+    """
+    row = snapshot.index_of(node)
+    if row is None:
+        raise ValueError(f"node {node!r} is not in the snapshot")
+    plugin = VolumeBinding()
+    cycle = Cycle(snapshot, pod, volumes=volumes)
+    pre = plugin.pre_filter(cycle)
+    if pre.code is Code.SKIP:
+        return None
+    if pre.rejected:
+        raise ValueError(f"pod does not fit: {pre.message}")
+    candidates = np.zeros(snapshot.num_nodes, dtype=np.bool_)
+    candidates[row] = True
+    verdict = plugin.filter(cycle, candidates)
+    if verdict is not None and verdict.codes[row]:
+        raise ValueError(f"node {node!r} does not fit: {', '.join(verdict.reasons_at(row))}")
+    return plugin.volume_plan(cycle, row)
+
+
+def new(profile: Profile) -> VolumeBinding:
+    return VolumeBinding()
