@@ -1,0 +1,122 @@
+"""Volume models: every bad field is an InvalidObjectError naming it; Unsupported's bridge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler.core.framework import Code, Cycle
+from scheduler.core.plugins.unsupported import Unsupported
+from scheduler.core.snapshot import Snapshot
+from scheduler.core.volumes import VolumeState, volume_state_from_api
+from scheduler.model.errors import InvalidObjectError
+from scheduler.model.quantity import Quantity
+from scheduler.model.volume import (
+    CSINode,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    StorageClass,
+    zone_values,
+)
+from tests.builders import make_pod
+from tests.e2e.differential.volumes_objects import claim_volume, csi_node, pv, pvc, storage_class
+
+
+def test_round_trip_of_the_fields_the_plugins_read() -> None:
+    volume = PersistentVolume.from_api(pv("x", "1536Mi", host="n1", claim=("ns", "c")))
+    assert volume.capacity == Quantity.parse("1536Mi")
+    assert volume.node_affinity is not None
+    assert volume.claim_ref is not None
+    body = pvc("c", "1Gi", namespace="ns", selector={"matchLabels": {"a": "b"}})
+    body["metadata"]["annotations"] = {"volume.beta.kubernetes.io/storage-class": "beta"}
+    claim = PersistentVolumeClaim.from_api(body)
+    assert claim.storage_class == "beta"  # the annotation wins, as GetPersistentVolumeClaimClass
+    assert claim.selector is not None
+    assert claim.selector.matches({"a": "b"})
+    assert volume.bound_to(claim)
+    sc = StorageClass.from_api(storage_class("s", provisioner="p", zones=["z1"]))
+    assert sc.delays_binding
+    assert sc.can_provision
+    assert sc.allowed_topologies
+    node = CSINode.from_api(csi_node("n1", {"d": 3, "e": None}))
+    assert node.limits == {"d": 3}
+    assert node.drivers == {"d", "e"}
+    assert zone_values("a__b") == frozenset({"a", "b"})
+    assert zone_values("a__") is None
+
+
+def _with(body: dict[str, Any], path: str, value: object) -> dict[str, Any]:
+    target = body
+    *parents, last = path.split(".")
+    for key in parents:
+        target = target.setdefault(key, {})
+    target[last] = value
+    return body
+
+
+@pytest.mark.parametrize(
+    ("parse", "body", "field"),
+    [
+        (
+            PersistentVolume.from_api,
+            _with(pv("x"), "spec.capacity.storage", "lots"),
+            "spec.capacity.storage",
+        ),
+        (
+            PersistentVolume.from_api,
+            _with(pv("x"), "spec.accessModes", ["Sometimes"]),
+            "spec.accessModes[0]",
+        ),
+        (PersistentVolume.from_api, _with(pv("x"), "spec.volumeMode", "Tape"), "spec.volumeMode"),
+        (PersistentVolume.from_api, _with(pv("x"), "metadata.name", ""), "metadata.name"),
+        (
+            PersistentVolumeClaim.from_api,
+            _with(pvc("c"), "spec.resources.requests.storage", []),
+            "spec.resources.requests.storage",
+        ),
+        (PersistentVolumeClaim.from_api, _with(pvc("c"), "spec.volumeName", 3), "spec.volumeName"),
+        (
+            StorageClass.from_api,
+            _with(storage_class("s"), "volumeBindingMode", "Later"),
+            "volumeBindingMode",
+        ),
+        (
+            CSINode.from_api,
+            _with(csi_node("n", {}), "spec.drivers", [{"name": "d", "allocatable": {"count": -1}}]),
+            "spec.drivers[0].allocatable.count",
+        ),
+    ],
+)
+def test_bad_fields_are_named(parse: Any, body: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidObjectError) as caught:
+        parse(body)
+    assert caught.value.field == field
+
+
+def test_unreadable_objects_are_listed_not_fatal() -> None:
+    built = volume_state_from_api(pvs=[_with(pv("x"), "spec.volumeMode", "Tape"), pv("y")])
+    assert list(built.state.pvs) == ["y"]
+    assert built.skipped
+    assert built.skipped[0].startswith("persistentvolume/x: invalid spec.volumeMode")
+
+
+def test_claims_are_refused_until_the_cycle_has_a_volume_state() -> None:
+    pod = make_pod("p")
+    pod.body["spec"]["volumes"] = [claim_volume("data", "ckpt")]
+    built = pod.build()
+    snap = Snapshot()
+    without = Unsupported().pre_filter(Cycle(snap, built))
+    assert without.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert "Lattice does not bind volumes yet" in without.message
+    with_state = Unsupported().pre_filter(Cycle(snap, built, volumes=VolumeState()))
+    assert with_state.code is Code.SKIP
+    disabled = Unsupported(volume_binding=False).pre_filter(
+        Cycle(snap, built, volumes=VolumeState())
+    )
+    assert disabled.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    disk = make_pod("d")
+    disk.body["spec"]["volumes"] = [{"name": "d", "awsElasticBlockStore": {"volumeID": "v"}}]
+    inline = Unsupported().pre_filter(Cycle(snap, disk.build(), volumes=VolumeState()))
+    assert inline.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert "conflicts or attach limits" in inline.message
