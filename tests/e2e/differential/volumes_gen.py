@@ -1,0 +1,244 @@
+"""Seeded generator of random volume cases for the differential test.
+
+A cluster is a few kwok nodes (hostname and zone labels, sometimes the beta zone label, a
+CSINode with an attach limit for one CSI driver) and pods already bound there with claims
+of their own (pre-bound PV/PVC pairs, some ReadWriteOncePod). Each case is one incoming pod
+with claims, StorageClasses and PVs of its own: class names carry the case's prefix, so no
+case can bind another case's PV and every case meets the cluster as generated. Shapes are
+chosen to make conflicts common: local PVs pinned to one node, zone-pinned PVs, small
+capacities, a no-provisioner WaitForFirstConsumer class, an Immediate class, a provisioner
+limited to some zones, claims shared with (or missing from) the cluster.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from tests.e2e.differential.gen import Body, Cluster
+from tests.e2e.differential.volumes_objects import claim_volume, csi_node, pv, pvc, storage_class
+
+DRIVER = "csi.lattice.dev"
+ZONE = "topology.kubernetes.io/zone"
+BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
+HOST = "kubernetes.io/hostname"
+ZONES = ("z1", "z2", "z3")
+SIZES = ("1Gi", "2Gi", "5Gi", "10Gi")
+PV_MODES = (
+    ["ReadWriteOnce", "ReadWriteOncePod"],
+    ["ReadWriteOnce", "ReadWriteOncePod"],
+    ["ReadWriteOnce", "ReadWriteOncePod"],
+    ["ReadWriteOnce"],
+    ["ReadWriteOnce"],
+    ["ReadWriteOncePod"],
+    ["ReadWriteMany"],
+)
+
+
+@dataclass
+class Case:
+    pod: Body
+    claims: list[str]
+    """The incoming pod's own claims (to see kube's selected-node annotation on them)."""
+    classes: list[Body] = field(default_factory=list)
+    pvs: list[Body] = field(default_factory=list)
+    pvcs: list[Body] = field(default_factory=list)
+
+
+@dataclass
+class VolumeCluster:
+    cluster: Cluster
+    classes: list[Body] = field(default_factory=list)
+    pvs: list[Body] = field(default_factory=list)
+    pvcs: list[Body] = field(default_factory=list)
+    csi_nodes: list[Body] = field(default_factory=list)
+    shared_claims: list[str] = field(default_factory=list)
+    cases: list[Case] = field(default_factory=list)
+
+    def all_classes(self) -> list[Body]:
+        return self.classes + [c for case in self.cases for c in case.classes]
+
+    def all_pvs(self) -> list[Body]:
+        return self.pvs + [v for case in self.cases for v in case.pvs]
+
+    def all_pvcs(self) -> list[Body]:
+        return self.pvcs + [c for case in self.cases for c in case.pvcs]
+
+
+class VolumeGenerator:
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed * 7919 + 15)
+        self.seed = seed
+
+    def cluster(self, index: int, cases: int) -> VolumeCluster:
+        r = self.rng
+        prefix = f"vol-{self.seed}-{index}"
+        cl = Cluster(index, prefix, prefix + "-o")
+        vc = VolumeCluster(cl)
+        for i in range(r.randint(3, 5)):
+            cl.nodes.append(self._node(f"{prefix}-n{i}"))
+        names = [n["metadata"]["name"] for n in cl.nodes]
+        for name in names:
+            if r.random() < 0.75:
+                vc.csi_nodes.append(csi_node(name, {DRIVER: r.choice((1, 2, 2, 3, None))}))
+        static = f"{prefix}-static"
+        vc.classes.append(storage_class(static))
+        for i in range(r.randint(1, 4)):
+            node = r.choice(names)
+            claims = []
+            for j in range(r.randint(1, 2)):
+                claim = f"ex{i}-{j}"
+                modes = ["ReadWriteOncePod"] if r.random() < 0.35 else ["ReadWriteOnce"]
+                volume = f"{prefix}-ex{i}-{j}"
+                vc.pvs.append(
+                    pv(
+                        volume,
+                        "5Gi",
+                        storage_class=static,
+                        claim=(prefix, claim),
+                        modes=modes,
+                        csi=(DRIVER, volume) if r.random() < 0.7 else None,
+                        affinity=[[{"key": HOST, "operator": "In", "values": [node]}]],
+                        phase=None,
+                    )
+                )
+                vc.pvcs.append(
+                    pvc(
+                        claim,
+                        "5Gi",
+                        namespace=prefix,
+                        storage_class=static,
+                        modes=modes,
+                        volume_name=volume,
+                    )
+                )
+                claims.append(claim)
+            vc.shared_claims += claims
+            cl.existing.append(self._pod(f"ex-{i}", prefix, claims, node=node))
+        for k in range(cases):
+            vc.cases.append(self._case(vc, f"{prefix}-k{k}", f"in-{k}", names))
+        return vc
+
+    def _node(self, name: str) -> Body:
+        r = self.rng
+        labels = {HOST: name, "type": "kwok"}
+        roll = r.random()
+        if roll < 0.7:
+            labels[ZONE] = r.choice(ZONES)
+        elif roll < 0.85:
+            labels[BETA_ZONE] = r.choice(ZONES)
+        capacity = {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "20Gi"}
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": labels,
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+            },
+            "spec": {},
+            "status": {"capacity": capacity, "allocatable": dict(capacity)},
+        }
+
+    def _pod(self, name: str, namespace: str, claims: list[str], *, node: str = "") -> Body:
+        spec: Body = {
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}
+            ],
+            "tolerations": [{"operator": "Exists"}],
+            "volumes": [claim_volume(f"v{i}", c) for i, c in enumerate(claims)],
+        }
+        if node:
+            spec["nodeName"] = node
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }
+
+    def _case(self, vc: VolumeCluster, q: str, pod_name: str, nodes: list[str]) -> Case:
+        r = self.rng
+        ns = vc.cluster.namespace
+        wffc, prov, imm = f"{q}-wffc", f"{q}-prov", f"{q}-imm"
+        classes = [storage_class(wffc), storage_class(imm, mode="Immediate")]
+        if r.random() < 0.35:
+            zones = r.sample(ZONES, r.randint(1, 2)) if r.random() < 0.7 else None
+            key = BETA_ZONE if r.random() < 0.2 else ZONE
+            classes.append(storage_class(prov, provisioner=DRIVER, zones=zones, zone_key=key))
+        case = Case(pod={}, claims=[], classes=classes)
+        for i in range(r.randint(1, 5)):
+            name = f"{q}-pv{i}"
+            roll = r.random()
+            affinity: list[list[Body]] | None
+            if roll < 0.55:
+                affinity = [[{"key": HOST, "operator": "In", "values": [r.choice(nodes)]}]]
+            elif roll < 0.8:
+                zone_key = BETA_ZONE if r.random() < 0.2 else ZONE
+                affinity = [
+                    [
+                        {
+                            "key": zone_key,
+                            "operator": "In",
+                            "values": r.sample(ZONES, r.randint(1, 2)),
+                        }
+                    ]
+                ]
+            else:
+                affinity = None
+            labels = {}
+            if r.random() < 0.3:
+                labels[r.choice((ZONE, BETA_ZONE))] = "__".join(r.sample(ZONES, r.randint(1, 2)))
+            if r.random() < 0.3:
+                labels["tier"] = r.choice(("gold", "silver"))
+            use_csi = affinity is None or r.random() < 0.5
+            case.pvs.append(
+                pv(
+                    name,
+                    r.choice(SIZES),
+                    storage_class=wffc if r.random() < 0.75 else imm,
+                    affinity=affinity,
+                    modes=[
+                        r.choice(
+                            ("ReadWriteOnce", "ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany")
+                        )
+                    ],
+                    labels=labels,
+                    csi=(DRIVER, name) if use_csi else None,
+                    phase=None,
+                )
+            )
+        claims: list[str] = []
+        for i in range(1 if r.random() < 0.7 else 2):
+            name = f"c{q.rsplit('-', 1)[1]}-{i}"
+            roll = r.random()
+            if roll < 0.03:
+                claims.append(f"missing-{i}")
+                continue
+            cls = wffc if roll < 0.73 else prov if roll < 0.88 and len(classes) == 3 else imm
+            if cls == prov and len(classes) < 3:
+                cls = wffc
+            selector = (
+                {"matchLabels": {"tier": r.choice(("gold", "silver"))}}
+                if r.random() < 0.15
+                else None
+            )
+            modes = ["ReadWriteOncePod"] if r.random() < 0.15 else ["ReadWriteOnce"]
+            case.pvcs.append(
+                pvc(
+                    name,
+                    r.choice(SIZES[:3]),
+                    namespace=ns,
+                    storage_class=cls,
+                    modes=modes,
+                    selector=selector,
+                )
+            )
+            claims.append(name)
+            case.claims.append(name)
+        if vc.shared_claims and r.random() < 0.2:
+            claims.append(r.choice(vc.shared_claims))
+        case.pod = self._pod(pod_name, ns, claims)
+        if r.random() < 0.15:
+            case.pod["spec"]["nodeSelector"] = {ZONE: r.choice(ZONES)}
+        return case

@@ -1,0 +1,129 @@
+"""Differential test of the volume plugins against the real kube-scheduler and PV binder.
+
+For every generated case (local PVs with node affinity, zone-pinned PVs and zone labels,
+WaitForFirstConsumer with a no-provisioner class, Immediate claims the PV controller binds
+or cannot bind, a provisioner limited by allowedTopologies, ReadWriteOncePod claims held by
+bound pods, CSINode attach limits, missing claims) kube-scheduler decides on a real control
+plane; Lattice's core then decides on the same objects read back from the API server:
+
+* kube-scheduler chose node n (bound the pod, or annotated a claim to provision there)
+  =>  n is in Lattice's feasible set, and Lattice's volume plan for n is valid;
+* kube-scheduler failed  =>  Lattice's feasible set is empty and its per-reason node
+  counts (or PreFilter message) equal those of kube-scheduler's FailedScheduling message.
+
+``LATTICE_DIFF_VOLUME_CASES`` (default 100) sets how many, ``--diff-seed`` which.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+
+from scheduler.core.explain import Decision
+from scheduler.core.from_api import snapshot_from_api
+from scheduler.core.plugins.volume_binding import plan_volume_bindings
+from scheduler.core.snapshot import Snapshot
+from scheduler.core.volumes import VolumeState, volume_state_from_api
+from scheduler.devcluster.cluster import ClusterConfig, DevCluster
+from scheduler.devcluster.kube import api_client
+from scheduler.model.pod import Pod
+from tests.conftest import report_line
+from tests.e2e.differential.gen import Body
+from tests.e2e.differential.harness import Verdict
+from tests.e2e.differential.volumes_gen import VolumeGenerator
+from tests.e2e.differential.volumes_harness import VolumeKubeSide, VolumeWorld
+from tests.e2e.differential.volumes_objects import schedule_with_volumes
+from tests.e2e.test_differential import agree
+
+CASES_PER_CLUSTER = 10
+
+
+@pytest.fixture(scope="module")
+def volume_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A control plane of its own, with kube-scheduler and kube-controller-manager's PV binder."""
+    cluster = DevCluster(tmp_path_factory.mktemp("volplane") / "state")
+    cluster.up(ClusterConfig(nodes=0, with_kube_scheduler=True))
+    try:
+        yield cluster.kubeconfig
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="module")
+async def volume_api(volume_plane: Path) -> AsyncIterator[client.ApiClient]:
+    async with api_client(volume_plane) as api:
+        yield api
+
+
+def lattice_view(world: VolumeWorld) -> tuple[Snapshot, VolumeState]:
+    """Lattice's snapshot and VolumeState of exactly the objects kube-scheduler saw."""
+    built = snapshot_from_api(world.nodes, world.pods, world.namespaces)
+    assert not built.skipped
+    volumes = volume_state_from_api(
+        pvs=world.pvs,
+        pvcs=world.pvcs,
+        classes=world.classes,
+        csi_nodes=world.csi_nodes,
+        attachments=world.attachments,
+        placed_pods=[Pod.from_api(p) for p in world.pods],
+    )
+    assert not volumes.skipped
+    return built.snapshot, volumes.state
+
+
+@dataclass
+class Disagreement:
+    case: str
+    kube: Verdict
+    lattice: Decision
+    pod: Body
+
+    def __str__(self) -> str:
+        ours = f"feasible={list(self.lattice.feasible)} counts={self.lattice.reason_counts()}"
+        theirs = self.kube.node or self.kube.message
+        return f"{self.case}: kube-scheduler: {theirs}\n    lattice: {ours}\n    pod: {self.pod}"
+
+
+async def test_volume_plugins_agree_with_kube_scheduler(
+    volume_api: client.ApiClient, request: pytest.FixtureRequest
+) -> None:
+    cases = int(os.environ.get("LATTICE_DIFF_VOLUME_CASES", "100"))
+    seed: int = request.config.getoption("--diff-seed")
+    gen = VolumeGenerator(seed)
+    kube = VolumeKubeSide(volume_api)
+    disagreements: list[Disagreement] = []
+    bound = done = planned = 0
+    started = time.monotonic()
+    for index in range((cases + CASES_PER_CLUSTER - 1) // CASES_PER_CLUSTER):
+        vc = gen.cluster(index, min(CASES_PER_CLUSTER, cases - done))
+        snapshot, volumes = lattice_view(await kube.setup(vc))
+        for case in vc.cases:
+            verdict = await kube.place(vc, case)
+            pod = Pod.from_api(case.pod)
+            decision, _ = schedule_with_volumes(snapshot, pod, volumes)
+            done += 1
+            bound += verdict.node is not None
+            ok = agree(verdict, decision)
+            if ok and verdict.node is not None:
+                # Lattice could bind there too: its volume writes for kube's node are valid.
+                plan = plan_volume_bindings(snapshot, volumes, pod, verdict.node)
+                planned += plan is not None
+            if not ok:
+                name = f"seed {seed} cluster {index} {case.pod['metadata']['name']}"
+                disagreements.append(Disagreement(name, verdict, decision, case.pod))
+        await kube.teardown(vc)
+    wall = time.monotonic() - started
+    rate = 100.0 * (done - len(disagreements)) / done
+    report_line(
+        f"volume differential vs kube-scheduler: {done} cases (seed {seed}, {bound} placed, "
+        f"{done - bound} unschedulable, {planned} with volume writes), "
+        f"{done - len(disagreements)} agree ({rate:.1f}%), {wall:.0f} s"
+    )
+    assert done == cases
+    assert not disagreements, "\n".join(str(d) for d in disagreements[:20])
