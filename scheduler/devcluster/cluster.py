@@ -538,6 +538,9 @@ class DevCluster:
                 "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
                 # Lift the not-ready taint soon after kwok reports a node Ready.
                 "--node-monitor-period=1s",
+                # The PV binder retries a conflicted bind at its resync (default 15 s): a
+                # claim created beside its PV could stay Pending that long.
+                "--pvclaimbinder-sync-period=1s",
                 "--kube-api-qps=500",
                 "--kube-api-burst=1000",
                 "--v=1",
