@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,7 @@ async def test_volume_plugins_agree_with_kube_scheduler(
     kube = VolumeKubeSide(volume_api)
     disagreements: list[Disagreement] = []
     bound = done = planned = 0
+    seen: Counter[str] = Counter()
     started = time.monotonic()
     for index in range((cases + CASES_PER_CLUSTER - 1) // CASES_PER_CLUSTER):
         vc = gen.cluster(index, min(CASES_PER_CLUSTER, cases - done))
@@ -109,6 +111,9 @@ async def test_volume_plugins_agree_with_kube_scheduler(
             decision, _ = schedule_with_volumes(snapshot, pod, volumes)
             done += 1
             bound += verdict.node is not None
+            seen.update(
+                list(verdict.reasons or ()) or ([verdict.prefilter] if verdict.prefilter else [])
+            )
             ok = agree(verdict, decision)
             if ok and verdict.node is not None:
                 # Lattice could bind there too: its volume writes for kube's node are valid.
@@ -124,6 +129,10 @@ async def test_volume_plugins_agree_with_kube_scheduler(
         f"volume differential vs kube-scheduler: {done} cases (seed {seed}, {bound} placed, "
         f"{done - bound} unschedulable, {planned} with volume writes), "
         f"{done - len(disagreements)} agree ({rate:.1f}%), {wall:.0f} s"
+    )
+    report_line(
+        "volume differential, kube-scheduler's reasons (cases): "
+        + "; ".join(f"{reason} ({n})" for reason, n in seen.most_common())
     )
     assert done == cases
     assert not disagreements, "\n".join(str(d) for d in disagreements[:20])

@@ -25,9 +25,8 @@ HOST = "kubernetes.io/hostname"
 ZONES = ("z1", "z2", "z3")
 SIZES = ("1Gi", "2Gi", "5Gi", "10Gi")
 PV_MODES = (
-    ["ReadWriteOnce", "ReadWriteOncePod"],
-    ["ReadWriteOnce", "ReadWriteOncePod"],
-    ["ReadWriteOnce", "ReadWriteOncePod"],
+    # ReadWriteOncePod cannot be combined with another mode (API validation).
+    ["ReadWriteOnce", "ReadWriteMany"],
     ["ReadWriteOnce"],
     ["ReadWriteOnce"],
     ["ReadWriteOncePod"],
@@ -80,7 +79,7 @@ class VolumeGenerator:
         names = [n["metadata"]["name"] for n in cl.nodes]
         for name in names:
             if r.random() < 0.75:
-                vc.csi_nodes.append(csi_node(name, {DRIVER: r.choice((1, 2, 2, 3, None))}))
+                vc.csi_nodes.append(csi_node(name, {DRIVER: r.choice((1, 1, 2, 3, None))}))
         static = f"{prefix}-static"
         vc.classes.append(storage_class(static))
         for i in range(r.randint(1, 4)):
@@ -99,6 +98,7 @@ class VolumeGenerator:
                         modes=modes,
                         csi=(DRIVER, volume) if r.random() < 0.7 else None,
                         affinity=[[{"key": HOST, "operator": "In", "values": [node]}]],
+                        labels={ZONE: r.choice(ZONES)} if r.random() < 0.4 else None,
                         phase=None,
                     )
                 )
@@ -157,19 +157,42 @@ class VolumeGenerator:
             "spec": spec,
         }
 
+    def _immediate_pv(self, name: str, cls: str, selector: Body | None, modes: list[str]) -> Body:
+        """A PV the PV controller will bind an Immediate claim to: unpinned or zone-pinned,
+        often with zone labels, so the pod then meets VolumeZone and the PV's affinity."""
+        r = self.rng
+        zones = r.sample(ZONES, r.randint(1, 2))
+        labels = {r.choice((ZONE, BETA_ZONE)): "__".join(zones)} if r.random() < 0.7 else {}
+        if selector is not None:
+            labels.update(selector["matchLabels"])
+        pinned = [[{"key": ZONE, "operator": "In", "values": zones}]]
+        return pv(
+            name,
+            "10Gi",
+            storage_class=cls,
+            modes=modes,
+            affinity=pinned if r.random() < 0.4 else None,
+            labels=labels,
+            csi=(DRIVER, name),
+            phase=None,
+        )
+
     def _case(self, vc: VolumeCluster, q: str, pod_name: str, nodes: list[str]) -> Case:
         r = self.rng
         ns = vc.cluster.namespace
         wffc, prov, imm = f"{q}-wffc", f"{q}-prov", f"{q}-imm"
         classes = [storage_class(wffc), storage_class(imm, mode="Immediate")]
-        if r.random() < 0.35:
+        if r.random() < 0.5:
             zones = r.sample(ZONES, r.randint(1, 2)) if r.random() < 0.7 else None
             key = BETA_ZONE if r.random() < 0.2 else ZONE
             classes.append(storage_class(prov, provisioner=DRIVER, zones=zones, zone_key=key))
         case = Case(pod={}, claims=[], classes=classes)
         for i in range(r.randint(1, 5)):
             name = f"{q}-pv{i}"
-            roll = r.random()
+            immediate = r.random() < 0.35
+            # The PV controller binds Immediate PVs wherever they are: unpinned ones with
+            # zone labels are what VolumeZone sees.
+            roll = r.random() + (0.3 if immediate else 0.0)
             affinity: list[list[Body]] | None
             if roll < 0.55:
                 affinity = [[{"key": HOST, "operator": "In", "values": [r.choice(nodes)]}]]
@@ -187,7 +210,7 @@ class VolumeGenerator:
             else:
                 affinity = None
             labels = {}
-            if r.random() < 0.3:
+            if r.random() < (0.7 if immediate else 0.3):
                 labels[r.choice((ZONE, BETA_ZONE))] = "__".join(r.sample(ZONES, r.randint(1, 2)))
             if r.random() < 0.3:
                 labels["tier"] = r.choice(("gold", "silver"))
@@ -196,13 +219,9 @@ class VolumeGenerator:
                 pv(
                     name,
                     r.choice(SIZES),
-                    storage_class=wffc if r.random() < 0.75 else imm,
+                    storage_class=imm if immediate else wffc,
                     affinity=affinity,
-                    modes=[
-                        r.choice(
-                            ("ReadWriteOnce", "ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany")
-                        )
-                    ],
+                    modes=r.choice(PV_MODES),
                     labels=labels,
                     csi=(DRIVER, name) if use_csi else None,
                     phase=None,
@@ -215,7 +234,7 @@ class VolumeGenerator:
             if roll < 0.03:
                 claims.append(f"missing-{i}")
                 continue
-            cls = wffc if roll < 0.73 else prov if roll < 0.88 and len(classes) == 3 else imm
+            cls = wffc if roll < 0.6 else prov if roll < 0.83 and len(classes) == 3 else imm
             if cls == prov and len(classes) < 3:
                 cls = wffc
             selector = (
@@ -234,6 +253,8 @@ class VolumeGenerator:
                     selector=selector,
                 )
             )
+            if cls == imm and r.random() < 0.75:
+                case.pvs.append(self._immediate_pv(f"{q}-for-{i}", imm, selector, modes))
             claims.append(name)
             case.claims.append(name)
         if vc.shared_claims and r.random() < 0.2:

@@ -74,6 +74,10 @@ class VolumeKubeSide:
                 for b in vc.all_pvs()
             )
         )
+        # Claims only once the PV controller has given every PV its first phase: a claim
+        # bound while the controller writes that status conflicts, and the retry waits for
+        # the controller's 15 s resync.
+        await self._pvs_phased(vc)
         await asyncio.gather(
             *(
                 self.core.create_namespaced_persistent_volume_claim(
@@ -85,6 +89,17 @@ class VolumeKubeSide:
         await self._settle(vc)
         await self._sentinel(vc)
         return await self.world()
+
+    async def _pvs_phased(self, vc: VolumeCluster) -> None:
+        names = {b["metadata"]["name"] for b in vc.all_pvs()}
+
+        async def phased() -> bool:
+            pvs = await _items(await self.core.list_persistent_volume(_preload_content=False))
+            return all(
+                (p.get("status") or {}).get("phase") for p in pvs if p["metadata"]["name"] in names
+            )
+
+        await poll(phased, within=60, interval=0.1)
 
     async def _settle(self, vc: VolumeCluster) -> None:
         names = {b["metadata"]["name"] for b in vc.all_pvs()}
