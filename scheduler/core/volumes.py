@@ -141,9 +141,23 @@ class VolumeState:
         self._pod_claims: dict[str, tuple[ClaimKey, ...]] = {}
         self._claim_users: Counter[ClaimKey] = Counter()
         self._pvs_by_class: dict[str, dict[str, PersistentVolume]] = {}
+        self._assumed_pvs: dict[str, PersistentVolume] = {}
+        """PV name -> the object as it was before :meth:`assume` (for :meth:`forget`)."""
+        self._assumed_pvcs: dict[ClaimKey, PersistentVolumeClaim] = {}
 
     # ------------------------------------------------------------------ objects
     def set_pv(self, pv: PersistentVolume) -> None:
+        """A PV from the API. While assumed, the version the assumption started from (a
+        re-list, a late echo) is ignored, as kube's assume cache ignores older objects; any
+        other version replaces the assumption."""
+        before = self._assumed_pvs.get(pv.name)
+        if before is not None:
+            if pv.resource_version == before.resource_version:
+                return
+            del self._assumed_pvs[pv.name]
+        self._put_pv(pv)
+
+    def _put_pv(self, pv: PersistentVolume) -> None:
         self.remove_pv(pv.name)
         self.pvs[pv.name] = pv
         self._pvs_by_class.setdefault(pv.storage_class, {})[pv.name] = pv
@@ -158,6 +172,12 @@ class VolumeState:
         return self._pvs_by_class.get(storage_class, {}).values()
 
     def set_pvc(self, pvc: PersistentVolumeClaim) -> None:
+        """A claim from the API; an assumed claim is kept as :meth:`set_pv` keeps a PV."""
+        before = self._assumed_pvcs.get(pvc.key)
+        if before is not None:
+            if pvc.resource_version == before.resource_version:
+                return
+            del self._assumed_pvcs[pvc.key]
         self.pvcs[pvc.key] = pvc
 
     def remove_pvc(self, namespace: str, name: str) -> None:
@@ -207,7 +227,8 @@ class VolumeState:
 
     # ------------------------------------------------------------------ assume
     def assume(self, plan: VolumePlan) -> None:
-        """Apply a chosen plan at once (kube's AssumePodVolumes on its assume cache)."""
+        """Apply a chosen plan at once (kube's AssumePodVolumes on its assume cache), so
+        the next cycle does not offer the same PV again before the writes' echo arrives."""
         for s in plan.static:
             pv = self.pvs.get(s.pv)
             if pv is None:
@@ -216,13 +237,27 @@ class VolumeState:
             if s.set_bound_by_controller:
                 annotations[BOUND_BY_CONTROLLER] = "yes"
             ref = ClaimRef(s.claim_namespace, s.claim_name, s.claim_uid)
-            self.set_pv(replace(pv, claim_ref=ref, annotations=annotations))
+            self._assumed_pvs.setdefault(pv.name, pv)
+            self._put_pv(replace(pv, claim_ref=ref, annotations=annotations))
         for p in plan.provisions:
-            pvc = self.pvcs.get((p.claim_namespace, p.claim_name))
+            key = (p.claim_namespace, p.claim_name)
+            pvc = self.pvcs.get(key)
             if pvc is None:
                 continue
-            annotations = {**pvc.annotations, SELECTED_NODE: p.node}
-            self.set_pvc(replace(pvc, annotations=annotations))
+            self._assumed_pvcs.setdefault(key, pvc)
+            self.pvcs[key] = replace(pvc, annotations={**pvc.annotations, SELECTED_NODE: p.node})
+
+    def forget(self, plan: VolumePlan) -> None:
+        """Undo :meth:`assume` when the writes or the binding failed (kube's Unreserve)."""
+        for s in plan.static:
+            before = self._assumed_pvs.pop(s.pv, None)
+            if before is not None:
+                self._put_pv(before)
+        for p in plan.provisions:
+            key = (p.claim_namespace, p.claim_name)
+            claim = self._assumed_pvcs.pop(key, None)
+            if claim is not None:
+                self.pvcs[key] = claim
 
 
 @dataclass

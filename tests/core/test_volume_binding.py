@@ -19,7 +19,7 @@ from scheduler.core.profile import DEFAULT_PROFILE, Profile
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.volumes import VolumeState, volume_state_from_api
 from scheduler.model.pod import Pod
-from scheduler.model.volume import BOUND_BY_CONTROLLER, SELECTED_NODE
+from scheduler.model.volume import BOUND_BY_CONTROLLER, SELECTED_NODE, PersistentVolume
 from tests.builders import make_node, make_pod
 from tests.e2e.differential.volumes_objects import (
     Body,
@@ -266,6 +266,28 @@ def test_assumed_pv_is_not_offered_to_the_next_claim() -> None:
     volumes.assume(plan)
     decision, _ = schedule_with_volumes(snap, pod_with("b"), volumes)
     assert decision.reason_counts() == {REASON_BIND_CONFLICT: 1}
+
+
+def test_assumption_survives_a_stale_echo_and_can_be_forgotten() -> None:
+    snap = cluster(1)
+    body = pv("only", host="node-0")
+    body["metadata"]["resourceVersion"] = "7"
+    volumes = state(pvs=[body], pvcs=[pvc("a"), pvc("b")])
+    _, plan = schedule_with_volumes(snap, pod_with("a"), volumes)
+    assert plan is not None
+    volumes.assume(plan)
+    volumes.set_pv(PersistentVolume.from_api(body))  # the pre-assumption version, re-listed
+    decision, _ = schedule_with_volumes(snap, pod_with("b"), volumes)
+    assert decision.selected is None
+    volumes.forget(plan)
+    decision, _ = schedule_with_volumes(snap, pod_with("b"), volumes)
+    assert decision.selected == "node-0"
+    # A newer version from the API replaces the assumption.
+    volumes.assume(plan)
+    newer = pv("only", host="node-0", claim=("default", "a"))
+    newer["metadata"]["resourceVersion"] = "8"
+    volumes.set_pv(PersistentVolume.from_api(newer))
+    assert volumes.pvs["only"].resource_version == "8"
 
 
 def test_plan_for_a_node_that_does_not_fit_is_an_error() -> None:
