@@ -8,6 +8,8 @@ import pytest
 
 from scheduler.core.framework import Code, Cycle
 from scheduler.core.plugins.unsupported import Unsupported
+from scheduler.core.profile import DEFAULT_PROFILE
+from scheduler.core.registry import default_registry
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.volumes import VolumeState, volume_state_from_api
 from scheduler.model.errors import InvalidObjectError
@@ -120,3 +122,13 @@ def test_claims_are_refused_until_the_cycle_has_a_volume_state() -> None:
     inline = Unsupported().pre_filter(Cycle(snap, disk.build(), volumes=VolumeState()))
     assert inline.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
     assert "conflicts or attach limits" in inline.message
+
+
+def test_the_default_profile_runs_kube_volume_filters_in_kube_order() -> None:
+    plugins = default_registry().build(DEFAULT_PROFILE)
+    names = [p.name for p in plugins.filters]
+    volume = ["VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone"]
+    start = names.index("NodeResourcesFit") + 1
+    assert names[start : start + 4] == volume
+    assert names[start + 4] == "PodTopologySpread"
+    assert [p.name for p in plugins.volume_planners] == ["VolumeBinding"]
