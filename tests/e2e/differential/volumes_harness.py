@@ -12,7 +12,8 @@ after every other one).
 The state Lattice reads is then listed once for the whole cluster (cases cannot touch each
 other's objects). A case's verdict is kube-scheduler's binding, its FailedScheduling
 message, or — for a claim it chose to provision, where it now waits for a provisioner that
-does not exist — the ``volume.kubernetes.io/selected-node`` annotation it wrote on the claim.
+does not exist — the ``volume.kubernetes.io/selected-node`` annotation it wrote on the claim
+(the annotation is then removed so kube-scheduler forgets the pod before the next case).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from tests.e2e.differential.volumes_gen import Case, VolumeCluster
 from tests.e2e.differential.volumes_objects import claim_volume, pv, pvc, storage_class
 
 SETTLE_SECONDS = 2.0
+PROVISIONING = "selected-node"
+"""Marks a verdict read from a claim's annotation (the pod is still held in PreBind)."""
 
 
 @dataclass
@@ -201,12 +204,37 @@ class VolumeKubeSide:
                 body = await self.core.read_namespaced_persistent_volume_claim(claim, ns)
                 selected = (body.metadata.annotations or {}).get(SELECTED_NODE)
                 if selected:
-                    return Verdict(selected, None)
+                    return Verdict(selected, None, prefilter=PROVISIONING)
             return None
 
         verdict = await poll(decided, within=60, interval=0.05)
+        if verdict.prefilter == PROVISIONING:
+            await self._release(ns, name, case)
+            verdict = Verdict(verdict.node, None)
         await self.base._delete_pod(ns, name)
         return verdict
+
+    async def _release(self, ns: str, name: str, case: Case) -> None:
+        """End kube-scheduler's wait for a provisioner that does not exist.
+
+        It holds the pod as assumed on the node (its volumes count there for the next
+        cases) until the claim binds or its selected-node annotation goes away; removing
+        the annotation fails the binding, which forgets the pod before it is reported.
+        """
+        unset = {"metadata": {"annotations": {SELECTED_NODE: None}}}
+        for claim in case.claims:
+            await self.core.patch_namespaced_persistent_volume_claim(claim, ns, unset)
+
+        async def failed() -> bool:
+            pod = await self.core.read_namespaced_pod(name, ns)
+            return any(
+                c.type == "PodScheduled"
+                and c.status == "False"
+                and "VolumeBinding" in (c.message or "")
+                for c in pod.status.conditions or []
+            )
+
+        await poll(failed, within=30, interval=0.05)
 
     async def teardown(self, vc: VolumeCluster) -> None:
         await self.base.teardown(vc.cluster)
