@@ -27,7 +27,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from scheduler.core.explain import Decision
-from scheduler.core.from_api import snapshot_from_api
+from scheduler.core.from_api import counts_on_node, snapshot_from_api
 from scheduler.core.plugins.volume_binding import plan_volume_bindings
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.volumes import VolumeState, volume_state_from_api
@@ -72,7 +72,7 @@ def lattice_view(world: VolumeWorld) -> tuple[Snapshot, VolumeState]:
         classes=world.classes,
         csi_nodes=world.csi_nodes,
         attachments=world.attachments,
-        placed_pods=[Pod.from_api(p) for p in world.pods],
+        placed_pods=[Pod.from_api(p) for p in world.pods if counts_on_node(p)],
     )
     assert not volumes.skipped
     return built.snapshot, volumes.state
