@@ -40,6 +40,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--diff-seed", type=int, default=1, help="differential test: generator seed (default 1)"
     )
     parser.addoption(
+        "--volume-cases",
+        type=int,
+        default=100,
+        help="differential volume test: cases against kube-scheduler (default 100)",
+    )
+    parser.addoption(
         "--preempt-cases",
         type=int,
         default=200,

@@ -11,12 +11,11 @@ plane; Lattice's core then decides on the same objects read back from the API se
 * kube-scheduler failed  =>  Lattice's feasible set is empty and its per-reason node
   counts (or PreFilter message) equal those of kube-scheduler's FailedScheduling message.
 
-``LATTICE_DIFF_VOLUME_CASES`` (default 100) sets how many, ``--diff-seed`` which.
+``--volume-cases`` (default 100) sets how many, ``--diff-seed`` which.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -94,7 +93,7 @@ class Disagreement:
 async def test_volume_plugins_agree_with_kube_scheduler(
     volume_api: client.ApiClient, request: pytest.FixtureRequest
 ) -> None:
-    cases = int(os.environ.get("LATTICE_DIFF_VOLUME_CASES", "100"))
+    cases: int = request.config.getoption("--volume-cases")
     seed: int = request.config.getoption("--diff-seed")
     gen = VolumeGenerator(seed)
     kube = VolumeKubeSide(volume_api)
