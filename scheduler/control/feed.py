@@ -70,6 +70,7 @@ _ORDER: Final = (
     TOPOLOGIES,
     NRTS,
     intake.NAMESPACES,
+    intake.PDBS,
     intake.NODES,
     intake.ASSIGNED_PODS,
     intake.PENDING_PODS,
@@ -83,6 +84,7 @@ def resources(scheduler_name: str) -> list[Resource]:
         intake.custom(API_GROUP, API_VERSION, "nodetopologies", key=TOPOLOGIES),
         intake.custom(nrt.GROUP, nrt.VERSION, nrt.PLURAL, key=NRTS),
         intake.namespaces(),
+        intake.pod_disruption_budgets(),
         intake.nodes(),
         intake.assigned_pods(),
         intake.pending_pods(scheduler_name),
@@ -136,6 +138,7 @@ class Feed:
             TOPOLOGIES: self._topologies,
             NRTS: self._nrts,
             intake.NAMESPACES: self._namespaces,
+            intake.PDBS: self._pdbs,
             intake.NODES: self._nodes,
             intake.ASSIGNED_PODS: self._assigned,
             intake.PENDING_PODS: self._pending,
@@ -145,6 +148,7 @@ class Feed:
             TOPOLOGIES: self._topologies_listed,
             NRTS: self._nrts_listed,
             intake.NAMESPACES: self._namespaces_listed,
+            intake.PDBS: self._pdbs_listed,
             intake.NODES: self._nodes_listed,
             intake.ASSIGNED_PODS: self._assigned_listed,
             intake.PENDING_PODS: self._pending_listed,
@@ -340,6 +344,22 @@ class Feed:
             self.scheduler.namespace_deleted({"metadata": {"name": name}})
         for obj in items:
             self.scheduler.namespace_upserted(obj)
+
+    # -- PodDisruptionBudgets -----------------------------------------------------------
+    def _pdbs(self, events: Sequence[Event]) -> None:
+        for ev in events:
+            if ev.type is EventType.DELETED:
+                self.scheduler.pdb_deleted(ev.obj)
+            else:
+                self.scheduler.pdb_upserted(ev.obj)
+
+    def _pdbs_listed(self, items: Sequence[RawObject]) -> None:
+        listed = {f"{ns}/{name}" for ns, name, _ in map(_meta, items)}
+        for key in self.scheduler.pdb_keys() - listed:
+            namespace, name = key.split("/", 1)
+            self.scheduler.pdb_deleted({"metadata": {"namespace": namespace, "name": name}})
+        for obj in items:
+            self.scheduler.pdb_upserted(obj)
 
     # -- custom resources ---------------------------------------------------------------
     def _topologies(self, events: Sequence[Event]) -> None:

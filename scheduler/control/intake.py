@@ -162,6 +162,7 @@ PENDING_PODS: Final = "pods/pending"
 ASSIGNED_PODS: Final = "pods/assigned"
 NODES: Final = "nodes"
 NAMESPACES: Final = "namespaces"
+PDBS: Final = "poddisruptionbudgets.policy"
 
 
 _POD_STATUS_KEPT: Final = frozenset({"phase", "nominatedNodeName", "startTime", "conditions"})
@@ -257,6 +258,12 @@ def nodes() -> Resource:
 
 def namespaces() -> Resource:
     return Resource(key=NAMESPACES, group="", version="v1", plural="namespaces")
+
+
+def pod_disruption_budgets() -> Resource:
+    """``policy/v1`` PodDisruptionBudgets in every namespace: preemption spends their
+    ``status.disruptionsAllowed``, as kube-scheduler's does."""
+    return Resource(key=PDBS, group="policy", version="v1", plural="poddisruptionbudgets")
 
 
 def custom(

@@ -1,4 +1,6 @@
-"""The scheduler's writes to the API: bindings, Events and the PodScheduled condition.
+"""The scheduler's writes to the API: bindings, Events, the PodScheduled condition and
+preemption's (a preemptor's ``nominatedNodeName``; a victim's DisruptionTarget condition and
+its deletion).
 
 Lattice writes nothing to a pod but these (and, for topology-aligned pods, the
 device annotation at bind time): no finalizers, no kopf progress annotations.
@@ -55,6 +57,11 @@ class PodRef:
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def api_now() -> str:
+    """Now as the API's timestamps (a condition's ``lastTransitionTime``)."""
+    return _now()
 
 
 class KubeWriter:
@@ -203,32 +210,76 @@ class KubeWriter:
                 raise
 
     async def mark_unschedulable(
-        self, pod: PodRef, message: str, *, reason: str = "Unschedulable"
+        self,
+        pod: PodRef,
+        message: str,
+        *,
+        reason: str = "Unschedulable",
+        nominated_node: str | None = None,
     ) -> None:
         """PodScheduled=False. Reason Unschedulable (no node fits) is what cluster-autoscaler
         scales up for; SchedulerError (an internal error, an unreadable pod) is not, as in
-        kube-scheduler."""
-        patch = {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": reason,
-                        "message": message,
-                        "lastTransitionTime": _now(),
-                    }
-                ]
-            }
+        kube-scheduler. ``nominated_node`` (a preemption's node; ``""`` clears it) goes in
+        the same patch, as kube-scheduler's ``updatePod`` writes them."""
+        status: dict[str, Any] = {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": _now(),
+                }
+            ]
         }
+        if nominated_node is not None:
+            status["nominatedNodeName"] = nominated_node or None
         await self.report_limiter.acquire()
+        await self._patch_status(pod, {"status": status})
+
+    async def patch_pod_status(self, pod: PodRef, status: Mapping[str, Any]) -> bool:
+        """Strategic-merge-patch a pod's status (conditions merge by type; a None value
+        removes a field). False when the pod is gone (404) or is another incarnation (409
+        on the uid precondition); other failures raise."""
+        await self.limiter.acquire()
+        body = {"metadata": {"uid": pod.uid}, "status": dict(status)}
+        try:
+            await self._patch_status(pod, body, quiet=False)
+        except client.ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
+    async def delete_pod(self, pod: PodRef) -> bool:
+        """DELETE the pod with its default grace period, precondition its uid (never a pod
+        re-created under the name). False when it is gone already (404, or 409: another
+        uid); other failures raise."""
+        await self.limiter.acquire()
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.uid))
+        try:
+            resp = await self._core.delete_namespaced_pod(
+                pod.name, pod.namespace, body=body, _preload_content=False
+            )
+            await _release_checked(resp)
+        except client.ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
+    async def _patch_status(
+        self, pod: PodRef, patch: Mapping[str, Any], *, quiet: bool = True
+    ) -> None:
+        """PATCH pods/status (strategic merge, the client's default for a dict body);
+        ``quiet``: a pod that is gone (404) is no error."""
         try:
             resp = await self._core.patch_namespaced_pod_status(
                 pod.name, pod.namespace, patch, _preload_content=False
             )
             await _release_checked(resp)
         except client.ApiException as exc:
-            if exc.status != 404:
+            if not quiet or exc.status != 404:
                 raise
 
 

@@ -50,6 +50,9 @@ class _Failure:
     """Send FailedScheduling (the dedupe said it is due)."""
     condition: bool
     """Patch PodScheduled=False (it says something new)."""
+    nominated: str | None = None
+    """A preemption's ``nominatedNodeName`` to write with the condition (``""``: clear it;
+    None: leave it)."""
 
 
 @dataclass(slots=True)
@@ -99,14 +102,21 @@ class Reporter:
 
     # -- what the scheduler says -------------------------------------------------------
     def failed(
-        self, ref: PodRef, message: str, *, reason: str = UNSCHEDULABLE, trace_id: str = ""
+        self,
+        ref: PodRef,
+        message: str,
+        *,
+        reason: str = UNSCHEDULABLE,
+        trace_id: str = "",
+        nominated: str | None = None,
     ) -> None:
-        """FailedScheduling and PodScheduled=False, each only if it says something new."""
+        """FailedScheduling and PodScheduled=False, each only if it says something new;
+        ``nominated`` (a node, or ``""`` to clear) is always written, with the condition."""
         said = (reason, message)
         now = self.clock()
         last = self._failure_events.get(ref.uid)
         event = last is None or last[0] != said or now - last[1] >= self.repeat_after
-        condition = self._conditions.get(ref.uid) != said
+        condition = self._conditions.get(ref.uid) != said or nominated is not None
         if not event and not condition:
             return
         key = (ref.uid, "failure")
@@ -114,7 +124,9 @@ class Reporter:
         if isinstance(older, _Failure):
             event = event or older.event
             condition = condition or older.condition
-        job = _Failure(ref, message, reason, trace_id, event, condition)
+            if nominated is None:
+                nominated = older.nominated
+        job = _Failure(ref, message, reason, trace_id, event, condition, nominated)
         if not self._put(key, job):
             return
         if job.event:
@@ -220,7 +232,9 @@ class Reporter:
             )
         if job.condition:
             try:
-                await self.writer.mark_unschedulable(ref, job.message, reason=job.reason)
+                await self.writer.mark_unschedulable(
+                    ref, job.message, reason=job.reason, nominated_node=job.nominated
+                )
             except BaseException:
                 if self._conditions.get(ref.uid) == (job.reason, job.message):
                     self._conditions.pop(ref.uid, None)  # not written: write it next time

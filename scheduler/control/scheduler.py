@@ -29,6 +29,17 @@ Theory of operation (one asyncio loop, no threads, no locks):
 * Every attempt has a trace id on each of its log lines and on its Event.
 * Plugins run timed (``scheduler_plugin_execution_duration_seconds``) on one cycle in ten,
   by wrappers made here around the core's plugin instances; the core itself never times.
+* Preemption (kube's DefaultPreemption, :mod:`scheduler.core.preemption`): a pod no node
+  fits, whose failure is Unschedulable somewhere, may evict lower-priority pods. The choice
+  is made inside the cycle, on the same snapshot, with the PodDisruptionBudgets, pod facts
+  (start times, victims terminating by preemption, ``preemptionPolicy``) and nominations
+  kept here; the pod is nominated to the node at once (in memory) and the writes follow in
+  a task: each victim's DisruptionTarget condition, its deletion and a Preempted Event, the
+  nominations of lower-priority pods to that node cleared, and the preemptor's
+  ``nominatedNodeName`` with its PodScheduled=False. The preemptor waits as any
+  Unschedulable pod; the victims' deletions wake it. Until it binds (or is deleted, or
+  nominated elsewhere), its nomination counts for pods of lower or equal priority
+  (:mod:`scheduler.core.nominated`).
 * Gangs (PodGroups) are one queue entry until admitted; ``run`` hands that entry to the
   gang flow, whose commit assumes all members or none and binds them through
   :meth:`Scheduler.bind`, the path single pods take. A gang member's binding outcome goes
@@ -40,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import copy
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -52,6 +64,7 @@ from scheduler.control.cache import SchedulerCache
 from scheduler.control.gang_flow import GangFlow
 from scheduler.control.gangs import GangEntry, gang_of
 from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
+from scheduler.control.kubeio import api_now as dt_now
 from scheduler.control.queue import (
     PENDING_QUEUES,
     ClusterEvent,
@@ -70,13 +83,17 @@ from scheduler.core.explain import Decision
 from scheduler.core.framework import Code, Cycle, PluginSet
 from scheduler.core.from_api import scheduled_at
 from scheduler.core.load import LoadView, load_report
+from scheduler.core.nominated import schedule_with_nominated
+from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.node import Node
 from scheduler.model.noderesourcetopology import NodeResourceTopology
+from scheduler.model.pdb import PodDisruptionBudget
 from scheduler.model.pod import Pod
+from scheduler.model.pod_facts import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER, PodFacts
 from scheduler.model.topology import (
     NodeLoad,
     NodeTopology,
@@ -92,6 +109,26 @@ Body = Mapping[str, Any]
 
 LOAD_GAUGE_EVERY = 4
 """Ticks between refreshes of the nodes-by-load-status gauge (ticks come 4 times a second)."""
+
+_NO_FACTS = PodFacts()
+
+
+def _facts_inputs(body: Body) -> tuple[object, ...]:
+    """What :meth:`PodFacts.from_api` reads, cheaply: re-parsed only when this changes."""
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    target = None
+    if meta.get("deletionTimestamp") is not None:
+        for cond in status.get("conditions") or ():
+            if isinstance(cond, Mapping) and cond.get("type") == DISRUPTION_TARGET:
+                target = (cond.get("status"), cond.get("reason"))
+                break
+    return (
+        status.get("startTime"),
+        meta.get("deletionTimestamp") is not None,
+        target,
+        (body.get("spec") or {}).get("preemptionPolicy"),
+    )
 
 
 @dataclass
@@ -246,6 +283,13 @@ class Scheduler:
                 repeat_after=self.queue.config.max_backoff,
                 on_drop=metrics.reports_dropped.inc,
             )
+        self.pdbs: dict[str, PodDisruptionBudget] = {}
+        """PodDisruptionBudgets by namespace/name (preemption spends their status)."""
+        self.facts: dict[str, PodFacts] = {}
+        """What preemption reads of pods beyond their records (only non-default facts)."""
+        self._facts_seen: dict[str, tuple[object, ...]] = {}
+        self.nominations: dict[str, tuple[Pod, str]] = {}
+        """Pending pods nominated to a node (by our preemption or their status), with it."""
         self.gang_flow = GangFlow(
             self,
             cache=self.cache,
@@ -290,6 +334,8 @@ class Scheduler:
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if spec.get("nodeName"):
             self.forget_reports(str(meta.get("uid", "")))
+            self._end_nomination(key)
+            self._note_facts(key, body)
             known = self.cache.cached_pod(key)
             pod = self.cache.observe_bound_pod(body)
             self._drop_from_queue(key)
@@ -308,10 +354,12 @@ class Scheduler:
         ):
             self._drop_from_queue(key)
             self.forget_reports(str(meta.get("uid", "")))
+            self._forget_pod(key)
             if gang is not None:
                 self.gang_flow.member_gone(gang, key)
             return
         self._note_condition(str(meta.get("uid", "")), body)
+        self._note_facts(key, body)
         cached = self.cache.cached_pod(key)
         if cached is not None:
             if cached.pod.uid == str(meta.get("uid", "")):
@@ -329,6 +377,8 @@ class Scheduler:
                 str(meta.get("uid", "")),
                 str(exc),
             )
+        if isinstance(queued, Pod):
+            self._note_nomination(queued)
         if gang is not None:
             self.gang_flow.member_pending(gang, key, queued)
             return
@@ -359,6 +409,69 @@ class Scheduler:
             placed,
         )
 
+    # -- what preemption reads: budgets, pod facts, nominations ---------------------------
+    def pdb_upserted(self, body: Body) -> None:
+        """A PodDisruptionBudget; one that cannot be read is logged and left out (as if it
+        did not exist), never fatal."""
+        meta = body.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        try:
+            pdb = PodDisruptionBudget.from_api(body)
+        except (InvalidObjectError, ValueError, TypeError) as exc:
+            self.log.warning("pdb_unreadable", pod=key, reason=str(exc))
+            self.pdbs.pop(key, None)
+            return
+        self.pdbs[key] = pdb
+
+    def pdb_deleted(self, body: Body) -> None:
+        meta = body.get("metadata") or {}
+        self.pdbs.pop(f"{meta.get('namespace', '')}/{meta.get('name', '')}", None)
+
+    def pdb_keys(self) -> set[str]:
+        """Budgets known (a re-list reconciles them)."""
+        return set(self.pdbs)
+
+    def _note_facts(self, key: str, body: Body) -> None:
+        """Start time, termination by preemption, preemptionPolicy: parsed only when one of
+        them changed (a bound pod's status updates come through here)."""
+        seen = _facts_inputs(body)
+        if self._facts_seen.get(key) == seen:
+            return
+        self._facts_seen[key] = seen
+        try:
+            facts = PodFacts.from_api(body)
+        except InvalidObjectError as exc:
+            self.log.warning("pod_facts_unreadable", pod=key, reason=str(exc))
+            facts = _NO_FACTS
+        if facts == _NO_FACTS:
+            self.facts.pop(key, None)
+        else:
+            self.facts[key] = facts
+
+    def _forget_pod(self, key: str) -> None:
+        self.facts.pop(key, None)
+        self._facts_seen.pop(key, None)
+        self._end_nomination(key)
+
+    def _note_nomination(self, pod: Pod) -> None:
+        """A pending pod's record: a known nomination follows the new record (ours is newer
+        than any status it may show); a pod nominated by its status (a previous leader,
+        kube-scheduler before it was ours) counts as nominated there."""
+        known = self.nominations.get(pod.key)
+        if known is not None and known[0].uid == pod.uid:
+            self.nominations[pod.key] = (pod, known[1])
+        elif pod.nominated_node_name:
+            self.nominations[pod.key] = (pod, pod.nominated_node_name)
+        else:
+            self.nominations.pop(pod.key, None)
+
+    def _end_nomination(self, key: str) -> None:
+        self.nominations.pop(key, None)
+
+    def nominated(self) -> list[tuple[Pod, str]]:
+        """Pending pods and their nominated nodes, for cycles and preemption."""
+        return list(self.nominations.values())
+
     def _note_condition(self, uid: str, body: Body) -> None:
         if self.reporter is not None:
             self.reporter.note_condition(uid, body.get("status") or {})
@@ -373,10 +486,13 @@ class Scheduler:
         info = self.queue.get(key)
         if info is not None and (not uid or info.pod.uid == uid):
             self._drop_from_queue(key)
+        if info is not None and (not uid or info.pod.uid == uid):
+            self._forget_pod(key)
         cached = self.cache.cached_pod(key)
         removed = False
         if cached is not None and (not uid or cached.pod.uid == uid):
             self.load.forget_pod(key)
+            self._forget_pod(key)
             removed = self.cache.remove_pod(key)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
@@ -389,6 +505,8 @@ class Scheduler:
         what :meth:`pod_upserted` does for a bound pod, without re-placing it."""
         meta = body.get("metadata") or {}
         self.forget_reports(str(meta.get("uid", "")))
+        self._end_nomination(key)
+        self._note_facts(key, body)
         self.cache.confirm(key, rv, meta.get("generation"))
         self._drop_from_queue(key)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
@@ -396,8 +514,10 @@ class Scheduler:
             self.gang_flow.member_bound(gang, key, body)
 
     def bound_pod_unchanged(self, body: Body, key: PodKey, rv: int | None) -> None:
-        """A bound pod changed only where scheduling does not read (status, mostly)."""
+        """A bound pod changed only where scheduling does not read (status, mostly): its
+        facts (it started) may have changed."""
         self.cache.touch(key, rv)
+        self._note_facts(key, body)
         meta = body.get("metadata") or {}
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
@@ -413,8 +533,13 @@ class Scheduler:
         info = self.queue.get(key)
         if info is not None and info.pod.uid == uid:
             self._drop_from_queue(key)
+        known = self.nominations.get(key)
+        if known is not None and known[0].uid == uid:
+            self._end_nomination(key)
         if bound:
             return
+        if info is not None and info.pod.uid == uid:
+            self._forget_pod(key)
         self.forget_reports(uid)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
@@ -432,6 +557,7 @@ class Scheduler:
                 if queued.uid not in live:
                     self.queue.delete(queued)
                     self.forget_reports(queued.uid)
+                    self._forget_pod(pod_key(queued.namespace, queued.name))
         for gang in list(self.gang_flow.gangs):
             gone = [k for k, m in gang.pending.items() if m.uid not in live]
             for key in gone:
@@ -605,15 +731,50 @@ class Scheduler:
 
     def decide(self, pod: Pod, *, restrict_to: frozenset[str] | None = None) -> Decision:
         """``pod`` on the snapshot as it is now, plugins timed on sampled cycles: a single
-        pod's cycle, and a gang member re-checked against its plan (``restrict_to``)."""
-        return self._timed_framework.schedule(
+        pod's cycle, and a gang member re-checked against its plan (``restrict_to``).
+        Nominated pods of at least its priority hold their nodes' room
+        (:func:`~scheduler.core.nominated.schedule_with_nominated`)."""
+        return schedule_with_nominated(
+            self._timed_framework,
             self.cache.snapshot,
             pod,
+            self.nominated() if self.nominations else (),
             seed=self.settings.seed,
             topology=self.cache.topology,
             load=LoadView(self.load, self.wall_clock()),
             restrict_to=restrict_to,
         )
+
+    def preemption_inputs(self) -> Inputs:
+        """What :func:`~scheduler.core.preemption.preempt` reads beside snapshot and pod."""
+        return Inputs(
+            pdbs=tuple(self.pdbs.values()),
+            nominated=self.nominated(),
+            facts=self.facts,
+            seed=self.settings.seed,
+            topology=self.cache.topology,
+            load=LoadView(self.load, self.wall_clock()),
+        )
+
+    def _post_filter(self, decision: Decision, log: Any) -> tuple[Preemption | None, str]:
+        """kube's PostFilter after a failed cycle: a preemption, or why none (kube's
+        ``preemption: ...`` text, to append to the FailedScheduling message)."""
+        pod = decision.pod
+        nominated = self.nominations.get(pod.key)
+        if nominated is not None and pod.nominated_node_name != nominated[1]:
+            # Our own nomination, which the pod's record (parsed before it) cannot show.
+            pod = dataclasses.replace(pod, nominated_node_name=nominated[1])
+            decision = dataclasses.replace(decision, pod=pod)
+        inputs = self.preemption_inputs()
+        snapshot = self.cache.snapshot
+        try:
+            found = preempt(self.framework, snapshot, decision, inputs)
+            if found is not None:
+                return found, ""
+            return None, no_preemption_message(self.framework, snapshot, decision, inputs)
+        except Exception as exc:  # a bug in preemption costs the pod its preemption only
+            log.exception("preemption_failed", reason=repr(exc))
+            return None, f"internal error: {exc}"
 
     def schedule_one(self, info: QueuedPodInfo[QueuedPod]) -> None:
         pod = info.pod
@@ -641,12 +802,36 @@ class Scheduler:
             )
             return
         if decision.selected is None:
+            if decision.explanation.gated_message is not None:
+                self._failed(
+                    info, log, trace_id, decision.summary, started, AttemptResult.UNSCHEDULABLE
+                )
+                return
+            found, why = self._post_filter(decision, log)
+            nominated: str | None = None
+            message = decision.summary
+            if found is None:
+                message = f"{message} preemption: {why}"
+                if pod.key in self.nominations and not why.startswith("not eligible"):
+                    # kube clears the nomination when no node can be freed (ModeOverride).
+                    self._end_nomination(pod.key)
+                    nominated = ""
+            else:
+                nominated = found.node
+                self._preempting(pod, found, log, trace_id)
             self._failed(
-                info, log, trace_id, decision.summary, started, AttemptResult.UNSCHEDULABLE
+                info,
+                log,
+                trace_id,
+                message,
+                started,
+                AttemptResult.UNSCHEDULABLE,
+                nominated=nominated,
             )
             return
         node = decision.selected
         annotations = dict(decision.annotations)
+        self._end_nomination(pod.key)  # kube forgets the nomination when it assumes the pod
         self.cache.assume(pod, node, annotations)
         requests = pod.resources.requests
         self.load.note_placement(
@@ -665,9 +850,12 @@ class Scheduler:
         message: str,
         started: float,
         result: AttemptResult,
+        *,
+        nominated: str | None = None,
     ) -> None:
         """The outcome picks the queue: Unschedulable waits for a cluster event that can
-        help; an error (a bug, an unreadable pod) backs off, since no event would wake it."""
+        help; an error (a bug, an unreadable pod) backs off, since no event would wake it.
+        ``nominated``: a preemption's node for the pod's status (``""``: clear it)."""
         elapsed = time.perf_counter() - started
         self.metrics.observe_attempt(result, elapsed)
         self.metrics.count_attempt(result, self.settings.scheduler_name)
@@ -690,7 +878,83 @@ class Scheduler:
                 message,
                 reason=UNSCHEDULABLE if unschedulable else SCHEDULER_ERROR,
                 trace_id=trace_id,
+                nominated=nominated,
             )
+
+    def _preempting(self, pod: Pod, found: Preemption, log: Any, trace_id: str) -> None:
+        """Nominate ``pod`` to the chosen node now (the next cycles count it there); the
+        writes follow in a task: victims marked and deleted, lower-priority nominations to
+        that node cleared. The preemptor's own ``nominatedNodeName`` goes with its
+        PodScheduled=False (:meth:`_failed`)."""
+        node = found.node
+        self.nominations[pod.key] = (pod, node)
+        cleared = [
+            other
+            for other, at in self.nominations.values()
+            if at == node and other.priority < pod.priority and other.key != pod.key
+        ]
+        for other in cleared:
+            self._end_nomination(other.key)
+        log.info(
+            "pod_preempting",
+            node=node,
+            reason="victims: " + ", ".join(f"{v.namespace}/{v.name}" for v in found.victims),
+        )
+        if self.writer is not None:
+            self._spawn(self._preemption_writes(pod, node, found.victims, cleared, log))
+
+    async def _preemption_writes(
+        self,
+        preemptor: Pod,
+        node: str,
+        victims: tuple[Pod, ...],
+        cleared: list[Pod],
+        log: Any,
+    ) -> None:
+        """kube's ``prepareCandidate``: per victim (concurrently) DisruptionTarget=True, then
+        DELETE (uid precondition, default grace period), then a Preempted Event; then the
+        lower-priority pods nominated to the node lose that nomination. A failed write is
+        logged; the preemptor retries on its next cycle like any Unschedulable pod."""
+        writer = self.writer
+        assert writer is not None
+        condition = {
+            "type": DISRUPTION_TARGET,
+            "status": "True",
+            "reason": PREEMPTION_BY_SCHEDULER,
+            "message": f"{self.settings.scheduler_name}: preempting to accommodate a higher "
+            "priority pod",
+            "lastTransitionTime": dt_now(),
+        }
+
+        async def evict(victim: Pod) -> None:
+            ref = PodRef(victim.namespace, victim.name, victim.uid)
+            key = f"{victim.namespace}/{victim.name}"
+            try:
+                if not await writer.patch_pod_status(ref, {"conditions": [condition]}):
+                    log.info("victim_gone", node=node, reason=key)
+                    return
+                if not await writer.delete_pod(ref):
+                    log.info("victim_gone", node=node, reason=key)
+                    return
+            except Exception as exc:
+                log.warning("victim_eviction_failed", node=node, reason=f"{key}: {exc!r}")
+                return
+            log.info("victim_deleted", node=node, reason=key)
+            if self.reporter is not None:
+                self.reporter.event(
+                    ref,
+                    reason="Preempted",
+                    action="Preempting",
+                    message=f"Preempted by pod {preemptor.uid} on node {node}",
+                )
+
+        await asyncio.gather(*(evict(v) for v in victims))
+        for other in cleared:
+            ref = PodRef(other.namespace, other.name, other.uid)
+            try:
+                await writer.patch_pod_status(ref, {"nominatedNodeName": None})
+            except Exception as exc:
+                log.warning("nomination_clear_failed", node=node, reason=f"{other.key}: {exc!r}")
 
     def forget_reports(self, uid: str) -> None:
         """The pod was bound or is gone: its condition and event memory go with it."""
@@ -721,6 +985,7 @@ class Scheduler:
         key = f"{pod.namespace}/{pod.name}"
         profile = self.settings.scheduler_name
         if outcome.result is BindResult.BOUND:
+            self._end_nomination(key)
             self.cache.finish_binding(pod, self.clock())
             self.counters.scheduled += 1
             self.forget_reports(pod.uid)

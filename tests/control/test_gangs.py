@@ -29,6 +29,12 @@ class FakeWriter:
         self.events: list[tuple[str, str, str, str]] = []
         self.statuses: list[tuple[str, Mapping[str, Any]]] = []
         self.fail: set[str] = set()
+        self.conditions: list[tuple[str, str, str, str | None]] = []
+        """PodScheduled=False patches: pod, reason, message, nominatedNodeName written."""
+        self.status_patches: list[tuple[str, dict[str, Any]]] = []
+        self.deletes: list[str] = []
+        self.gone: set[str] = set()
+        """Pods the API no longer has: their status patch and deletion answer 404."""
         self.on_fail: Callable[[str], None] = lambda node: None
         """Called with the node of a failed binding (a test deletes it: node gone)."""
 
@@ -57,9 +63,24 @@ class FakeWriter:
         self.events.append((kind, pod.name, reason, message))
 
     async def mark_unschedulable(
-        self, pod: PodRef, message: str, *, reason: str = "Unschedulable"
+        self,
+        pod: PodRef,
+        message: str,
+        *,
+        reason: str = "Unschedulable",
+        nominated_node: str | None = None,
     ) -> None:
-        return None
+        self.conditions.append((pod.name, reason, message, nominated_node))
+
+    async def patch_pod_status(self, pod: PodRef, status: Mapping[str, Any]) -> bool:
+        self.status_patches.append((pod.name, dict(status)))
+        return pod.name not in self.gone
+
+    async def delete_pod(self, pod: PodRef) -> bool:
+        if pod.name in self.gone:
+            return False
+        self.deletes.append(pod.name)
+        return True
 
     async def podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         self.statuses.append((name, status))

@@ -60,7 +60,7 @@ class RecordingWriter:
         self.events.append((pod.name, reason, message))
 
     async def mark_unschedulable(
-        self, pod: PodRef, message: str, *, reason: str = "Unschedulable"
+        self, pod: PodRef, message: str, *, reason: str = "Unschedulable", **_: Any
     ) -> None:
         self.conditions.append((pod.name, reason, message))
 
