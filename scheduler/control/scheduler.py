@@ -113,6 +113,13 @@ LOAD_GAUGE_EVERY = 4
 _NO_FACTS = PodFacts()
 
 
+def _ident(body: Body) -> str:
+    """A pod body's :attr:`Pod.key` (its uid; namespace/name without one): what facts and
+    nominations are kept by, as preemption looks them up."""
+    meta = body.get("metadata") or {}
+    return str(meta.get("uid") or "") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
 def _facts_inputs(body: Body) -> tuple[object, ...]:
     """What :meth:`PodFacts.from_api` reads, cheaply: re-parsed only when this changes."""
     meta = body.get("metadata") or {}
@@ -286,10 +293,12 @@ class Scheduler:
         self.pdbs: dict[str, PodDisruptionBudget] = {}
         """PodDisruptionBudgets by namespace/name (preemption spends their status)."""
         self.facts: dict[str, PodFacts] = {}
-        """What preemption reads of pods beyond their records (only non-default facts)."""
+        """What preemption reads of pods beyond their records (only non-default facts), by
+        :attr:`Pod.key` (the uid)."""
         self._facts_seen: dict[str, tuple[object, ...]] = {}
         self.nominations: dict[str, tuple[Pod, str]] = {}
-        """Pending pods nominated to a node (by our preemption or their status), with it."""
+        """Pending pods nominated to a node (by our preemption or their status), with it, by
+        :attr:`Pod.key` (the uid)."""
         self.gang_flow = GangFlow(
             self,
             cache=self.cache,
@@ -334,8 +343,8 @@ class Scheduler:
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if spec.get("nodeName"):
             self.forget_reports(str(meta.get("uid", "")))
-            self._end_nomination(key)
-            self._note_facts(key, body)
+            self._end_nomination(_ident(body))
+            self._note_facts(_ident(body), body)
             known = self.cache.cached_pod(key)
             pod = self.cache.observe_bound_pod(body)
             self._drop_from_queue(key)
@@ -354,12 +363,12 @@ class Scheduler:
         ):
             self._drop_from_queue(key)
             self.forget_reports(str(meta.get("uid", "")))
-            self._forget_pod(key)
+            self._forget_pod(_ident(body))
             if gang is not None:
                 self.gang_flow.member_gone(gang, key)
             return
         self._note_condition(str(meta.get("uid", "")), body)
-        self._note_facts(key, body)
+        self._note_facts(_ident(body), body)
         cached = self.cache.cached_pod(key)
         if cached is not None:
             if cached.pod.uid == str(meta.get("uid", "")):
@@ -458,7 +467,7 @@ class Scheduler:
         than any status it may show); a pod nominated by its status (a previous leader,
         kube-scheduler before it was ours) counts as nominated there."""
         known = self.nominations.get(pod.key)
-        if known is not None and known[0].uid == pod.uid:
+        if known is not None:
             self.nominations[pod.key] = (pod, known[1])
         elif pod.nominated_node_name:
             self.nominations[pod.key] = (pod, pod.nominated_node_name)
@@ -486,13 +495,11 @@ class Scheduler:
         info = self.queue.get(key)
         if info is not None and (not uid or info.pod.uid == uid):
             self._drop_from_queue(key)
-        if info is not None and (not uid or info.pod.uid == uid):
-            self._forget_pod(key)
+        self._forget_pod(_ident(body))
         cached = self.cache.cached_pod(key)
         removed = False
         if cached is not None and (not uid or cached.pod.uid == uid):
             self.load.forget_pod(key)
-            self._forget_pod(key)
             removed = self.cache.remove_pod(key)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
@@ -505,8 +512,8 @@ class Scheduler:
         what :meth:`pod_upserted` does for a bound pod, without re-placing it."""
         meta = body.get("metadata") or {}
         self.forget_reports(str(meta.get("uid", "")))
-        self._end_nomination(key)
-        self._note_facts(key, body)
+        self._end_nomination(_ident(body))
+        self._note_facts(_ident(body), body)
         self.cache.confirm(key, rv, meta.get("generation"))
         self._drop_from_queue(key)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
@@ -517,7 +524,7 @@ class Scheduler:
         """A bound pod changed only where scheduling does not read (status, mostly): its
         facts (it started) may have changed."""
         self.cache.touch(key, rv)
-        self._note_facts(key, body)
+        self._note_facts(_ident(body), body)
         meta = body.get("metadata") or {}
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
@@ -533,13 +540,10 @@ class Scheduler:
         info = self.queue.get(key)
         if info is not None and info.pod.uid == uid:
             self._drop_from_queue(key)
-        known = self.nominations.get(key)
-        if known is not None and known[0].uid == uid:
-            self._end_nomination(key)
+        self._end_nomination(_ident(body))
         if bound:
             return
-        if info is not None and info.pod.uid == uid:
-            self._forget_pod(key)
+        self._forget_pod(_ident(body))
         self.forget_reports(uid)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
@@ -557,7 +561,7 @@ class Scheduler:
                 if queued.uid not in live:
                     self.queue.delete(queued)
                     self.forget_reports(queued.uid)
-                    self._forget_pod(pod_key(queued.namespace, queued.name))
+                    self._forget_pod(queued.uid or f"{queued.namespace}/{queued.name}")
         for gang in list(self.gang_flow.gangs):
             gone = [k for k, m in gang.pending.items() if m.uid not in live]
             for key in gone:
@@ -985,7 +989,7 @@ class Scheduler:
         key = f"{pod.namespace}/{pod.name}"
         profile = self.settings.scheduler_name
         if outcome.result is BindResult.BOUND:
-            self._end_nomination(key)
+            self._end_nomination(pod.key)
             self.cache.finish_binding(pod, self.clock())
             self.counters.scheduled += 1
             self.forget_reports(pod.uid)

@@ -31,9 +31,7 @@ class SlowWriter:
         await self._wait()
         self.events.append((pod.name, reason, message))
 
-    async def mark_unschedulable(
-        self, pod: PodRef, message: str, *, reason: str, **_: Any
-    ) -> None:
+    async def mark_unschedulable(self, pod: PodRef, message: str, *, reason: str, **_: Any) -> None:
         await self._wait()
         self.conditions.append((pod.name, message))
 

@@ -314,7 +314,8 @@ async def test_unschedulable_gets_event_and_condition_then_lands_on_a_new_node(
         assert cond.reason == "Unschedulable"
         assert cond.message == (
             f"0/{NODES} nodes are available: {NODES} node(s) didn't match Pod's node "
-            "affinity/selector."
+            f"affinity/selector. preemption: 0/{NODES} nodes are available: {NODES} "
+            "Preemption is not helpful for scheduling."
         )
         events = await core.list_namespaced_event(ns, field_selector="reason=FailedScheduling")
         assert any(e.message == cond.message and e.type == "Warning" for e in events.items)

@@ -178,7 +178,10 @@ async def test_unsupported_pods_are_refused_and_never_bound(
         conditions = await poll(all_refused, within=60, interval=0.3)
         events = await core.list_namespaced_event(ns, field_selector="reason=FailedScheduling")
         for name, (_, reason) in refused.items():
-            message = f"0/{NODES} nodes are available: {reason}."
+            message = (
+                f"0/{NODES} nodes are available: {reason}. preemption: 0/{NODES} nodes are "
+                f"available: {NODES} Preemption is not helpful for scheduling."
+            )
             assert conditions[name]["reason"] == "Unschedulable"
             assert conditions[name]["message"] == message
             assert any(
