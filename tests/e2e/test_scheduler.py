@@ -183,6 +183,8 @@ def test_rbac_is_least_privilege(plane: Plane) -> None:
     assert can("patch", "pods", "--subresource=status")
     assert can("watch", "pods")
     assert can("create", "events")
+    assert can("delete", "pods")  # preemption's victims
+    assert can("watch", "poddisruptionbudgets.policy")
     # Its own Lease only, by name (create cannot be limited by name).
     assert can("update", "leases/lattice-scheduler", "-n", LEASE_NS)
     assert not can("update", "leases/someone-else", "-n", LEASE_NS)
@@ -190,7 +192,7 @@ def test_rbac_is_least_privilege(plane: Plane) -> None:
     for verb, resource in [
         ("get", "secrets"),
         ("list", "configmaps"),
-        ("delete", "pods"),
+        ("deletecollection", "pods"),
         ("update", "pods"),
         ("create", "pods"),
         ("update", "nodes"),
