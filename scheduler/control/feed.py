@@ -25,6 +25,10 @@ the rule (only the assigned stream changes the snapshot; a pending DELETED only 
 longer pending"). Deletes are checked by uid, because a pod re-created under the same name
 may be seen on one stream before the old one's DELETED arrives on the other.
 
+PodDisruptionBudgets are kept whole by the scheduler (preemption reads their status); a bound
+pod's status-only change still reaches :meth:`Scheduler.bound_pod_unchanged`, which keeps the
+pod's preemption facts (start time, terminating by preemption) current.
+
 Missing resources (:class:`Unavailable`: CRD not installed, no grant) count as empty sets.
 """
 
