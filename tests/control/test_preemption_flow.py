@@ -390,3 +390,15 @@ async def test_victim_writes_are_judged_by_their_status(status: int, done: bool 
     patch, delete = core.calls
     assert patch[1] == {"metadata": {"uid": "uid-v"}, "status": {"conditions": []}}
     assert delete[1].preconditions.uid == "uid-v"
+
+
+async def test_unreadable_facts_are_logged_and_read_as_none() -> None:
+    sched, writer = setup(nodes=1)
+    broken = bound("a", "n0", "2", 1, start="yesterday")
+    sched.pod_upserted(broken)
+    assert broken["metadata"]["uid"] not in sched.facts
+    odd = pending("hi", "1", 100, preemptionPolicy="Sometimes")
+    sched.pod_upserted(odd)
+    cycle(sched, "hi")  # the record itself is readable: scheduled, and it may preempt
+    await sched.drain(10)
+    assert writer.deletes == ["a"]

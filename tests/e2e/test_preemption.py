@@ -78,12 +78,14 @@ class Recorder:
         self.task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
-        w = watch.Watch()
         while True:
             with contextlib.suppress(client.ApiException, asyncio.TimeoutError):
-                async for event in w.stream(self.core.list_namespaced_pod, self.ns):
-                    pod = event["object"]
-                    self.seen.setdefault(pod.metadata.name, []).append(pod)
+                async with watch.Watch().stream(
+                    self.core.list_namespaced_pod, self.ns, timeout_seconds=30
+                ) as stream:
+                    async for event in stream:
+                        pod = event["object"]
+                        self.seen.setdefault(pod.metadata.name, []).append(pod)
 
     def start(self) -> None:
         self.task = asyncio.ensure_future(self._run())
