@@ -591,7 +591,7 @@ def preempt(
     if ineligible_reason(snapshot, pod, decision, inputs) is not None:
         return None
     names = potential_nodes(snapshot, decision)
-    if not names:
+    if not names or not snapshot.has_priority_below(pod.priority):
         return None
     rows = [snapshot.index_of(name) for name in names]
     room = _Room(framework, snapshot, pod, inputs)
@@ -666,6 +666,12 @@ def no_preemption_message(
         return reason
     counts: Counter[str] = Counter()
     examined = 0
+    if not snapshot.has_priority_below(pod.priority):
+        # Nothing lower anywhere: every potential node says so without a simulation.
+        examined = len(potential_nodes(snapshot, decision))
+        if examined:
+            counts[NO_VICTIMS_MESSAGE] = examined
+        return _fit_error(snapshot.num_nodes, counts, examined)
     register = snapshot.node_of_pod(pod.key) is None
     if register:
         snapshot.add_pod(pod, "")
@@ -680,8 +686,14 @@ def no_preemption_message(
     finally:
         if register:
             snapshot.remove_pod(pod)
-    absent = snapshot.num_nodes - examined
+    return _fit_error(snapshot.num_nodes, counts, examined)
+
+
+def _fit_error(num_nodes: int, counts: Counter[str], examined: int) -> str:
+    """kube's FitError text over the dry run's statuses; nodes not examined count as
+    "Preemption is not helpful for scheduling"."""
+    absent = num_nodes - examined
     if absent:
         counts[NOT_HELPFUL_MESSAGE] += absent
     entries = sorted(f"{count} {reason}" for reason, count in counts.items())
-    return f"0/{snapshot.num_nodes} nodes are available: {', '.join(entries)}."
+    return f"0/{num_nodes} nodes are available: {', '.join(entries)}."

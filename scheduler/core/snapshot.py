@@ -125,6 +125,8 @@ class Snapshot:
         self._ports: list[Counter[HostPort]] = []
         self._pod_node: dict[str, str] = {}
         self._orphans: dict[str, dict[str, Pod]] = {}
+        self._priorities: Counter[int] = Counter()
+        """Pods known (placed or parked) per priority: preemption's "anything lower?"."""
         self._with_affinity: dict[str, Pod] = {}
         self._with_required_anti: dict[str, Pod] = {}
         self._namespaces: dict[str, Mapping[str, str]] = {}
@@ -227,6 +229,11 @@ class Snapshot:
 
     def node_of_pod(self, pod_key: str) -> str | None:
         return self._pod_node.get(pod_key)
+
+    def has_priority_below(self, priority: int) -> bool:
+        """Whether some pod (placed, assumed or parked on a missing node) has a priority
+        lower than ``priority``: without one, preemption has nothing to evict."""
+        return any(p < priority for p in self._priorities)
 
     def pods_with_affinity(self) -> list[tuple[Pod, int]]:
         """Placed pods with pod affinity or anti-affinity, with their node row."""
@@ -414,6 +421,7 @@ class Snapshot:
         self._detach_pod(pod.key)
         i = self._index.get(node_name)
         self._pod_node[pod.key] = node_name
+        self._priorities[pod.priority] += 1
         if i is None:
             self._orphans.setdefault(node_name, {})[pod.key] = pod
         else:
@@ -449,15 +457,20 @@ class Snapshot:
         if node_name is None:
             return False
         i = self._index.get(node_name)
+        gone: Pod | None
         if i is None:
             parked = self._orphans.get(node_name, {})
-            parked.pop(key, None)
+            gone = parked.pop(key, None)
             if not parked:
                 self._orphans.pop(node_name, None)
         else:
-            placed = self._pods[i].pop(key)
-            self._account(placed, i, -1)
+            gone = self._pods[i].pop(key)
+            self._account(gone, i, -1)
             self._forget_pod_indexes(key)
+        if gone is not None:
+            self._priorities[gone.priority] -= 1
+            if self._priorities[gone.priority] <= 0:
+                del self._priorities[gone.priority]
         return True
 
     def _located(self, pods: Mapping[str, Pod]) -> list[tuple[Pod, int]]:

@@ -173,3 +173,22 @@ def test_namespaces() -> None:
     assert snapshot.namespace_labels("other") is None
     snapshot.remove_namespace("team")
     assert snapshot.namespace_labels("team") is None
+
+
+def test_priorities_below_follow_every_pod_placed_parked_and_removed() -> None:
+    snap = Snapshot()
+    snap.add_node(make_node("a").build())
+    low = make_pod("low").priority(5).build()
+    high = make_pod("high").priority(50).build()
+    assert not snap.has_priority_below(100)
+    snap.add_pod(low, "a")
+    snap.add_pod(high, "a")
+    assert snap.has_priority_below(6)
+    assert not snap.has_priority_below(5)
+    snap.add_pod(low, "a")  # moved onto the same node: still one pod
+    snap.remove_pod(low)
+    assert not snap.has_priority_below(50)
+    snap.remove_node("a")  # parked with its node gone: still known
+    assert snap.has_priority_below(51)
+    snap.remove_pod(high)
+    assert not snap.has_priority_below(1000)
