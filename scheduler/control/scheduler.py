@@ -771,6 +771,7 @@ class Scheduler:
             decision = dataclasses.replace(decision, pod=pod)
         inputs = self.preemption_inputs()
         snapshot = self.cache.snapshot
+        self.metrics.preemption_attempts.inc()  # as kube: every PostFilter run
         try:
             found = preempt(self.framework, snapshot, decision, inputs)
             if found is not None:
@@ -899,6 +900,7 @@ class Scheduler:
         ]
         for other in cleared:
             self._end_nomination(other.key)
+        self.metrics.preemption_victims.observe(len(found.victims))
         log.info(
             "pod_preempting",
             node=node,

@@ -54,6 +54,8 @@ KUBE_SCHEDULER_NAMES: Final = (
     "scheduler_pod_scheduling_sli_duration_seconds",
     "scheduler_pending_pods",
     "scheduler_plugin_execution_duration_seconds",
+    "scheduler_preemption_attempts_total",
+    "scheduler_preemption_victims",
 )
 """kube-scheduler's metrics that Lattice exports under the same name, labels and buckets."""
 
@@ -164,6 +166,11 @@ class Metrics:
     pod_scheduling_sli_duration: Histogram
     """kube-scheduler's ``scheduler_pod_scheduling_sli_duration_seconds``: first entry into
     the active queue (gated time excluded) to a successful binding, by ``attempts``."""
+    preemption_attempts: Counter
+    """kube-scheduler's ``scheduler_preemption_attempts_total``: PostFilter runs (one per
+    failed cycle of a single pod), as kube-scheduler counts them."""
+    preemption_victims: Histogram
+    """kube-scheduler's ``scheduler_preemption_victims``: victims per preemption."""
     bind_duration: Histogram
     """One pods/binding call, successful or not."""
     bind_errors: Counter
@@ -257,6 +264,17 @@ class Metrics:
                 ["attempts"],
                 registry=reg,
                 buckets=_E2E_BUCKETS,
+            ),
+            preemption_attempts=Counter(
+                "scheduler_preemption_attempts",
+                "Total preemption attempts in the cluster till now",
+                registry=reg,
+            ),
+            preemption_victims=Histogram(
+                "scheduler_preemption_victims",
+                "Number of selected preemption victims",
+                registry=reg,
+                buckets=(1, 2, 4, 8, 16, 32, 64),
             ),
             bind_duration=Histogram(
                 "binding_duration_seconds",

@@ -402,3 +402,17 @@ async def test_unreadable_facts_are_logged_and_read_as_none() -> None:
     cycle(sched, "hi")  # the record itself is readable: scheduled, and it may preempt
     await sched.drain(10)
     assert writer.deletes == ["a"]
+
+
+async def test_preemption_metrics_count_as_kube_schedulers() -> None:
+    sched, _ = setup()
+    full(sched)
+    sched.pod_upserted(pending("hi", "1", 100))
+    sched.pod_upserted(pending("never", "1", 100, preemptionPolicy="Never"))
+    cycle(sched)
+    cycle(sched)
+    await sched.drain(10)
+    registry = sched.metrics.registry
+    assert registry.get_sample_value("scheduler_preemption_attempts_total") == 2
+    assert registry.get_sample_value("scheduler_preemption_victims_count") == 1
+    assert registry.get_sample_value("scheduler_preemption_victims_sum") == 1
