@@ -416,3 +416,21 @@ async def test_preemption_metrics_count_as_kube_schedulers() -> None:
     assert registry.get_sample_value("scheduler_preemption_attempts_total") == 2
     assert registry.get_sample_value("scheduler_preemption_victims_count") == 1
     assert registry.get_sample_value("scheduler_preemption_victims_sum") == 1
+
+
+async def test_a_nomination_ends_when_the_pod_is_deleted_or_bound_elsewhere() -> None:
+    sched, _ = setup()
+    gone = pending("gone", "1", 10)
+    gone["status"]["nominatedNodeName"] = "n0"
+    moved = pending("moved", "1", 10)
+    moved["status"]["nominatedNodeName"] = "n1"
+    sched.pod_upserted(gone)
+    sched.pod_upserted(moved)
+    assert (nominated_to(sched, "gone"), nominated_to(sched, "moved")) == ("n0", "n1")
+    sched.pending_left(gone, bound=False)
+    assert nominated_to(sched, "gone") is None
+    elsewhere = copy.deepcopy(moved)
+    elsewhere["spec"]["nodeName"] = "n0"  # bound by someone else, not where nominated
+    sched.pod_upserted(elsewhere)
+    assert nominated_to(sched, "moved") is None
+    assert sched.nominations == {}
