@@ -417,6 +417,13 @@ def _status_view(cs: Mapping[str, Any]) -> tuple[object, ...]:
     return (cs.get("name"), cs.get("resources"), cs.get("allocatedResources"))
 
 
+def _statuses_view(statuses: Any) -> tuple[object, ...]:
+    """Only statuses that report resources count (``Pod.from_api`` reads nothing else of
+    them): the kubelet's first Running status, container states without resources, must
+    not make the echo of our binding, coalesced with it, look like someone's change."""
+    return tuple(_status_view(cs) for cs in statuses or () if cs.get("resources") is not None)
+
+
 def _volume_view(v: Mapping[str, Any]) -> tuple[object, ...]:
     """The name and every source that constrains placement, whole (claims, disks that
     conflict or count against attach limits); emptyDir, configMap, projected ... are not."""
@@ -461,8 +468,8 @@ def pod_fingerprint(raw: Mapping[str, Any]) -> Fingerprint:
         tuple(_volume_view(v) for v in spec.get("volumes") or ()),
         spec.get("resourceClaims"),
         status.get("phase") in TERMINAL_PHASES,
-        tuple(_status_view(cs) for cs in status.get("containerStatuses") or ()),
-        tuple(_status_view(cs) for cs in status.get("initContainerStatuses") or ()),
+        _statuses_view(status.get("containerStatuses")),
+        _statuses_view(status.get("initContainerStatuses")),
         any(
             c.get("type") == "PodResizePending" and c.get("reason") == "Infeasible"
             for c in status.get("conditions") or ()

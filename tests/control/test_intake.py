@@ -540,6 +540,8 @@ POD_SAME = {
     "other annotation": _set("metadata.annotations.other", "y"),
     "image": _set("spec.containers.0.image", "img:2"),
     "nominatedNodeName": _set("status.nominatedNodeName", "n2"),
+    # Read only beside reported resources (in-place resize), as Pod.from_api does.
+    "allocatedResources alone": _set("status.containerStatuses.0.allocatedResources", {"cpu": "2"}),
 }
 
 POD_DIFFERENT = {
@@ -578,7 +580,14 @@ POD_DIFFERENT = {
     "status resources (resize)": _set(
         "status.containerStatuses.0.resources", {"requests": {"cpu": "2"}}
     ),
-    "allocatedResources": _set("status.containerStatuses.0.allocatedResources", {"cpu": "2"}),
+    "allocatedResources": _set(
+        "status.containerStatuses.0",
+        {
+            "name": "c",
+            "resources": {"requests": {"cpu": "100m"}},
+            "allocatedResources": {"cpu": "2"},
+        },
+    ),
     "init status resources": _set(
         "status.initContainerStatuses", [{"name": "i", "resources": {"requests": {"cpu": "1"}}}]
     ),
@@ -617,6 +626,8 @@ def test_the_echo_of_our_binding_matches_the_bound_fingerprint() -> None:
     echo["metadata"]["annotations"]["lattice.dev/devices"] = '{"gpus":[1]}'
     echo["metadata"]["resourceVersion"] = "99"
     echo["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    # kwok (or a kubelet) may have run it before the echo is read: states, no resources.
+    echo["status"]["containerStatuses"] = [{"name": "c", "ready": True, "state": {"running": {}}}]
     expected = bound_fingerprint(
         pending, node="n7", annotations={"lattice.dev/devices": '{"gpus":[1]}'}
     )
