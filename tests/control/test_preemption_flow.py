@@ -25,23 +25,13 @@ from scheduler.core.schedule import Framework
 from scheduler.model.pod_facts import PreemptionPolicy
 from scheduler.obs.metrics import Metrics
 from tests.builders import make_node, make_pod
-from tests.control.test_gangs import FakeWriter
+from tests.control.test_gangs import FakeWriter, scheduler
 
-NOW = 1_800_000_000.0
 _rv = iter(range(100, 10_000_000))
 
 
 def setup(nodes: int = 2, cpu: str = "2") -> tuple[Scheduler, FakeWriter]:
-    writer = FakeWriter()
-    sched = Scheduler(
-        parse_spec({}, "lattice"),
-        writer=cast(KubeWriter, writer),
-        metrics=Metrics.create(),
-        wall_clock=lambda: NOW,
-    )
-    for i in range(nodes):
-        sched.node_upserted(make_node(f"n{i}", cpu=cpu, memory="16Gi").obj())
-    return sched, writer
+    return scheduler(nodes, cpu)
 
 
 def bound(

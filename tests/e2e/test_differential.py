@@ -23,25 +23,19 @@ from kubernetes_asyncio import client
 from scheduler.core.explain import Decision
 from scheduler.core.from_api import as_pending, snapshot_from_api
 from scheduler.core.schedule import Framework
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client
 from scheduler.model.pod import Pod
 from tests.conftest import report_line
 from tests.e2e.differential.gen import Body, Generator
-from tests.e2e.differential.harness import KubeSide, State, Verdict
+from tests.e2e.differential.harness import KubeSide, State, Verdict, own_plane
 
 PODS_PER_CLUSTER = 10
 
 
 @pytest.fixture(scope="module")
 def diff_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A control plane of its own: the suite's nodes would blur every verdict."""
-    cluster = DevCluster(tmp_path_factory.mktemp("diffplane") / "state")
-    cluster.up(ClusterConfig(nodes=0, with_kube_scheduler=True))
-    try:
-        yield cluster.kubeconfig
-    finally:
-        cluster.down()
+    with own_plane(tmp_path_factory, "diffplane") as kubeconfig:
+        yield kubeconfig
 
 
 @pytest.fixture(scope="module")

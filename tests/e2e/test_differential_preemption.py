@@ -35,12 +35,12 @@ from scheduler.core.preemption import (
     preempt,
 )
 from scheduler.core.schedule import Framework
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client
 from scheduler.model.pdb import PodDisruptionBudget
 from scheduler.model.pod import Pod
 from scheduler.model.pod_facts import PodFacts
 from tests.conftest import report_line
+from tests.e2e.differential.harness import own_plane
 from tests.e2e.differential.preemption import Before, KubePreemption, PreemptionKubeSide
 from tests.e2e.differential.preemption_gen import Body, PreemptionGenerator
 
@@ -49,13 +49,8 @@ CASES_PER_ROUND = 25
 
 @pytest.fixture(scope="module")
 def preempt_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A control plane of its own (with kube-scheduler and the disruption controller)."""
-    cluster = DevCluster(tmp_path_factory.mktemp("preemptplane") / "state")
-    cluster.up(ClusterConfig(nodes=0, with_kube_scheduler=True))
-    try:
-        yield cluster.kubeconfig
-    finally:
-        cluster.down()
+    with own_plane(tmp_path_factory, "preemptplane") as kubeconfig:
+        yield kubeconfig
 
 
 @pytest.fixture(scope="module")

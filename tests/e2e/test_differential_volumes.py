@@ -30,12 +30,11 @@ from scheduler.core.from_api import counts_on_node, snapshot_from_api
 from scheduler.core.plugins.volume_binding import plan_volume_bindings
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.volumes import VolumeState, volume_state_from_api
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client
 from scheduler.model.pod import Pod
 from tests.conftest import report_line
 from tests.e2e.differential.gen import Body
-from tests.e2e.differential.harness import Verdict
+from tests.e2e.differential.harness import Verdict, own_plane
 from tests.e2e.differential.volumes_gen import VolumeGenerator
 from tests.e2e.differential.volumes_harness import VolumeKubeSide, VolumeWorld
 from tests.e2e.differential.volumes_objects import schedule_with_volumes
@@ -46,13 +45,8 @@ CASES_PER_CLUSTER = 10
 
 @pytest.fixture(scope="module")
 def volume_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A control plane of its own, with kube-scheduler and kube-controller-manager's PV binder."""
-    cluster = DevCluster(tmp_path_factory.mktemp("volplane") / "state")
-    cluster.up(ClusterConfig(nodes=0, with_kube_scheduler=True))
-    try:
-        yield cluster.kubeconfig
-    finally:
-        cluster.down()
+    with own_plane(tmp_path_factory, "volplane") as kubeconfig:
+        yield kubeconfig
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,18 @@ one so every pod meets the same cluster.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
+import pytest
 from kubernetes_asyncio import client
 
+from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import poll
 from tests.e2e.differential.gen import Body, Cluster
 
@@ -179,3 +184,16 @@ def _verdict(pod: Any) -> Verdict | None:
         if cond.type == "PodScheduled" and cond.status == "False" and cond.message:
             return parse_failure(cond.message)
     return None
+
+
+@contextlib.contextmanager
+def own_plane(factory: pytest.TempPathFactory, name: str) -> Iterator[Path]:
+    """A control plane of a differential test's own, with kube-scheduler (and the
+    controller manager's PV binder and disruption controller): the suite's nodes would
+    blur every verdict. Yields its kubeconfig."""
+    cluster = DevCluster(factory.mktemp(name) / "state")
+    cluster.up(ClusterConfig(nodes=0, with_kube_scheduler=True))
+    try:
+        yield cluster.kubeconfig
+    finally:
+        cluster.down()
