@@ -29,6 +29,7 @@ from scheduler.control.lifecycle import IllegalTransitionError, PodLifecycle, Po
 from scheduler.control.queue import PodKey, pod_key
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
+from scheduler.core.volumes import VolumeState
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.node import Namespace, Node
 from scheduler.model.pod import Pod
@@ -70,6 +71,9 @@ class SchedulerCache:
         self.snapshot = Snapshot()
         self.topology = topology or TopologyState()
         """Per-node devices in use, fed from the same pod events as the snapshot."""
+        self.volumes = VolumeState()
+        """Storage objects (fed by :class:`~scheduler.control.storage.Storage`) and which
+        placed pods use which claims (fed here, with the snapshot)."""
         self.lifecycle = PodLifecycle(assumed_ttl=assumed_ttl)
         self._pods: dict[PodKey, CachedPod] = {}
         self._node_rv: dict[str, int | None] = {}
@@ -112,10 +116,13 @@ class SchedulerCache:
     def _placed(self, pod: Pod, node: str, annotations: Mapping[str, str] | None = None) -> None:
         self.snapshot.add_pod(pod, node)
         self.topology.pod_placed(pod, node, annotations)
+        if pod.storage_volumes:
+            self.volumes.add_pod(pod)
 
     def _removed(self, pod: Pod) -> None:
         self.snapshot.remove_pod(pod)
         self.topology.pod_removed(pod.key)
+        self.volumes.remove_pod(pod.key)
 
     def node_names(self) -> set[str]:
         return set(self._node_rv)

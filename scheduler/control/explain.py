@@ -39,6 +39,7 @@ from scheduler.core.profile import DEFAULT_PROFILE, Profile
 from scheduler.core.schedule import Framework, framework_for, schedule
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
+from scheduler.core.volumes import volume_state_from_api
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.gang import POD_GROUP_LABEL, GangSpec
 from scheduler.model.names import CPU, MEMORY
@@ -157,6 +158,23 @@ async def _explain(args: argparse.Namespace) -> Explained:
             _list(core.list_pod_for_all_namespaces),
             _list(core.list_namespace),
         )
+        storage_lists: dict[str, list[dict[str, Any]]] = {}
+        if body and any(
+            "persistentVolumeClaim" in v or "ephemeral" in v
+            for v in (body.get("spec") or {}).get("volumes") or []
+            if isinstance(v, dict)
+        ):
+            st = client.StorageV1Api(api)
+            listed = await asyncio.gather(
+                _list(core.list_persistent_volume),
+                _list(core.list_persistent_volume_claim_for_all_namespaces),
+                _list(st.list_storage_class),
+                _list(st.list_csi_node),
+                _list(st.list_volume_attachment),
+            )
+            storage_lists = dict(
+                zip(("pvs", "pvcs", "classes", "csi_nodes", "attachments"), listed, strict=True)
+            )
         custom = client.CustomObjectsApi(api)
         try:
             reports: dict[str, Any] = await custom.list_cluster_custom_object(
@@ -212,11 +230,25 @@ async def _explain(args: argparse.Namespace) -> Explained:
         skipped=built.skipped,
     )
     view = LoadView(predictor, now)
+    volumes = None
+    if storage_lists:
+        placed_pods = [
+            p for row in range(built.snapshot.num_nodes) for p in built.snapshot.pods_on(row)
+        ]
+        storage = volume_state_from_api(**storage_lists, placed_pods=placed_pods)
+        built.skipped.extend(storage.skipped)
+        volumes = storage.state
     decision = None
     if body:
         pod = Pod.from_api(as_pending(body))
         decision = schedule(
-            built.snapshot, pod, profile, seed=args.seed, topology=topology, load=view
+            built.snapshot,
+            pod,
+            profile,
+            seed=args.seed,
+            topology=topology,
+            load=view,
+            volumes=volumes,
         )
     gang = None
     if group_body is not None:

@@ -29,12 +29,17 @@ PodDisruptionBudgets are kept whole by the scheduler (preemption reads their sta
 pod's status-only change still reaches :meth:`Scheduler.bound_pod_unchanged`, which keeps the
 pod's preemption facts (start time, terminating by preemption) current.
 
+Storage objects (PVs, claims, StorageClasses, CSINodes, VolumeAttachments) go to
+:class:`~scheduler.control.storage.Storage` through the scheduler, which wakes the pods
+with claims on each change.
+
 Missing resources (:class:`Unavailable`: CRD not installed, no grant) count as empty sets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any, Final
 
 import structlog
@@ -61,6 +66,7 @@ from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_V
 from scheduler.control.queue import pod_key
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import API_GROUP, API_VERSION
+from scheduler.control.storage import Kind, object_key
 from scheduler.model import noderesourcetopology as nrt
 
 log = structlog.get_logger("lattice.feed")
@@ -75,10 +81,22 @@ _ORDER: Final = (
     NRTS,
     intake.NAMESPACES,
     intake.PDBS,
+    intake.PVS,
+    intake.PVCS,
+    intake.STORAGE_CLASSES,
+    intake.CSI_NODES,
+    intake.VOLUME_ATTACHMENTS,
     intake.NODES,
     intake.ASSIGNED_PODS,
     intake.PENDING_PODS,
 )
+_STORAGE: Final = {
+    intake.PVS: Kind.PV,
+    intake.PVCS: Kind.PVC,
+    intake.STORAGE_CLASSES: Kind.CLASS,
+    intake.CSI_NODES: Kind.CSI_NODE,
+    intake.VOLUME_ATTACHMENTS: Kind.ATTACHMENT,
+}
 
 
 def resources(scheduler_name: str) -> list[Resource]:
@@ -89,6 +107,7 @@ def resources(scheduler_name: str) -> list[Resource]:
         intake.custom(nrt.GROUP, nrt.VERSION, nrt.PLURAL, key=NRTS),
         intake.namespaces(),
         intake.pod_disruption_budgets(),
+        *intake.storage(),
         intake.nodes(),
         intake.assigned_pods(),
         intake.pending_pods(scheduler_name),
@@ -157,6 +176,9 @@ class Feed:
             intake.ASSIGNED_PODS: self._assigned_listed,
             intake.PENDING_PODS: self._pending_listed,
         }
+        for stream, kind in _STORAGE.items():
+            self._handlers[stream] = partial(self._storage, kind)
+            self._relisters[stream] = partial(self._storage_listed, kind)
         if scheduler.binder is not None:
             scheduler.binder.on_bound.append(self.tracker.bound)
         scheduler.on_expired.append(self._expired)
@@ -364,6 +386,24 @@ class Feed:
             self.scheduler.pdb_deleted({"metadata": {"namespace": namespace, "name": name}})
         for obj in items:
             self.scheduler.pdb_upserted(obj)
+
+    # -- storage ------------------------------------------------------------------------
+    def _storage(self, kind: Kind, events: Sequence[Event]) -> None:
+        for ev in events:
+            if ev.type is EventType.DELETED:
+                self.scheduler.storage_deleted(kind, ev.obj)
+            else:
+                self.scheduler.storage_upserted(kind, ev.obj)
+
+    def _storage_listed(self, kind: Kind, items: Sequence[RawObject]) -> None:
+        listed = {object_key(kind, o) for o in items}
+        for key in self.scheduler.storage.keys(kind) - listed:
+            namespace, _, name = key.rpartition("/")
+            self.scheduler.storage_deleted(
+                kind, {"metadata": {"namespace": namespace, "name": name}}
+            )
+        for obj in items:
+            self.scheduler.storage_upserted(kind, obj)
 
     # -- custom resources ---------------------------------------------------------------
     def _topologies(self, events: Sequence[Event]) -> None:

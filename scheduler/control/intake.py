@@ -163,6 +163,11 @@ ASSIGNED_PODS: Final = "pods/assigned"
 NODES: Final = "nodes"
 NAMESPACES: Final = "namespaces"
 PDBS: Final = "poddisruptionbudgets.policy"
+PVS: Final = "persistentvolumes"
+PVCS: Final = "persistentvolumeclaims"
+STORAGE_CLASSES: Final = "storageclasses.storage.k8s.io"
+CSI_NODES: Final = "csinodes.storage.k8s.io"
+VOLUME_ATTACHMENTS: Final = "volumeattachments.storage.k8s.io"
 
 
 _POD_STATUS_KEPT: Final = frozenset({"phase", "nominatedNodeName", "startTime", "conditions"})
@@ -264,6 +269,22 @@ def pod_disruption_budgets() -> Resource:
     """``policy/v1`` PodDisruptionBudgets in every namespace: preemption spends their
     ``status.disruptionsAllowed``, as kube-scheduler's does."""
     return Resource(key=PDBS, group="policy", version="v1", plural="poddisruptionbudgets")
+
+
+def storage() -> list[Resource]:
+    """What the volume plugins read: PVs, claims (every namespace), StorageClasses,
+    CSINodes (attach limits) and VolumeAttachments (volumes attached to a node)."""
+    return [
+        Resource(key=PVS, group="", version="v1", plural="persistentvolumes"),
+        Resource(key=PVCS, group="", version="v1", plural="persistentvolumeclaims"),
+        Resource(
+            key=STORAGE_CLASSES, group="storage.k8s.io", version="v1", plural="storageclasses"
+        ),
+        Resource(key=CSI_NODES, group="storage.k8s.io", version="v1", plural="csinodes"),
+        Resource(
+            key=VOLUME_ATTACHMENTS, group="storage.k8s.io", version="v1", plural="volumeattachments"
+        ),
+    ]
 
 
 def custom(

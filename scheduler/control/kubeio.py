@@ -23,6 +23,7 @@ import orjson
 from kubernetes_asyncio import client
 
 from scheduler.control.ratelimit import TokenBucket
+from scheduler.core.volumes import PERSISTENT_VOLUME, VolumePatch
 
 TRACE_ANNOTATION = "lattice.dev/trace-id"
 PODGROUP_GROUP = "scheduling.x-k8s.io"
@@ -208,6 +209,34 @@ class KubeWriter:
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
+
+    async def patch_volume(self, patch: VolumePatch) -> str | None:
+        """VolumeBinding's PreBind write: merge-patch a PV (claimRef) or a PVC (the
+        selected-node annotation). The patch carries the object's resourceVersion, so a
+        stale view is a 409, as kube's Update is. None on success, else why it failed."""
+        await self.limiter.acquire()
+        what = f"{patch.kind} {patch.namespace + '/' if patch.namespace else ''}{patch.name}"
+        core = cast(Any, self._core)  # the generated signatures lack _content_type
+        try:
+            if patch.kind == PERSISTENT_VOLUME:
+                resp = await core.patch_persistent_volume(
+                    patch.name,
+                    patch.body,
+                    _preload_content=False,
+                    _content_type="application/merge-patch+json",
+                )
+            else:
+                resp = await core.patch_namespaced_persistent_volume_claim(
+                    patch.name,
+                    patch.namespace,
+                    patch.body,
+                    _preload_content=False,
+                    _content_type="application/merge-patch+json",
+                )
+            await _release_checked(resp)
+        except client.ApiException as exc:
+            return f"updating {what}: {exc.status} {_reason(exc)}"
+        return None
 
     async def mark_unschedulable(
         self,

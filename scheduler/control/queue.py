@@ -144,6 +144,9 @@ class ClusterEventType(enum.StrEnum):
     """A bound pod changed labels or shrank its requests; the caller filters other changes."""
     POD_DELETED = "AssignedPodDeleted"
     """A bound pod went away and freed its resources."""
+    STORAGE_CHANGED = "StorageChanged"
+    """A PersistentVolume, claim, StorageClass, CSINode or VolumeAttachment changed: only
+    pods with claims can be concerned."""
 
 
 class NodeChange(enum.Flag):

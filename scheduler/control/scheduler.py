@@ -79,6 +79,7 @@ from scheduler.control.queue import (
 from scheduler.control.queued import BrokenPod, QueuedPod, relevant_update
 from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import SchedulerSettings
+from scheduler.control.storage import Kind, Storage
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code, Cycle, PluginSet
 from scheduler.core.from_api import scheduled_at
@@ -87,6 +88,7 @@ from scheduler.core.nominated import schedule_with_nominated
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
+from scheduler.core.volumes import VolumePlan, pod_claims
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.node import Node
@@ -229,6 +231,7 @@ def timed(framework: Framework, timer: PluginTimer) -> Framework:
         scores=tuple((_TimedPlugin(p, timer, "Score"), w) for p, w in plugins.scores),
         annotators=tuple(_TimedPlugin(p, timer, "Annotate") for p in plugins.annotators),
         preferences=tuple(_TimedPlugin(p, timer, "Prefer") for p in plugins.preferences),
+        volume_planners=plugins.volume_planners,
     )
     return out
 
@@ -299,6 +302,8 @@ class Scheduler:
         self.nominations: dict[str, tuple[Pod, str]] = {}
         """Pending pods nominated to a node (by our preemption or their status), with it, by
         :attr:`Pod.key` (the uid)."""
+        self.storage = Storage(self.cache.volumes, log=self.log)
+        """PVs, claims, StorageClasses, CSINodes, VolumeAttachments, and the PreBind waits."""
         self.gang_flow = GangFlow(
             self,
             cache=self.cache,
@@ -704,6 +709,23 @@ class Scheduler:
         self.cache.delete_namespace(str((body.get("metadata") or {}).get("name", "")))
 
     # PodGroups reach the feed's handlers here like every other kind; the gang flow owns them.
+    def storage_upserted(self, kind: Kind, body: Body) -> None:
+        self.storage.upsert(kind, body)
+        self._storage_changed(kind, body)
+
+    def storage_deleted(self, kind: Kind, body: Body) -> None:
+        self.storage.delete(kind, body)
+        self._storage_changed(kind, body)
+
+    def _storage_changed(self, kind: Kind, body: Body) -> None:
+        """Only pods with claims can be helped by a storage change (kube registers
+        VolumeBinding, VolumeZone, VolumeRestrictions and NodeVolumeLimits for them)."""
+        name = (body.get("metadata") or {}).get("name", "")
+        self.queue.move_all_on_event(
+            ClusterEvent(ClusterEventType.STORAGE_CHANGED, subject=f"{kind}/{name}"),
+            lambda p: isinstance(p, Pod) and bool(p.storage_volumes) and bool(pod_claims(p)),
+        )
+
     def podgroup_upserted(self, body: Body) -> None:
         self.gang_flow.podgroup_upserted(body)
 
@@ -747,6 +769,7 @@ class Scheduler:
             topology=self.cache.topology,
             load=LoadView(self.load, self.wall_clock()),
             restrict_to=restrict_to,
+            volumes=self.cache.volumes,
         )
 
     def preemption_inputs(self) -> Inputs:
@@ -838,6 +861,9 @@ class Scheduler:
         annotations = dict(decision.annotations)
         self._end_nomination(pod.key)  # kube forgets the nomination when it assumes the pod
         self.cache.assume(pod, node, annotations)
+        plan = decision.volume_plan
+        if plan is not None:  # kube's Reserve: the next cycle must not offer these PVs again
+            self.cache.volumes.assume(plan)
         requests = pod.resources.requests
         self.load.note_placement(
             node, key, requests.get(CPU, 0), requests.get(MEMORY, 0), self.wall_clock()
@@ -845,7 +871,7 @@ class Scheduler:
         elapsed = time.perf_counter() - started
         self.metrics.observe_attempt(AttemptResult.SCHEDULED, elapsed)
         log.info("pod_assumed", node=node, duration_ms=round(elapsed * 1000, 3))
-        self._spawn(self.bind(info, pod, node, annotations, log, trace_id))
+        self._spawn(self.bind(info, pod, node, annotations, log, trace_id, volume_plan=plan))
 
     def _failed(
         self,
@@ -978,18 +1004,40 @@ class Scheduler:
         *,
         gang: str | None = None,
         gang_queued: tuple[float | None, int] | None = None,
+        volume_plan: VolumePlan | None = None,
     ) -> None:
         """Bind one assumed pod and settle the outcome: one path for single pods and gang
         members, so counters, metrics and events are kept in one place.
 
         ``info`` is the queue's handle of a single pod; gang members have none (their
         gang's entry ended with the commit) and report to ``gang`` instead, with the gang
-        entry's first-queued time and attempts in ``gang_queued`` for the SLI histogram."""
+        entry's first-queued time and attempts in ``gang_queued`` for the SLI histogram.
+        ``volume_plan``: VolumeBinding's writes, made and waited for first (kube's PreBind)."""
         assert self.binder is not None
         ref = PodRef(pod.namespace, pod.name, pod.uid)
-        outcome = await self.binder.bind(ref, node, annotations)
         key = f"{pod.namespace}/{pod.name}"
         profile = self.settings.scheduler_name
+        if volume_plan is not None:
+            why = await self._bind_volumes(volume_plan, log)
+            if why is not None:
+                self.cache.volumes.forget(volume_plan)
+                self.cache.forget(pod)
+                self.load.forget_pod(key)
+                self.counters.errors += 1
+                self.metrics.count_attempt(AttemptResult.ERROR, profile)
+                message = f'running PreBind plugin "VolumeBinding": {why}'
+                log.warning("volume_binding_failed", node=node, reason=message)
+                assert info is not None  # gang members with claims are not solved (no plan)
+                self.queue.requeue_after_failure(info, unschedulable=False, reason=message)
+                if self.reporter is not None:
+                    self.reporter.failed(
+                        PodRef(pod.namespace, pod.name, pod.uid),
+                        message,
+                        reason=SCHEDULER_ERROR,
+                        trace_id=trace_id,
+                    )
+                return
+        outcome = await self.binder.bind(ref, node, annotations)
         if outcome.result is BindResult.BOUND:
             self._end_nomination(pod.key)
             self.cache.finish_binding(pod, self.clock())
@@ -1039,6 +1087,18 @@ class Scheduler:
             return
         assert info is not None
         self.queue.requeue_after_failure(info, unschedulable=False, reason=outcome.detail)
+
+    async def _bind_volumes(self, plan: VolumePlan, log: Any) -> str | None:
+        """kube's VolumeBinding PreBind: PV claimRefs, then the claims' selected-node, each
+        conditional on the version the decision read; then wait until the PV controller
+        (and a provisioner) bound every claim. None when done, else why not."""
+        assert self.writer is not None
+        for patch in plan.patches():
+            failed = await self.writer.patch_volume(patch)
+            if failed is not None:
+                return failed
+        log.info("volumes_written", node=plan.node, reason=f"{len(plan.claims)} claim(s)")
+        return await self.storage.wait_bound(plan)
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +28,9 @@ import numpy.typing as npt
 from scheduler.core.framework import Code, FilterResult, Preference
 from scheduler.core.snapshot import IndexArray, IntArray
 from scheduler.model.pod import Pod
+
+if TYPE_CHECKING:
+    from scheduler.core.volumes import VolumePlan
 
 FEASIBLE: Final = -1
 ABSENT: Final = -2
@@ -273,6 +276,9 @@ class Decision:
     annotations: Mapping[str, str] = field(default_factory=dict)
     """Annotations to put on the pod with its binding (Binding ``metadata.annotations``),
     e.g. ``lattice.dev/devices``: the devices the Topology plugin chose on ``selected``."""
+    volume_plan: VolumePlan | None = None
+    """What VolumeBinding must write before the binding (PV claimRefs, the PVCs'
+    selected-node) and the claims to wait for; None when the pod's volumes need nothing."""
 
     @property
     def feasible(self) -> tuple[str, ...]:

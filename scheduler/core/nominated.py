@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +38,9 @@ from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
+
+if TYPE_CHECKING:
+    from scheduler.core.volumes import VolumeState
 
 
 def nominated_by_node(
@@ -65,13 +69,20 @@ def schedule_with_nominated(
     topology: TopologyState | None = None,
     load: LoadView | None = None,
     restrict_to: frozenset[str] | None = None,
+    volumes: VolumeState | None = None,
 ) -> Decision:
     """:meth:`Framework.schedule` with ``nominated`` (pending pods and their nominated
     nodes) counted as described in the module docstring."""
 
     def run(only: frozenset[str] | None) -> Decision:
         return framework.schedule(
-            snapshot, pod, seed=seed, topology=topology, load=load, restrict_to=only
+            snapshot,
+            pod,
+            seed=seed,
+            topology=topology,
+            load=load,
+            restrict_to=only,
+            volumes=volumes,
         )
 
     without = run(restrict_to)
@@ -131,7 +142,7 @@ def schedule_with_nominated(
         skipped_scores=base.explanation.skipped_scores,
         preferences=base.explanation.preferences,
     )
-    return Decision(pod, base.selected, merged, seed, base.annotations)
+    return Decision(pod, base.selected, merged, seed, base.annotations, base.volume_plan)
 
 
 def _record_at(decision: Decision, node: str) -> FilterRecord:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import random
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -47,6 +48,9 @@ from scheduler.core.registry import Registry, default_registry
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
+
+if TYPE_CHECKING:
+    from scheduler.core.volumes import VolumePlan, VolumeState
 
 SCHEDULING_GATES = "SchedulingGates"
 PLAN = "GangPlan"
@@ -71,9 +75,12 @@ class Framework:
         topology: TopologyState | None = None,
         load: LoadView | None = None,
         restrict_to: frozenset[str] | None = None,
+        volumes: VolumeState | None = None,
     ) -> Decision:
         """``restrict_to``: consider only these nodes (a gang member re-checked against its
-        plan's node or domain); the others are reported as absent, not as rejected."""
+        plan's node or domain); the others are reported as absent, not as rejected.
+        ``volumes``: the cluster's storage objects; without them pods with claims are
+        refused (the volume plugins cannot judge them)."""
         names = snapshot.node_names
         n = len(names)
         rejected_by = np.full(n, FEASIBLE, dtype=np.int16)
@@ -88,7 +95,7 @@ class Framework:
         if n == 0:
             return Decision(pod, None, Explanation(names, rejected_by), seed)
 
-        cycle = Cycle(snapshot, pod, topology=topology, load=load)
+        cycle = Cycle(snapshot, pod, topology=topology, load=load, volumes=volumes)
         skipped: list[str] = []
         rejection: Rejection | None = None
         allowed: frozenset[str] | None = None
@@ -167,6 +174,7 @@ class Framework:
         totals = np.zeros(n, dtype=np.int64)
         selected: str | None = None
         annotations: dict[str, str] = {}
+        volume_plan: VolumePlan | None = None
         if len(feasible):
             for scorer, weight in self.plugins.scores:
                 scores = scorer.score(cycle, candidates)
@@ -191,6 +199,8 @@ class Framework:
             selected = names[int(row)]
             for annotator in self.plugins.annotators:
                 annotations.update(annotator.annotate(cycle, int(row)))
+            for planner in self.plugins.volume_planners:
+                volume_plan = planner.volume_plan(cycle, int(row)) or volume_plan
         explanation = Explanation(
             names,
             rejected_by,
@@ -203,7 +213,7 @@ class Framework:
             skipped_scores=tuple(skipped_scores),
             preferences=tuple(preference_records),
         )
-        return Decision(pod, selected, explanation, seed, annotations)
+        return Decision(pod, selected, explanation, seed, annotations, volume_plan)
 
 
 def _empty_intersection(plugins: list[str]) -> Rejection:
@@ -229,6 +239,9 @@ def schedule(
     *,
     topology: TopologyState | None = None,
     load: LoadView | None = None,
+    volumes: VolumeState | None = None,
 ) -> Decision:
     """Filter and score every node of ``snapshot`` for ``pod`` and pick one."""
-    return framework_for(profile).schedule(snapshot, pod, seed=seed, topology=topology, load=load)
+    return framework_for(profile).schedule(
+        snapshot, pod, seed=seed, topology=topology, load=load, volumes=volumes
+    )

@@ -10,6 +10,7 @@ from kubernetes_asyncio import client
 
 from scheduler.cli import main
 from tests.conftest import SUITE_NODES, ControlPlane
+from tests.e2e.differential.volumes_objects import claim_volume, pv, pvc, storage_class
 
 
 def _pod(name: str, cpu: str, zone: str | None = None) -> dict[str, Any]:
@@ -64,6 +65,44 @@ async def test_explain_manifest_table_and_bad_input(
     manifest.write_text(json.dumps(_pod("bad", "lots")))
     assert await _run([*argv[:3], "-f", str(manifest)]) == 2
     assert "invalid" in capsys.readouterr().err
+
+
+async def test_explain_a_claim_pod_reads_the_storage(
+    control_plane: ControlPlane,
+    kube: client.ApiClient,
+    namespace: str,
+    tmp_path: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A WaitForFirstConsumer claim whose only PV is on one node: explain says that node."""
+    core, st = client.CoreV1Api(kube), client.StorageV1Api(kube)
+    klass, volume = f"explain-{namespace}", f"explain-{namespace}"
+    target = f"kwok-node-{SUITE_NODES - 1:04d}"
+    pv_body = pv(volume, storage_class=klass, host=target)
+    pv_body.pop("status")
+    await st.create_storage_class(cast(client.V1StorageClass, storage_class(klass)))
+    await core.create_persistent_volume(cast(client.V1PersistentVolume, pv_body))
+    try:
+        claim = pvc("data", namespace=namespace, storage_class=klass)
+        await core.create_namespaced_persistent_volume_claim(
+            namespace, cast(client.V1PersistentVolumeClaim, claim)
+        )
+        body = _pod("with-claim", "100m")
+        body["metadata"]["namespace"] = namespace
+        body["spec"]["volumes"] = [claim_volume("data", "data")]
+        manifest = tmp_path / "pod.json"
+        manifest.write_text(json.dumps(body))
+        argv = ["explain", "--kubeconfig", str(control_plane.kubeconfig), "-f", str(manifest)]
+        assert await _run([*argv, "-o", "json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["feasible"] == [target]
+        assert out["selected"] == target
+        assert out["reason_counts"] == {
+            "node(s) didn't find available persistent volumes to bind": SUITE_NODES - 1
+        }
+    finally:
+        await core.delete_persistent_volume(volume)
+        await st.delete_storage_class(klass)
 
 
 async def _run(argv: list[str]) -> int:

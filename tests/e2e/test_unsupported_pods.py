@@ -1,12 +1,15 @@
-"""Pods Lattice cannot place correctly are refused with a clear event, never bound.
+"""Pods Lattice cannot place correctly are refused with a clear event, never bound; pods
+with claims, which it now places, land where their volumes are.
 
 `lattice run` runs as a real process with the shipped RBAC on a 3-node control plane
 (helpers from test_scheduler). The cluster holds what such pods reference, as a user's
-would: a local PersistentVolume pinned to one node with a PVC bound to it, a DeviceClass,
-a ResourceClaimTemplate and a ResourceClaim (resource.k8s.io/v1 is served by 1.34 without
-feature gates), and a generic ephemeral volume whose PVC the controller creates. Each such
-pod must get a FailedScheduling event and ``PodScheduled=False`` naming what is
-unsupported, and stay unbound, while an ordinary pod created after them is bound.
+would: a WaitForFirstConsumer StorageClass, a local PersistentVolume pinned to one node
+with a PVC bound to it, a second local PV on another node for a generic ephemeral volume
+whose PVC the controller creates, a DeviceClass, a ResourceClaimTemplate and a
+ResourceClaim (resource.k8s.io/v1 is served by 1.34 without feature gates). The DRA pods
+and a pod with an inline GCE disk (conflicts and attach limits of inline disks are not
+modelled) must get a FailedScheduling event and ``PodScheduled=False`` naming what is
+unsupported, and stay unbound; the claim pods are bound on their PVs' nodes.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from kubernetes_asyncio import client
 
 from scheduler.devcluster.cluster import ClusterConfig
 from scheduler.devcluster.kube import poll
+from tests.e2e.differential.volumes_objects import pv, storage_class
 from tests.e2e.test_scheduler import (
     Plane,
     create_pods,
@@ -32,8 +36,9 @@ from tests.e2e.test_scheduler import (
 
 NODES: Final = 3
 PINNED_NODE: Final = "kwok-node-0001"
+SCRATCH_NODE: Final = "kwok-node-0002"
 ADVICE: Final = "use the default scheduler for this pod"
-NO_VOLUMES: Final = "Lattice does not bind volumes yet"
+NO_DISK_CHECKS: Final = "Lattice does not check volume conflicts or attach limits yet"
 NO_DRA: Final = "Lattice does not allocate DRA resource claims yet"
 
 
@@ -46,7 +51,11 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
 def referenced_objects(ns: str) -> list[dict[str, Any]]:
     """What the refused pods point at: storage pinned to one node, DRA claims."""
     device_request = {"name": "gpu", "exactly": {"deviceClassName": f"{ns}-gpu"}}
+    scratch = pv(f"{ns}-scratch", "1Gi", storage_class=f"{ns}-local", host=SCRATCH_NODE)
+    scratch.pop("status")
     return [
+        storage_class(f"{ns}-local"),
+        scratch,
         {
             "apiVersion": "v1",
             "kind": "PersistentVolume",
@@ -54,7 +63,7 @@ def referenced_objects(ns: str) -> list[dict[str, Any]]:
             "spec": {
                 "capacity": {"storage": "1Gi"},
                 "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "local",
+                "storageClassName": f"{ns}-local",
                 "local": {"path": "/mnt/ckpt"},
                 "claimRef": {"namespace": ns, "name": "ckpt"},
                 "nodeAffinity": {
@@ -80,7 +89,7 @@ def referenced_objects(ns: str) -> list[dict[str, Any]]:
             "metadata": {"name": "ckpt", "namespace": ns},
             "spec": {
                 "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "local",
+                "storageClassName": f"{ns}-local",
                 "volumeName": f"{ns}-ckpt",
                 "resources": {"requests": {"storage": "1Gi"}},
             },
@@ -106,13 +115,13 @@ def referenced_objects(ns: str) -> list[dict[str, Any]]:
     ]
 
 
-def refused_pods() -> dict[str, tuple[dict[str, Any], str]]:
-    """Pod name -> (body, the reason its FailedScheduling must carry)."""
+def claim_pods(ns: str) -> dict[str, tuple[dict[str, Any], str]]:
+    """Pod name -> (body, the node its volume pins it to)."""
     ephemeral = {
         "volumeClaimTemplate": {
             "spec": {
                 "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "local",
+                "storageClassName": f"{ns}-local",
                 "resources": {"requests": {"storage": "1Gi"}},
             }
         }
@@ -126,12 +135,22 @@ def refused_pods() -> dict[str, tuple[dict[str, Any], str]]:
                     {"name": "data", "persistentVolumeClaim": {"claimName": "ckpt"}},
                 ],
             ),
-            f'pod has PersistentVolumeClaim volume "data" (claim "ckpt"): {NO_VOLUMES}; {ADVICE}',
+            PINNED_NODE,
         ),
         "with-ephemeral": (
             pod("with-ephemeral", volumes=[{"name": "scratch", "ephemeral": ephemeral}]),
-            'pod has generic ephemeral volume "scratch" (claim "with-ephemeral-scratch"): '
-            f"{NO_VOLUMES}; {ADVICE}",
+            SCRATCH_NODE,
+        ),
+    }
+
+
+def refused_pods() -> dict[str, tuple[dict[str, Any], str]]:
+    """Pod name -> (body, the reason its FailedScheduling must carry)."""
+    disk = {"name": "disk", "gcePersistentDisk": {"pdName": "training-data", "fsType": "ext4"}}
+    return {
+        "with-disk": (
+            pod("with-disk", volumes=[disk]),
+            f'pod has gcePersistentDisk volume "disk": {NO_DISK_CHECKS}; {ADVICE}',
         ),
         "with-claim-template": (
             pod(
@@ -147,25 +166,24 @@ def refused_pods() -> dict[str, tuple[dict[str, Any], str]]:
     }
 
 
-async def test_unsupported_pods_are_refused_and_never_bound(
+async def test_unsupported_pods_are_refused_and_claim_pods_placed_on_their_volumes(
     plane: Plane, api: client.ApiClient, ns: str
 ) -> None:
-    core = client.CoreV1Api(api)
     objects = referenced_objects(ns)
     plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
     refused = refused_pods()
+    claims = claim_pods(ns)
     sched = plane.lattice().start()
     try:
         await create_pods(api, ns, [body for body, _ in refused.values()])
-
-        async def pvc_bound() -> bool:
-            claim = await core.read_namespaced_persistent_volume_claim("ckpt", ns)
-            return bool(claim.status.phase == "Bound")
-
-        await poll(pvc_bound, within=60, interval=0.3)
+        await create_pods(api, ns, [body for body, _ in claims.values()])
         await create_pods(api, ns, [pod("ordinary")])
-        bound = await wait_bound(api, ns, 1, within=60)
-        assert [p["metadata"]["name"] for p in bound] == ["ordinary"]
+        bound = await wait_bound(api, ns, 1 + len(claims), within=90)
+        placed_on = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in bound}
+        assert placed_on == {
+            "ordinary": placed_on.get("ordinary"),
+            **{name: node for name, (_, node) in claims.items()},
+        }, placed_on
 
         async def all_refused() -> dict[str, Any] | None:
             conditions = {}
@@ -176,7 +194,9 @@ async def test_unsupported_pods_are_refused_and_never_bound(
             return conditions if set(refused) <= set(conditions) else None
 
         conditions = await poll(all_refused, within=60, interval=0.3)
-        events = await core.list_namespaced_event(ns, field_selector="reason=FailedScheduling")
+        events = await client.CoreV1Api(api).list_namespaced_event(
+            ns, field_selector="reason=FailedScheduling"
+        )
         for name, (_, reason) in refused.items():
             message = (
                 f"0/{NODES} nodes are available: {reason}. preemption: 0/{NODES} nodes are "
@@ -189,16 +209,17 @@ async def test_unsupported_pods_are_refused_and_never_bound(
                 for e in events.items
             ), f"no FailedScheduling event for {name}"
 
-        # The refusals were reported and an ordinary pod bound after them: nothing left to
-        # wait for. None of them was bound, assumed or got a Scheduled event.
+        # The refusals were reported and the other pods bound after them: nothing left to
+        # wait for. None of the refused was bound, assumed or got a Scheduled event.
         pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
         assert all(not pods[name]["spec"].get("nodeName") for name in refused)
-        scheduled = await wait_scheduled_events(api, ns, 1)
-        assert set(scheduled) == {"ordinary"}
+        expected = {"ordinary", *claims}
+        scheduled = await wait_scheduled_events(api, ns, len(expected))
+        assert set(scheduled) == expected
         placed = {
             ln.get("pod") for ln in sched.lines() if ln.get("event") in ("pod_assumed", "pod_bound")
         }
-        assert placed == {f"{ns}/ordinary"}
+        assert placed == {f"{ns}/{name}" for name in expected}
     finally:
         sched.stop()
         plane.run(

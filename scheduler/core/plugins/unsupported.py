@@ -3,9 +3,10 @@
 kube-scheduler decides a PVC-backed pod's node together with the volume (VolumeBinding,
 VolumeZone, VolumeRestrictions, NodeVolumeLimits) and a DRA pod's node together with its
 claims' devices (DynamicResources). Lattice has the volume plugins for claims (PVCs and
-generic ephemeral volumes), but they need the controller's VolumeState in the cycle and
-VolumeBinding in the profile; it has no logic for inline disks' conflicts and attach limits
-(their identities are not in the Pod model) nor for DRA. Binding such a pod would put it on
+generic ephemeral volumes); they need a VolumeState in the cycle (``lattice run`` and
+``lattice explain`` pass theirs; the gang solver does not, so gang members with claims are
+refused) and VolumeBinding in the profile. It has no logic for inline disks' conflicts and
+attach limits (their identities are not in the Pod model) nor for DRA. Binding such a pod would put it on
 a node its volume or devices cannot reach, where it sits in ContainerCreating forever, so
 this PreFilter rejects it as UnschedulableAndUnresolvable, with a message naming every
 volume and claim at fault, so the scheduler reports FailedScheduling and

@@ -3,23 +3,17 @@
 The bodies are API-shaped dicts, exactly what the differential test sends to the API
 server, so the unit tests and the differential test build objects the same way.
 
-:func:`schedule_with_volumes` runs the whole framework with a VolumeState in its cycles.
-``Framework.schedule`` does not take one yet (schedule.py belongs to another change), so it
-binds ``volumes`` into the Cycle the framework constructs; when ``schedule`` grows a
-``volumes=`` argument this becomes a plain call.
+:func:`schedule_with_volumes` runs the whole framework with a VolumeState and checks the
+decision's plan against :func:`plan_volume_bindings` (the same writes, found for the chosen
+node alone), so every volume case tests both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from functools import partial
-from importlib import import_module
+from collections.abc import Mapping, Sequence
 from typing import Any
-from unittest import mock
 
 from scheduler.core.explain import Decision
-from scheduler.core.framework import Cycle
 from scheduler.core.plugins.volume_binding import plan_volume_bindings
 from scheduler.core.profile import DEFAULT_PROFILE, Profile
 from scheduler.core.schedule import Framework
@@ -29,8 +23,6 @@ from scheduler.model.pod import Pod
 from scheduler.model.volume import BIND_COMPLETED
 
 Body = dict[str, Any]
-# The module, not the ``schedule`` function scheduler.core re-exports under the same name.
-_SCHEDULE_MODULE = import_module("scheduler.core.schedule")
 HOSTNAME = "kubernetes.io/hostname"
 
 
@@ -161,13 +153,6 @@ def claim_volume(volume: str, claim: str) -> Body:
     return {"name": volume, "persistentVolumeClaim": {"claimName": claim}}
 
 
-@contextmanager
-def volumes_in_cycles(volumes: VolumeState) -> Iterator[None]:
-    """Every Cycle the framework builds meanwhile sees ``volumes``."""
-    with mock.patch.object(_SCHEDULE_MODULE, "Cycle", partial(Cycle, volumes=volumes)):
-        yield
-
-
 def schedule_with_volumes(
     snapshot: Snapshot,
     pod: Pod,
@@ -177,9 +162,9 @@ def schedule_with_volumes(
     seed: int = 0,
 ) -> tuple[Decision, VolumePlan | None]:
     """The decision and, when a node was chosen, the volume writes to make before binding."""
-    with volumes_in_cycles(volumes):
-        decision = Framework(profile).schedule(snapshot, pod, seed=seed)
+    decision = Framework(profile).schedule(snapshot, pod, seed=seed, volumes=volumes)
     plan = None
     if decision.selected is not None:
         plan = plan_volume_bindings(snapshot, volumes, pod, decision.selected)
+    assert decision.volume_plan == plan, (decision.volume_plan, plan)
     return decision, plan

@@ -1,0 +1,183 @@
+"""Storage objects from the watch, and VolumeBinding's PreBind wait, for `lattice run`.
+
+The volume plugins read a :class:`~scheduler.core.volumes.VolumeState`; this keeps it
+current from five streams (PersistentVolumes, PersistentVolumeClaims, StorageClasses,
+CSINodes, VolumeAttachments). An object that does not parse is logged, dropped from the
+state (as if it did not exist: a claim that cannot be read cannot be bound) and listed in
+:attr:`Storage.broken`; it never stops the stream.
+
+After a decision with a :class:`~scheduler.core.volumes.VolumePlan`, the scheduler writes
+the plan's patches and then waits here, as kube's PreBind does (``checkBindings``), until
+every claim of the plan is fully bound by the PV controller (or, for a provisioned claim,
+by its provisioner and then the PV controller). The wait ends early with a reason when it
+cannot succeed: the claim was deleted, its PV was bound to another claim, or a
+provisioner removed the selected-node annotation (kube's "reschedule" signal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from scheduler.core.volumes import VolumePlan, VolumeState
+from scheduler.model.errors import InvalidObjectError
+from scheduler.model.volume import (
+    SELECTED_NODE,
+    CSINode,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    StorageClass,
+    VolumeAttachment,
+)
+
+Body = Mapping[str, Any]
+
+BIND_TIMEOUT: Final = 600.0
+"""kube-scheduler's VolumeBinding ``bindTimeoutSeconds`` default."""
+
+
+class Kind(enum.StrEnum):
+    PV = "persistentvolume"
+    PVC = "persistentvolumeclaim"
+    CLASS = "storageclass"
+    CSI_NODE = "csinode"
+    ATTACHMENT = "volumeattachment"
+
+
+def _meta(body: Body) -> tuple[str, str]:
+    meta = body.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def object_key(kind: Kind, body: Body) -> str:
+    """``namespace/name`` for claims, ``name`` for the cluster-scoped kinds."""
+    namespace, name = _meta(body)
+    if kind is Kind.PVC:
+        return f"{namespace or 'default'}/{name}"
+    return name
+
+
+class Storage:
+    """The VolumeState's writer on the watch side, and the PreBind waits on it."""
+
+    def __init__(self, volumes: VolumeState, *, log: Any) -> None:
+        self.volumes = volumes
+        self.log = log
+        self.broken: dict[str, str] = {}
+        """``kind/key`` -> why its body was not read."""
+        self._changed = asyncio.Event()
+        """Set on every change; the waits re-check their claims then."""
+
+    # -- watch side ---------------------------------------------------------------------
+    def upsert(self, kind: Kind, body: Body) -> None:
+        key = object_key(kind, body)
+        try:
+            self._set(kind, body)
+        except (InvalidObjectError, ValueError, TypeError) as exc:
+            self.log.warning("storage_object_unreadable", pod=f"{kind}/{key}", reason=str(exc))
+            self.broken[f"{kind}/{key}"] = str(exc)
+            self._remove(kind, key)
+        else:
+            self.broken.pop(f"{kind}/{key}", None)
+        self._notify()
+
+    def delete(self, kind: Kind, body: Body) -> None:
+        key = object_key(kind, body)
+        self.broken.pop(f"{kind}/{key}", None)
+        self._remove(kind, key)
+        self._notify()
+
+    def keys(self, kind: Kind) -> set[str]:
+        """What is known of ``kind`` (a re-list drops the rest)."""
+        v = self.volumes
+        known: dict[Kind, Callable[[], set[str]]] = {
+            Kind.PV: lambda: set(v.pvs),
+            Kind.PVC: lambda: {f"{ns}/{name}" for ns, name in v.pvcs},
+            Kind.CLASS: lambda: set(v.classes),
+            Kind.CSI_NODE: lambda: set(v.csi_nodes),
+            Kind.ATTACHMENT: lambda: set(v.attachments),
+        }
+        broken = {k.split("/", 1)[1] for k in self.broken if k.startswith(f"{kind}/")}
+        return known[kind]() | broken
+
+    def _set(self, kind: Kind, body: Body) -> None:
+        v = self.volumes
+        if kind is Kind.PV:
+            v.set_pv(PersistentVolume.from_api(body))
+        elif kind is Kind.PVC:
+            v.set_pvc(PersistentVolumeClaim.from_api(body))
+        elif kind is Kind.CLASS:
+            v.set_class(StorageClass.from_api(body))
+        elif kind is Kind.CSI_NODE:
+            v.set_csi_node(CSINode.from_api(body))
+        else:
+            v.set_attachment(VolumeAttachment.from_api(body))
+
+    def _remove(self, kind: Kind, key: str) -> None:
+        v = self.volumes
+        if kind is Kind.PVC:
+            namespace, name = key.split("/", 1)
+            v.remove_pvc(namespace, name)
+        elif kind is Kind.PV:
+            v.remove_pv(key)
+        elif kind is Kind.CLASS:
+            v.remove_class(key)
+        elif kind is Kind.CSI_NODE:
+            v.remove_csi_node(key)
+        else:
+            v.remove_attachment(key)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- PreBind ------------------------------------------------------------------------
+    def check(self, plan: VolumePlan) -> tuple[bool, str | None]:
+        """``checkBindings``: (all bound, why it can never be) for the plan's claims."""
+        provisioned = {(p.claim_namespace, p.claim_name) for p in plan.provisions}
+        static = {(s.claim_namespace, s.claim_name): s for s in plan.static}
+        done = True
+        for key in plan.claims:
+            pvc = self.volumes.pvcs.get(key)
+            label = f"{key[0]}/{key[1]}"
+            if pvc is None:
+                return False, f"PVC {label} was deleted before it was bound"
+            if pvc.fully_bound:
+                pv = self.volumes.pvs.get(pvc.volume_name)
+                if pv is None or not pv.bound_to(pvc):
+                    done = False  # the PV's echo is still on its way
+                continue
+            done = False
+            if key in static:
+                pv = self.volumes.pvs.get(static[key].pv)
+                if pv is None:
+                    return False, f"PV {static[key].pv} for PVC {label} was deleted"
+                if pv.claim_ref is not None and not pv.bound_to(pvc):
+                    ref = pv.claim_ref
+                    return False, (
+                        f"PV {pv.name} was bound to {ref.namespace}/{ref.name}, not to PVC {label}"
+                    )
+            elif key in provisioned and pvc.annotations.get(SELECTED_NODE) != plan.node:
+                return False, f"selectedNode annotation reset for PVC {label}"
+        return done, None
+
+    async def wait_bound(self, plan: VolumePlan, within: float = BIND_TIMEOUT) -> str | None:
+        """Wait until :meth:`check` says bound (None), or say why not (a reason)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while True:
+            done, why = self.check(plan)
+            if done:
+                return None
+            if why is not None:
+                return why
+            left = deadline - loop.time()
+            if left <= 0:
+                return f"binding volumes: timed out waiting for the condition after {within:g} s"
+            changed = self._changed
+            try:
+                await asyncio.wait_for(changed.wait(), timeout=left)
+            except TimeoutError:
+                continue
