@@ -8,6 +8,7 @@ import pytest
 
 from scheduler.core.framework import Code
 from scheduler.core.plugins import unsupported
+from scheduler.core.plugins.unsupported import NO_VOLUME_BINDING
 from scheduler.core.profile import DEFAULT_PROFILE
 from scheduler.core.schedule import Framework
 from scheduler.model.errors import InvalidObjectError
@@ -59,13 +60,13 @@ FINE_VOLUMES = [
         pytest.param(
             {"volumes": [pvc("data", "ckpt")]},
             'pod has PersistentVolumeClaim volume "data" (claim "ckpt"): '
-            f"Lattice does not bind volumes yet; {ADVICE}",
+            f"{NO_VOLUME_BINDING}; {ADVICE}",
             id="pvc",
         ),
         pytest.param(
             {"volumes": [ephemeral("scratch")]},
             'pod has generic ephemeral volume "scratch" (claim "web-0-scratch"): '
-            f"Lattice does not bind volumes yet; {ADVICE}",
+            f"{NO_VOLUME_BINDING}; {ADVICE}",
             id="generic-ephemeral",
         ),
         pytest.param(
@@ -92,7 +93,7 @@ FINE_VOLUMES = [
                 "resourceClaims": [{"name": "nic", "resourceClaimName": "rdma"}],
             },
             'pod has PersistentVolumeClaim volume "a" (claim "x"), generic ephemeral volume "b"'
-            ' (claim "web-0-b"): Lattice does not bind volumes yet; pod has resource claim'
+            f' (claim "web-0-b"): {NO_VOLUME_BINDING}; pod has resource claim'
             ' "nic" (ResourceClaim "rdma"): Lattice does not allocate DRA resource claims yet; '
             f"{ADVICE}",
             id="everything-named-once",

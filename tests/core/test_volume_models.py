@@ -110,7 +110,10 @@ def test_claims_are_refused_until_the_cycle_has_a_volume_state() -> None:
     snap = Snapshot()
     without = Unsupported().pre_filter(Cycle(snap, built))
     assert without.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
-    assert "Lattice does not bind volumes yet" in without.message
+    assert (
+        "Lattice binds claims only with VolumeBinding in the profile, and not for gang members"
+        in without.message
+    )
     with_state = Unsupported().pre_filter(Cycle(snap, built, volumes=VolumeState()))
     assert with_state.code is Code.SKIP
     disabled = Unsupported(volume_binding=False).pre_filter(

@@ -6,10 +6,11 @@ claims' devices (DynamicResources). Lattice has the volume plugins for claims (P
 generic ephemeral volumes); they need a VolumeState in the cycle (``lattice run`` and
 ``lattice explain`` pass theirs; the gang solver does not, so gang members with claims are
 refused) and VolumeBinding in the profile. It has no logic for inline disks' conflicts and
-attach limits (their identities are not in the Pod model) nor for DRA. Binding such a pod would put it on
-a node its volume or devices cannot reach, where it sits in ContainerCreating forever, so
-this PreFilter rejects it as UnschedulableAndUnresolvable, with a message naming every
-volume and claim at fault, so the scheduler reports FailedScheduling and
+attach limits (their identities are not in the Pod model) nor for DRA. Binding such a pod
+would put it on a node its volume or devices cannot reach, where it sits in
+ContainerCreating forever, so this PreFilter rejects it as UnschedulableAndUnresolvable,
+with a message naming every volume and claim at fault, so the scheduler reports
+FailedScheduling and
 ``PodScheduled=False`` and never binds it. The volume and claim lists are immutable, so no
 cluster event can make the pod schedulable.
 
@@ -34,7 +35,9 @@ from scheduler.model.pod import (
 
 NAME: Final = UNSUPPORTED
 ADVICE: Final = "use the default scheduler for this pod"
-NO_VOLUME_BINDING: Final = "Lattice does not bind volumes yet"
+NO_VOLUME_BINDING: Final = (
+    "Lattice binds claims only with VolumeBinding in the profile, and not for gang members"
+)
 NO_VOLUME_CHECKS: Final = "Lattice does not check volume conflicts or attach limits yet"
 NO_DRA: Final = "Lattice does not allocate DRA resource claims yet"
 
