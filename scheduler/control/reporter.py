@@ -18,7 +18,8 @@ Aggregation:
 * Full (``capacity`` distinct reports waiting, 1000 by default as client-go's event
   broadcaster, which kube-scheduler uses, queues at most 1000 and drops when full): new
   reports are dropped and counted (``lattice_reports_dropped_total``); what was not
-  written is not remembered as said, so the next failure says it again. After a burst of
+  written is not remembered as said, so the next failure says it again. A failure that
+  carries a preemption's ``nominatedNodeName`` is never dropped. After a burst of
   thousands of bindings the API server's time goes to the next bindings, not to a backlog
   of Scheduled events.
 """
@@ -68,6 +69,12 @@ class _Event:
 
 
 _Job = _Failure | _Event
+
+
+def _keeps_state(job: _Job) -> bool:
+    """A preemption's nomination is state other schedulers and a new leader act on, not
+    chatter: it is queued even when the queue is full (one per preemption, so bounded)."""
+    return isinstance(job, _Failure) and job.nominated is not None
 
 
 class Reporter:
@@ -173,7 +180,7 @@ class Reporter:
     def _put(self, key: tuple[str, str], job: _Job) -> bool:
         if key in self._jobs:
             del self._jobs[key]  # the newer report takes the older one's place in line
-        elif len(self._jobs) >= self.capacity:
+        elif len(self._jobs) >= self.capacity and not _keeps_state(job):
             self.dropped += 1
             if self._on_drop is not None:
                 self._on_drop()

@@ -115,6 +115,20 @@ async def test_a_full_queue_drops_and_counts_and_says_it_again_later() -> None:
     assert ("p3", "FailedScheduling", "no room") in writer.events
 
 
+async def test_a_nomination_is_queued_even_when_the_queue_is_full() -> None:
+    r, writer, (tasks, drops) = reporter(capacity=2, in_flight=1)
+    r.event(ref(0), reason="Scheduled", message="busy")
+    await asyncio.sleep(0)
+    r.failed(ref(1), "no room")
+    r.failed(ref(2), "no room")
+    r.failed(ref(3), "no room", nominated="node-7")  # a preemptor: never dropped
+    r.failed(ref(4), "no room")  # chatter: dropped
+    assert (r.waiting, r.dropped, len(drops)) == (3, 1, 1)
+    await finish(writer, tasks)
+    assert ("p3", "no room") in writer.conditions
+    assert ("p4", "no room") not in writer.conditions
+
+
 async def test_at_most_in_flight_writes_at_once() -> None:
     r, writer, (tasks, _) = reporter(in_flight=3)
     for i in range(20):
