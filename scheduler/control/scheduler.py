@@ -79,7 +79,7 @@ from scheduler.control.queue import (
 from scheduler.control.queued import BrokenPod, QueuedPod, relevant_update
 from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import SchedulerSettings
-from scheduler.control.storage import Kind, Storage
+from scheduler.control.storage import POD_GONE, Kind, Storage
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code, Cycle, PluginSet
 from scheduler.core.from_api import scheduled_at
@@ -304,6 +304,8 @@ class Scheduler:
         :attr:`Pod.key` (the uid)."""
         self.storage = Storage(self.cache.volumes, log=self.log)
         """PVs, claims, StorageClasses, CSINodes, VolumeAttachments, and the PreBind waits."""
+        self._prebinding: dict[str, bool] = {}
+        """Pods (by uid) waiting in VolumeBinding's PreBind: False once deleted meanwhile."""
         self.gang_flow = GangFlow(
             self,
             cache=self.cache,
@@ -548,6 +550,8 @@ class Scheduler:
         self._end_nomination(_ident(body))
         if bound:
             return
+        if uid in self._prebinding:
+            self._prebinding[uid] = False
         self._forget_pod(_ident(body))
         self.forget_reports(uid)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
@@ -1018,11 +1022,16 @@ class Scheduler:
         key = f"{pod.namespace}/{pod.name}"
         profile = self.settings.scheduler_name
         if volume_plan is not None:
-            why = await self._bind_volumes(volume_plan, log)
+            why = await self._bind_volumes(pod, volume_plan, log)
             if why is not None:
                 self.cache.volumes.forget(volume_plan)
                 self.cache.forget(pod)
                 self.load.forget_pod(key)
+                if why == POD_GONE:
+                    if info is not None:
+                        self.queue.done(info)
+                    log.info("binding_superseded", reason="deleted while its volumes bound")
+                    return
                 self.counters.errors += 1
                 self.metrics.count_attempt(AttemptResult.ERROR, profile)
                 message = f'running PreBind plugin "VolumeBinding": {why}'
@@ -1088,7 +1097,7 @@ class Scheduler:
         assert info is not None
         self.queue.requeue_after_failure(info, unschedulable=False, reason=outcome.detail)
 
-    async def _bind_volumes(self, plan: VolumePlan, log: Any) -> str | None:
+    async def _bind_volumes(self, pod: Pod, plan: VolumePlan, log: Any) -> str | None:
         """kube's VolumeBinding PreBind: PV claimRefs, then the claims' selected-node, each
         conditional on the version the decision read; then wait until the PV controller
         (and a provisioner) bound every claim. None when done, else why not."""
@@ -1098,7 +1107,13 @@ class Scheduler:
             if failed is not None:
                 return failed
         log.info("volumes_written", node=plan.node, reason=f"{len(plan.claims)} claim(s)")
-        return await self.storage.wait_bound(plan)
+        self._prebinding[pod.uid] = True
+        try:
+            return await self.storage.wait_bound(
+                plan, alive=lambda: self._prebinding.get(pod.uid, False)
+            )
+        finally:
+            self._prebinding.pop(pod.uid, None)
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)

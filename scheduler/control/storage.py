@@ -34,6 +34,7 @@ from scheduler.model.volume import (
 
 Body = Mapping[str, Any]
 
+POD_GONE: Final = "the pod is gone"
 BIND_TIMEOUT: Final = 600.0
 """kube-scheduler's VolumeBinding ``bindTimeoutSeconds`` default."""
 
@@ -163,11 +164,21 @@ class Storage:
                 return False, f"selectedNode annotation reset for PVC {label}"
         return done, None
 
-    async def wait_bound(self, plan: VolumePlan, within: float = BIND_TIMEOUT) -> str | None:
-        """Wait until :meth:`check` says bound (None), or say why not (a reason)."""
+    async def wait_bound(
+        self,
+        plan: VolumePlan,
+        within: float = BIND_TIMEOUT,
+        *,
+        alive: Callable[[], bool] = lambda: True,
+    ) -> str | None:
+        """Wait until :meth:`check` says bound (None), or say why not (a reason). ``alive``
+        is asked at least once a second: a pod deleted meanwhile ends the wait at once
+        rather than holding its node's room for the whole timeout."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
         while True:
+            if not alive():
+                return POD_GONE
             done, why = self.check(plan)
             if done:
                 return None
@@ -178,6 +189,6 @@ class Storage:
                 return f"binding volumes: timed out waiting for the condition after {within:g} s"
             changed = self._changed
             try:
-                await asyncio.wait_for(changed.wait(), timeout=left)
+                await asyncio.wait_for(changed.wait(), timeout=min(left, 1.0))
             except TimeoutError:
                 continue

@@ -246,3 +246,20 @@ async def test_a_bound_claim_only_binds_the_pod_on_its_pv_node() -> None:
     assert writer.volume_patches == []  # nothing to write: no PreBind wait either
     assert writer.binds == [("p", "n1")]
     assert sched.queue.get(pod_key("default", "p")) is None
+
+
+async def test_a_pod_deleted_while_its_volumes_bind_ends_the_wait() -> None:
+    sched, writer = setup()
+    local_storage(sched, ("pv-a", "n0"))
+    sched.storage_upserted(Kind.PVC, versioned(pvc("data"), uid="claim-1"))
+    body = claimant("p", "data")
+    sched.pod_upserted(body)
+    cycle(sched, "p")
+    await settle()
+    assert len(writer.volume_patches) == 1
+    sched.pending_left(body, bound=False)  # deleted before the PV controller bound it
+    await asyncio.sleep(1.2)  # the wait re-checks at least once a second
+    assert writer.binds == []
+    assert sched.cache.volumes.pvs["pv-a"].claim_ref is None  # given back
+    assert sched.queue.get(pod_key("default", "p")) is None  # not queued again
+    assert conditions(writer, "p") == []  # nothing said to a pod that is gone
