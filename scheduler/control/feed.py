@@ -409,30 +409,30 @@ class Feed:
     def _topologies(self, events: Sequence[Event]) -> None:
         for ev in events:
             if ev.type is EventType.DELETED:
-                self.scheduler.topology_deleted(ev.obj)
+                self.scheduler.node_reports.topology_deleted(ev.obj)
             else:
-                self.scheduler.topology_upserted(ev.obj)
+                self.scheduler.node_reports.topology_upserted(ev.obj)
 
     def _topologies_listed(self, items: Sequence[RawObject]) -> None:
         listed = {_name(o) for o in items}
-        for name in self.scheduler.topology_names() - listed:
-            self.scheduler.topology_deleted({"metadata": {"name": name}})
+        for name in self.scheduler.node_reports.topology_names() - listed:
+            self.scheduler.node_reports.topology_deleted({"metadata": {"name": name}})
         for obj in items:
-            self.scheduler.topology_upserted(obj)
+            self.scheduler.node_reports.topology_upserted(obj)
 
     def _nrts(self, events: Sequence[Event]) -> None:
         for ev in events:
             if ev.type is EventType.DELETED:
-                self.scheduler.nrt_deleted(ev.obj)
+                self.scheduler.node_reports.nrt_deleted(ev.obj)
             else:
-                self.scheduler.nrt_upserted(ev.obj)
+                self.scheduler.node_reports.nrt_upserted(ev.obj)
 
     def _nrts_listed(self, items: Sequence[RawObject]) -> None:
         listed = {_name(o) for o in items}
-        for name in self.scheduler.nrt_names() - listed:
-            self.scheduler.nrt_deleted({"metadata": {"name": name}})
+        for name in self.scheduler.node_reports.nrt_names() - listed:
+            self.scheduler.node_reports.nrt_deleted({"metadata": {"name": name}})
         for obj in items:
-            self.scheduler.nrt_upserted(obj)
+            self.scheduler.node_reports.nrt_upserted(obj)
 
     def _podgroups(self, events: Sequence[Event]) -> None:
         for ev in events:

@@ -3,10 +3,13 @@
 The parts around it, each a class of its own: the intake (:mod:`~scheduler.control.intake`
 streams, applied by :mod:`~scheduler.control.feed`), the binder
 (:mod:`~scheduler.control.binder`), the reporter (:mod:`~scheduler.control.reporter`:
-Events and PodScheduled) and the gang flow (:mod:`~scheduler.control.gang_flow`: PodGroups
-to joint placements, over the gang book of :mod:`~scheduler.control.gangs`). What is left
-here is the state they share (cache, queue, framework), the watch-side handlers and the
-cycle of a single pod.
+Events and PodScheduled), the gang flow (:mod:`~scheduler.control.gang_flow`: PodGroups
+to joint placements, over the gang book of :mod:`~scheduler.control.gangs`), the node
+reports (:mod:`~scheduler.control.node_reports`: NodeTopology and NodeResourceTopology
+into devices and load) and the storage (:mod:`~scheduler.control.storage`: PVs, claims,
+classes into the VolumeState, and VolumeBinding's PreBind wait). What is left here is the
+state they share (cache, queue, framework), the pod, node and budget handlers, and the
+cycle and binding of a single pod.
 
 Theory of operation (one asyncio loop, no threads, no locks):
 
@@ -65,6 +68,7 @@ from scheduler.control.gang_flow import GangFlow
 from scheduler.control.gangs import GangEntry, gang_of
 from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
 from scheduler.control.kubeio import api_now as dt_now
+from scheduler.control.node_reports import NodeReports
 from scheduler.control.queue import (
     PENDING_QUEUES,
     ClusterEvent,
@@ -83,7 +87,7 @@ from scheduler.control.storage import POD_GONE, Kind, Storage
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code, Cycle, PluginSet
 from scheduler.core.from_api import scheduled_at
-from scheduler.core.load import LoadView, load_report
+from scheduler.core.load import LoadView
 from scheduler.core.nominated import schedule_with_nominated
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
 from scheduler.core.schedule import Framework
@@ -92,20 +96,12 @@ from scheduler.core.volumes import VolumePlan, pod_claims
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.node import Node
-from scheduler.model.noderesourcetopology import NodeResourceTopology
 from scheduler.model.pdb import PodDisruptionBudget
 from scheduler.model.pod import Pod
 from scheduler.model.pod_facts import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER, PodFacts
-from scheduler.model.topology import (
-    NodeLoad,
-    NodeTopology,
-    NodeTopologyStatus,
-    PressureReadings,
-    TopologyParseError,
-)
 from scheduler.obs.logging import attempt_logger, new_trace_id
 from scheduler.obs.metrics import AttemptResult, Metrics, PluginTimer
-from scheduler.predict import LoadPredictor, ObserveOutcome
+from scheduler.predict import LoadPredictor
 
 Body = Mapping[str, Any]
 
@@ -261,10 +257,6 @@ class Scheduler:
         """Predicted node load, fed by agents' reports and our own placements."""
         self.wall_clock = wall_clock
         """Unix time: agents date their samples with it, so report ages are measured on it."""
-        self._topology_specs: dict[str, Any] = {}
-        self._nrt_inputs: dict[str, Any] = {}
-        """Per node, the parts of its NodeResourceTopology that placement reads."""
-        self._last_cpu: dict[str, float] = {}
         self.queue: SchedulingQueue[QueuedPod] = SchedulingQueue(is_relevant_update=relevant_update)
         self.writer = writer
         self.metrics = metrics
@@ -302,6 +294,16 @@ class Scheduler:
         self.nominations: dict[str, tuple[Pod, str]] = {}
         """Pending pods nominated to a node (by our preemption or their status), with it, by
         :attr:`Pod.key` (the uid)."""
+        self.node_reports = NodeReports(
+            topology=self.cache.topology,
+            load=self.load,
+            queue=self.queue,
+            metrics=metrics,
+            settings=lambda: self.settings,
+            wall_clock=wall_clock,
+            log=self.log,
+        )
+        """NodeTopology and NodeResourceTopology reports: devices and load."""
         self.storage = Storage(self.cache.volumes, log=self.log)
         """PVs, claims, StorageClasses, CSINodes, VolumeAttachments, and the PreBind waits."""
         self._prebinding: dict[str, bool] = {}
@@ -596,115 +598,10 @@ class Scheduler:
                 ClusterEvent(ClusterEventType.NODE_CHANGED, node_changes=changes, subject=name)
             )
 
-    def topology_upserted(self, body: Body) -> None:
-        """A node agent's NodeTopology: hardware (spec) and heartbeat with load (status).
-
-        The spec is parsed only when it changed (agents rewrite the status every report
-        interval, the spec almost never); a broken status loses the load sample only.
-        """
-        name = str((body.get("metadata") or {}).get("name", ""))
-        spec = body.get("spec") or {}
-        if self._topology_specs.get(name) != spec:
-            try:
-                report = NodeTopology.from_spec(spec)
-            except (TopologyParseError, InvalidObjectError, ValueError) as exc:
-                self.log.warning("topology_unreadable", node=name, reason=str(exc))
-                self._topology_specs.pop(name, None)
-                self.cache.topology.remove_node_topology(name)
-            else:
-                self._topology_specs[name] = spec
-                self.cache.topology.set_node_topology(name, report)
-                self.queue.move_all_on_event(
-                    ClusterEvent(ClusterEventType.NODE_TOPOLOGY_CHANGED, subject=name)
-                )
-        raw_status = body.get("status")
-        if not raw_status:
-            return
-        try:
-            status = NodeTopologyStatus.from_status(raw_status)
-        except (TopologyParseError, ValueError) as exc:
-            self.log.warning("load_report_unreadable", node=name, reason=str(exc))
-            self.metrics.load_reports.labels(outcome="unreadable").inc()
-            return
-        if status.load is not None:
-            self._observe_load(name, status.load, status.pressure)
-
-    def _observe_load(self, node: str, load: NodeLoad, pressure: PressureReadings | None) -> None:
-        before = self.load.status(node, self.wall_clock())
-        outcome = self.load.observe_report(load_report(node, load, pressure), now=self.wall_clock())
-        self.metrics.load_reports.labels(outcome=outcome.name.lower()).inc()
-        if outcome is not ObserveOutcome.ACCEPTED:
-            if outcome is not ObserveOutcome.DUPLICATE:
-                self.log.warning("load_report_ignored", node=node, reason=outcome.name.lower())
-            return
-        # Only a load filter can have rejected a pod for load; without thresholds new
-        # samples never make an unschedulable pod schedulable, so they move nothing.
-        if self._load_filter_on() and (
-            load.cpu_fraction < self._last_cpu.get(node, 1.0) or before.name != "FRESH"
-        ):
-            self.queue.move_all_on_event(
-                ClusterEvent(ClusterEventType.NODE_LOAD_DECREASED, subject=node)
-            )
-        self._last_cpu[node] = load.cpu_fraction
-
-    def _load_filter_on(self) -> bool:
-        c = self.settings.profile.load_aware.predict
-        return any(
-            t is not None
-            for t in (
-                c.cpu_threshold,
-                c.memory_threshold,
-                c.cpu_pressure_threshold,
-                c.memory_pressure_threshold,
-            )
-        )
-
-    def nrt_upserted(self, body: Body) -> None:
-        """A NodeResourceTopology (NFD's topology-updater): the NUMA view of a node without
-        our agent. Re-read only when zones or policy changed (the updater rewrites the
-        object every minute with the same content)."""
-        name = str((body.get("metadata") or {}).get("name", ""))
-        inputs = (body.get("zones"), body.get("attributes"), body.get("topologyPolicies"))
-        if self._nrt_inputs.get(name) == inputs:
-            return
-        try:
-            nrt = NodeResourceTopology.from_api(body)
-        except (TopologyParseError, InvalidObjectError, ValueError) as exc:
-            self.log.warning("topology_unreadable", node=name, reason=str(exc))
-            self._nrt_inputs.pop(name, None)
-            self.cache.topology.remove_node_resource_topology(name)
-            return
-        self._nrt_inputs[name] = inputs
-        self.cache.topology.set_node_resource_topology(nrt)
-        self.queue.move_all_on_event(
-            ClusterEvent(ClusterEventType.NODE_TOPOLOGY_CHANGED, subject=name)
-        )
-
-    def nrt_deleted(self, body: Body) -> None:
-        name = str((body.get("metadata") or {}).get("name", ""))
-        self._nrt_inputs.pop(name, None)
-        self.cache.topology.remove_node_resource_topology(name)
-
-    def topology_names(self) -> set[str]:
-        """Nodes whose NodeTopology is known (a re-list reconciles them)."""
-        return set(self._topology_specs) | set(self._last_cpu)
-
-    def nrt_names(self) -> set[str]:
-        """Nodes whose NodeResourceTopology is in use (a full list reconciles them)."""
-        return set(self._nrt_inputs)
-
-    def topology_deleted(self, body: Body) -> None:
-        name = str((body.get("metadata") or {}).get("name", ""))
-        self._topology_specs.pop(name, None)
-        self.cache.topology.remove_node_topology(name)
-        self.load.forget_node(name)
-        self._last_cpu.pop(name, None)
-
     def node_deleted(self, body: Body) -> None:
         name = str((body.get("metadata") or {}).get("name", ""))
         self.cache.delete_node(name)
-        self.load.forget_node(name)
-        self._last_cpu.pop(name, None)
+        self.node_reports.node_gone(name)
 
     def namespace_upserted(self, body: Body) -> None:
         self.cache.upsert_namespace(body)

@@ -95,8 +95,8 @@ def _no_binding(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_reports_steer_placement_away_from_the_hot_node() -> None:
     sched = scheduler()
-    sched.topology_upserted(topology_body("n0", 0.9))
-    sched.topology_upserted(topology_body("n1", 0.3))
+    sched.node_reports.topology_upserted(topology_body("n0", 0.9))
+    sched.node_reports.topology_upserted(topology_body("n1", 0.3))
     assert sched.load.status("n0", NOW) is LoadStatus.FRESH
     queue_pod(sched, "p")
     assert schedule_next(sched) == "n1"
@@ -107,7 +107,7 @@ def test_own_placements_count_until_reported() -> None:
     """Both nodes equally loaded: big pods alternate because each placement is counted."""
     sched = scheduler()
     for n in ("n0", "n1"):
-        sched.topology_upserted(topology_body(n, 0.2))
+        sched.node_reports.topology_upserted(topology_body(n, 0.2))
     chosen: list[str] = []
     for i in range(4):
         queue_pod(sched, f"p{i}", cpu="1")
@@ -117,7 +117,7 @@ def test_own_placements_count_until_reported() -> None:
 
 def test_deleted_pod_drops_its_estimate() -> None:
     sched = scheduler()
-    sched.topology_upserted(topology_body("n0", 0.2))
+    sched.node_reports.topology_upserted(topology_body("n0", 0.2))
     body = queue_pod(sched, "p")
     node = schedule_next(sched)
     assert node is not None
@@ -127,11 +127,11 @@ def test_deleted_pod_drops_its_estimate() -> None:
 
 def test_heartbeat_without_load_and_broken_load_are_harmless() -> None:
     sched = scheduler()
-    sched.topology_upserted(topology_body("n0", None))
+    sched.node_reports.topology_upserted(topology_body("n0", None))
     assert sched.load.status("n0", NOW) is LoadStatus.UNKNOWN
     broken = topology_body("n1", 0.5)
     broken["status"]["load"]["cpu"]["usedMillicores"] = "lots"
-    sched.topology_upserted(broken)
+    sched.node_reports.topology_upserted(broken)
     assert sched.load.status("n1", NOW) is LoadStatus.UNKNOWN
     assert (
         sched.metrics.registry.get_sample_value(
@@ -145,8 +145,8 @@ def test_heartbeat_without_load_and_broken_load_are_harmless() -> None:
 
 def test_settings_apply_live_and_keep_state() -> None:
     sched = scheduler()
-    sched.topology_upserted(topology_body("n0", 0.2, at=NOW - 20))
-    sched.topology_upserted(topology_body("n0", 0.8, at=NOW - 5))
+    sched.node_reports.topology_upserted(topology_body("n0", 0.2, at=NOW - 20))
+    sched.node_reports.topology_upserted(topology_body("n0", 0.8, at=NOW - 5))
     before = sched.load.config.cpu_alpha
     sched.apply_settings(parse_spec({"loadAware": {"cpuAlpha": 0.9}}, "lattice"))
     assert sched.load.config.cpu_alpha == 0.9 != before
@@ -157,25 +157,26 @@ def test_settings_apply_live_and_keep_state() -> None:
 
 def test_hot_everywhere_waits_and_is_retried_when_load_falls() -> None:
     sched = scheduler({"loadAware": {"cpuThreshold": 0.8}})
-    sched.topology_upserted(topology_body("n0", 0.95))
-    sched.topology_upserted(topology_body("n1", 0.9))
+    sched.node_reports.topology_upserted(topology_body("n0", 0.95))
+    sched.node_reports.topology_upserted(topology_body("n1", 0.9))
     queue_pod(sched, "p")
     assert schedule_next(sched) is None
     key = pod_key("default", "p")
     assert sched.queue.where(key) is QueueName.UNSCHEDULABLE
-    sched.topology_upserted(topology_body("n1", 0.3, at=NOW - 1))
+    sched.node_reports.topology_upserted(topology_body("n1", 0.3, at=NOW - 1))
     assert sched.queue.where(key) in (QueueName.ACTIVE, QueueName.BACKOFF)
 
 
 def test_load_reports_move_nothing_without_a_load_filter() -> None:
     """Agents report every 15 s; without a load filter no report can help a pod."""
     sched = scheduler(nodes=1)
-    sched.topology_upserted(topology_body("n0", 0.5, at=NOW - 10))
+    sched.node_reports.topology_upserted(topology_body("n0", 0.5, at=NOW - 10))
     queue_pod(sched, "huge", cpu="64")
     assert schedule_next(sched) is None
     key = pod_key("default", "huge")
     assert sched.queue.where(key) is QueueName.UNSCHEDULABLE
-    sched.topology_upserted(topology_body("n0", 0.1, at=NOW - 1))  # same spec, lower load
+    # same spec, lower load
+    sched.node_reports.topology_upserted(topology_body("n0", 0.1, at=NOW - 1))
     assert sched.queue.where(key) is QueueName.UNSCHEDULABLE
 
 
@@ -194,7 +195,7 @@ def _bound_body(name: str, node: str, scheduled: float | None) -> dict[str, Any]
 
 def test_pods_bound_by_others_count_until_samples_cover_them() -> None:
     sched = scheduler()
-    sched.topology_upserted(topology_body("n0", 0.2, at=NOW - 5))
+    sched.node_reports.topology_upserted(topology_body("n0", 0.2, at=NOW - 5))
     sched.pod_upserted(_bound_body("fresh", "n0", NOW - 2))  # after the sample
     sched.pod_upserted(_bound_body("covered", "n0", NOW - 100))  # long before it
     sched.pod_upserted(_bound_body("no-condition", "n0", None))

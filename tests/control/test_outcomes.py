@@ -301,13 +301,13 @@ def decide(sched: Scheduler, builder: Any) -> Any:
 def test_a_node_resource_topology_makes_placement_numa_aware() -> None:
     sched = gpu_scheduler()
     assert decide(sched, gpu_pod("x", 8)).selected == "n", "without NUMA facts 8 GPUs fit"
-    sched.nrt_upserted(nrt("n"))
+    sched.node_reports.nrt_upserted(nrt("n"))
     assert decide(sched, gpu_pod("x", 8)).summary == (
         "0/1 nodes are available: 1 node(s) cannot hold 8 GPUs on one NUMA node."
     )
     aligned = decide(sched, annotate(gpu_pod("a", 2), "lattice.dev/gpu-alignment", "strict"))
     assert json.loads(aligned.annotations["lattice.dev/devices"])["numa"] == 0
-    sched.nrt_deleted({"metadata": {"name": "n"}})
+    sched.node_reports.nrt_deleted({"metadata": {"name": "n"}})
     assert decide(sched, gpu_pod("x", 8)).selected == "n"
 
 
@@ -319,17 +319,17 @@ def test_an_unchanged_or_broken_node_resource_topology_moves_nothing() -> None:
     assert info is not None
     sched.schedule_one(info)
     assert sched.queue.where(pod_key("default", "x")) is QueueName.UNSCHEDULABLE
-    sched.nrt_upserted(nrt("n"))
+    sched.node_reports.nrt_upserted(nrt("n"))
     assert sched.queue.where(pod_key("default", "x")) is not QueueName.UNSCHEDULABLE
     sched.queue.flush(now=time.monotonic() + 10_000)
     info = sched.queue.try_pop()
     assert info is not None
     sched.schedule_one(info)
     assert sched.queue.where(pod_key("default", "x")) is QueueName.UNSCHEDULABLE
-    sched.nrt_upserted(nrt("n"))  # the updater's periodic rewrite: same zones
+    sched.node_reports.nrt_upserted(nrt("n"))  # the updater's periodic rewrite: same zones
     assert sched.queue.where(pod_key("default", "x")) is QueueName.UNSCHEDULABLE
     broken = nrt("n")
     broken["zones"] = {"node-0": {}}
-    sched.nrt_upserted(broken)
-    assert sched.nrt_names() == set()
+    sched.node_reports.nrt_upserted(broken)
+    assert sched.node_reports.nrt_names() == set()
     assert decide(sched, gpu_pod("y", 8)).selected == "n"
