@@ -11,8 +11,10 @@ that affect scheduling so that raw manifests and server bodies give the same rec
   ``matchLabelKeys`` of topology spread constraints are merged into the label selectors.
 
 Of volumes and DRA resource claims only what constrains placement is kept (which volume
-needs which claim, which resource claims the pod references), so the core can refuse pods
-whose placement it does not decide yet instead of binding them where they cannot start.
+needs which claim, the identity of inline disks that conflict or count against attach
+limits, which resource claims the pod references), so the volume plugins can decide and the
+core can refuse pods whose placement it does not decide yet instead of binding them where
+they cannot start.
 
 Resource requests are kept in the several integer views kube-scheduler uses (see
 :class:`PodResources`). Invalid input raises :class:`InvalidObjectError`.
@@ -152,11 +154,15 @@ nodevolumelimits with csi-translation-lib's ``IsInlineMigratable``). Other inlin
 scheduling decision."""
 
 
+DEFAULT_RBD_POOL: Final = "rbd"
+"""``rbd.pool`` when unset (``SetDefaults_RBDVolumeSource``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class StorageVolume:
     """A pod volume whose node a scheduler must decide: a PVC, a generic ephemeral volume
     (its PVC is created by the ephemeral-volume controller) or an inline disk in
-    :data:`NODE_CONSTRAINED_INLINE_SOURCES`."""
+    :data:`NODE_CONSTRAINED_INLINE_SOURCES`, with the identity kube-scheduler compares."""
 
     volume: str
     """``spec.volumes[].name``."""
@@ -164,6 +170,16 @@ class StorageVolume:
     """The volume source key: ``persistentVolumeClaim``, ``ephemeral``, ``gcePersistentDisk``..."""
     claim: str = ""
     """The PVC's name: ``claimName``, or ``<pod>-<volume>`` for a generic ephemeral volume."""
+    disk: str = ""
+    """An inline disk's identity: GCE ``pdName``, EBS ``volumeID``, iSCSI ``iqn``, RBD
+    ``image``, azureDisk ``diskURI``, cinder and portworx ``volumeID``, vsphere
+    ``volumePath``, azureFile ``shareName``."""
+    read_only: bool = False
+    """``readOnly`` (VolumeRestrictions lets read-only GCE PD, iSCSI and RBD mounts share)."""
+    monitors: frozenset[str] = frozenset()
+    """RBD ``monitors``: two RBD volumes are one image when they share a monitor..."""
+    pool: str = ""
+    """... and the ``pool`` (default ``rbd``) and the image."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,9 +396,49 @@ def _storage_volumes(spec: Mapping[str, Any], pod_name: str) -> tuple[StorageVol
         else:
             for source in NODE_CONSTRAINED_INLINE_SOURCES:
                 if volume.get(source) is not None:
-                    out.append(StorageVolume(name, source))
+                    out.append(_inline_disk(name, source, volume[source], f"{path}.{source}"))
                     break
     return tuple(out)
+
+
+_DISK_IDENTITY: Final = {
+    "gcePersistentDisk": "pdName",
+    "awsElasticBlockStore": "volumeID",
+    "rbd": "image",
+    "iscsi": "iqn",
+    "azureDisk": "diskURI",
+    "azureFile": "shareName",
+    "cinder": "volumeID",
+    "portworxVolume": "volumeID",
+    "vsphereVolume": "volumePath",
+}
+"""The field naming the disk, per inline source."""
+
+
+def _inline_disk(name: str, source: str, raw: object, path: str) -> StorageVolume:
+    body = mapping(raw, path)
+    key = _DISK_IDENTITY[source]
+    monitors: frozenset[str] = frozenset()
+    pool = ""
+    if source == "rbd":
+        monitors = frozenset(string_list(body.get("monitors"), f"{path}.monitors"))
+        pool = string(body.get("pool"), f"{path}.pool") or DEFAULT_RBD_POOL
+    return StorageVolume(
+        name,
+        source,
+        disk=string(body.get(key), f"{path}.{key}"),
+        read_only=_flag(body.get("readOnly"), f"{path}.readOnly"),
+        monitors=monitors,
+        pool=pool,
+    )
+
+
+def _flag(raw: object, field: str) -> bool:
+    if raw is None:
+        return False
+    if not isinstance(raw, bool):
+        raise InvalidObjectError(field, raw, "must be a boolean")
+    return raw
 
 
 def _resource_claims(spec: Mapping[str, Any]) -> tuple[ResourceClaimRef, ...]:
