@@ -1,4 +1,5 @@
-"""Unsupported: pods needing volume binding or DRA are refused whole, never placed."""
+"""Unsupported: pods needing volume binding or DRA, or with inline disks in a cycle without
+storage state (gang members), are refused whole, never placed."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import pytest
 
 from scheduler.core.framework import Code
 from scheduler.core.plugins import unsupported
-from scheduler.core.plugins.unsupported import NO_VOLUME_BINDING
+from scheduler.core.plugins.unsupported import NO_VOLUME_BINDING, NO_VOLUME_STATE
 from scheduler.core.profile import DEFAULT_PROFILE
 from scheduler.core.schedule import Framework
+from scheduler.core.volumes import VolumeState
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.pod import (
     NODE_CONSTRAINED_INLINE_SOURCES,
@@ -18,7 +20,7 @@ from scheduler.model.pod import (
     ResourceClaimRef,
     StorageVolume,
 )
-from tests.builders import NodeBuilder, PodBuilder, as_pod, make_node, make_pod
+from tests.builders import NodeBuilder, PodBuilder, as_pod, cluster, make_node, make_pod
 from tests.core.support import only_filter, run
 
 ADVICE = "use the default scheduler for this pod"
@@ -71,9 +73,8 @@ FINE_VOLUMES = [
         ),
         pytest.param(
             {"volumes": [{"name": "disk", "gcePersistentDisk": {"pdName": "d"}}]},
-            'pod has gcePersistentDisk volume "disk": '
-            f"Lattice does not check volume conflicts or attach limits yet; {ADVICE}",
-            id="inline-disk",
+            f'pod has gcePersistentDisk volume "disk": {NO_VOLUME_STATE}; {ADVICE}',
+            id="inline-disk-without-volume-state",
         ),
         pytest.param(
             {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]},
@@ -183,12 +184,31 @@ def test_malformed_bodies_are_invalid_objects(spec: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("source", NODE_CONSTRAINED_INLINE_SOURCES)
-def test_every_node_constrained_inline_disk_is_refused(source: str) -> None:
+def test_inline_disks_are_refused_only_without_volume_state(source: str) -> None:
+    """With storage state (lattice run, lattice explain) VolumeRestrictions and
+    NodeVolumeLimits check the disk; without it (the gang solver) the pod is refused."""
     pod = with_spec(make_pod("p"), volumes=[{"name": "disk", source: {}}])
     assert [v.source for v in as_pod(pod).storage_volumes] == [source]
     decision = run(only_filter(unsupported.NAME), pod, nodes())
     assert decision.selected is None
     assert decision.summary == (
-        f'0/3 nodes are available: pod has {source} volume "disk": '
-        f"Lattice does not check volume conflicts or attach limits yet; {ADVICE}."
+        f'0/3 nodes are available: pod has {source} volume "disk": {NO_VOLUME_STATE}; {ADVICE}.'
+    )
+    placed = only_filter(unsupported.NAME).schedule(
+        cluster(nodes()), as_pod(pod), volumes=VolumeState()
+    )
+    assert placed.selected is not None
+    assert placed.explanation.skipped_filters == (unsupported.NAME,)
+
+
+def test_with_volume_state_only_dra_and_unbindable_claims_are_refused() -> None:
+    pod = with_spec(
+        make_pod("web-0"),
+        volumes=[{"name": "disk", "awsElasticBlockStore": {"volumeID": "vol-1"}}],
+        resourceClaims=[{"name": "gpu", "resourceClaimName": "shared-gpu"}],
+    )
+    reason = unsupported.unsupported_reason(as_pod(pod), binds_volumes=True, checks_disks=True)
+    assert reason == (
+        'pod has resource claim "gpu" (ResourceClaim "shared-gpu"): '
+        f"Lattice does not allocate DRA resource claims yet; {ADVICE}"
     )

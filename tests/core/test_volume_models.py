@@ -122,9 +122,14 @@ def test_claims_are_refused_until_the_cycle_has_a_volume_state() -> None:
     assert disabled.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
     disk = make_pod("d")
     disk.body["spec"]["volumes"] = [{"name": "d", "awsElasticBlockStore": {"volumeID": "v"}}]
+    # Inline disks are checked by VolumeRestrictions and NodeVolumeLimits given the state.
     inline = Unsupported().pre_filter(Cycle(snap, disk.build(), volumes=VolumeState()))
-    assert inline.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
-    assert "conflicts or attach limits" in inline.message
+    assert inline.code is Code.SKIP
+    stateless = Unsupported().pre_filter(Cycle(snap, disk.build()))
+    assert stateless.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert "conflicts and attach limits only with the cluster's storage state" in (
+        stateless.message
+    )
 
 
 def test_the_default_profile_runs_kube_volume_filters_in_kube_order() -> None:

@@ -3,16 +3,17 @@
 kube-scheduler decides a PVC-backed pod's node together with the volume (VolumeBinding,
 VolumeZone, VolumeRestrictions, NodeVolumeLimits) and a DRA pod's node together with its
 claims' devices (DynamicResources). Lattice has the volume plugins for claims (PVCs and
-generic ephemeral volumes); they need a VolumeState in the cycle (``lattice run`` and
-``lattice explain`` pass theirs; the gang solver does not, so gang members with claims are
-refused) and VolumeBinding in the profile. It has no logic for inline disks' conflicts and
-attach limits (their identities are not in the Pod model) nor for DRA. Binding such a pod
-would put it on a node its volume or devices cannot reach, where it sits in
-ContainerCreating forever, so this PreFilter rejects it as UnschedulableAndUnresolvable,
-with a message naming every volume and claim at fault, so the scheduler reports
-FailedScheduling and
-``PodScheduled=False`` and never binds it. The volume and claim lists are immutable, so no
-cluster event can make the pod schedulable.
+generic ephemeral volumes) and for inline disks (VolumeRestrictions' conflicts of GCE PD,
+AWS EBS, iSCSI and RBD disks; NodeVolumeLimits' count of migrated in-tree disks). Claims
+need a VolumeState in the cycle (``lattice run`` and ``lattice explain`` pass theirs) and
+VolumeBinding in the profile; inline disks need the VolumeState too (attach limits are
+read from CSINodes). The gang solver passes none, and its joint placement does not check
+members' volumes against each other, so gang members with claims or inline disks are
+refused. It has no logic for DRA. Binding such a pod would put it on a node its volume or
+devices cannot reach, where it sits in ContainerCreating forever, so this PreFilter rejects
+it as UnschedulableAndUnresolvable, with a message naming every volume and claim at fault,
+so the scheduler reports FailedScheduling and ``PodScheduled=False`` and never binds it.
+The volume and claim lists are immutable, so no cluster event can make the pod schedulable.
 
 Plain pods (no such volume, no resource claim) are skipped at PreFilter: the plugin costs a
 tuple check per pod and its Filter never runs.
@@ -38,7 +39,10 @@ ADVICE: Final = "use the default scheduler for this pod"
 NO_VOLUME_BINDING: Final = (
     "Lattice binds claims only with VolumeBinding in the profile, and not for gang members"
 )
-NO_VOLUME_CHECKS: Final = "Lattice does not check volume conflicts or attach limits yet"
+NO_VOLUME_STATE: Final = (
+    "Lattice checks inline disks' conflicts and attach limits only with the cluster's "
+    "storage state, and not for gang members"
+)
 NO_DRA: Final = "Lattice does not allocate DRA resource claims yet"
 
 
@@ -58,21 +62,26 @@ def _claim(claim: ResourceClaimRef) -> str:
     return f'resource claim "{claim.name}"'
 
 
-def unsupported_reason(pod: Pod, *, binds_volumes: bool = False) -> str | None:
+def unsupported_reason(
+    pod: Pod, *, binds_volumes: bool = False, checks_disks: bool = False
+) -> str | None:
     """Why Lattice cannot place ``pod`` correctly, or None when it can.
 
     ``binds_volumes``: the cycle has a VolumeState and the profile runs VolumeBinding, so
-    claims are placed like kube-scheduler places them.
+    claims are placed like kube-scheduler places them. ``checks_disks``: the cycle has a
+    VolumeState, so inline disks' conflicts and attach limits are checked as kube does.
     """
     claimed = {PERSISTENT_VOLUME_CLAIM, EPHEMERAL}
     bound = (
         [] if binds_volumes else [_volume(v) for v in pod.storage_volumes if v.source in claimed]
     )
-    inline = [_volume(v) for v in pod.storage_volumes if v.source not in claimed]
+    inline = (
+        [] if checks_disks else [_volume(v) for v in pod.storage_volumes if v.source not in claimed]
+    )
     claims = [_claim(c) for c in pod.resource_claims]
     clauses = [
         f"pod has {', '.join(items)}: {why}"
-        for items, why in ((bound, NO_VOLUME_BINDING), (inline, NO_VOLUME_CHECKS), (claims, NO_DRA))
+        for items, why in ((bound, NO_VOLUME_BINDING), (inline, NO_VOLUME_STATE), (claims, NO_DRA))
         if items
     ]
     if not clauses:
@@ -87,8 +96,9 @@ class Unsupported:
         self.volume_binding = volume_binding
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
-        binds = self.volume_binding and cycle.volumes is not None
-        reason = unsupported_reason(cycle.pod, binds_volumes=binds)
+        has_state = cycle.volumes is not None
+        binds = self.volume_binding and has_state
+        reason = unsupported_reason(cycle.pod, binds_volumes=binds, checks_disks=has_state)
         if reason is None:
             return PREFILTER_SKIP
         return PreFilterResult(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason)

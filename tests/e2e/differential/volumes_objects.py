@@ -20,7 +20,7 @@ from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.volumes import VolumePlan, VolumeState
 from scheduler.model.pod import Pod
-from scheduler.model.volume import BIND_COMPLETED
+from scheduler.model.volume import BIND_COMPLETED, MIGRATED_PLUGINS
 
 Body = dict[str, Any]
 HOSTNAME = "kubernetes.io/hostname"
@@ -134,17 +134,22 @@ def storage_class(
     return body
 
 
-def csi_node(node: str, limits: Mapping[str, int | None]) -> Body:
+def csi_node(node: str, limits: Mapping[str, int | None], migrated: Sequence[str] = ()) -> Body:
+    """A CSINode with these drivers' counts (None: no ``allocatable``); ``migrated`` lists
+    in-tree plugins in the ``storage.alpha.kubernetes.io/migrated-plugins`` annotation."""
     drivers: list[Body] = []
     for driver, count in limits.items():
         entry: Body = {"name": driver, "nodeID": node, "topologyKeys": None}
         if count is not None:
             entry["allocatable"] = {"count": count}
         drivers.append(entry)
+    metadata: Body = {"name": node}
+    if migrated:
+        metadata["annotations"] = {MIGRATED_PLUGINS: ",".join(migrated)}
     return {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "CSINode",
-        "metadata": {"name": node},
+        "metadata": metadata,
         "spec": {"drivers": drivers},
     }
 
