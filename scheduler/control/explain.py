@@ -43,11 +43,20 @@ from scheduler.core.volumes import volume_state_from_api
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.gang import POD_GROUP_LABEL, GangSpec
 from scheduler.model.names import CPU, MEMORY
-from scheduler.model.pod import Pod
+from scheduler.model.pod import (
+    EPHEMERAL,
+    NODE_CONSTRAINED_INLINE_SOURCES,
+    PERSISTENT_VOLUME_CLAIM,
+    Pod,
+)
 from scheduler.model.podgroup import gang_from_podgroup
 from scheduler.model.topology import NodeTopology, NodeTopologyStatus, TopologyParseError
 from scheduler.predict import CpuMem, LoadPredictor, NodeLoadBreakdown
 from scheduler.solver import GangPlan, SolveStatus, build_problem, solve
+
+_STORAGE_VOLUME_KEYS = (PERSISTENT_VOLUME_CLAIM, EPHEMERAL, *NODE_CONSTRAINED_INLINE_SOURCES)
+"""Volumes whose pod the volume plugins decide with the storage objects (claims, inline
+disks' attach limits from CSINodes): explain lists them for such a pod only."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -160,9 +169,10 @@ async def _explain(args: argparse.Namespace) -> Explained:
         )
         storage_lists: dict[str, list[dict[str, Any]]] = {}
         if body and any(
-            "persistentVolumeClaim" in v or "ephemeral" in v
+            key in v
             for v in (body.get("spec") or {}).get("volumes") or []
             if isinstance(v, dict)
+            for key in _STORAGE_VOLUME_KEYS
         ):
             st = client.StorageV1Api(api)
             listed = await asyncio.gather(
