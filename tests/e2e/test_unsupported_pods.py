@@ -1,5 +1,5 @@
 """Pods Lattice cannot place correctly are refused with a clear event, never bound; pods
-with claims, which it now places, land where their volumes are.
+with claims or inline disks, which it now places, land where their volumes allow.
 
 `lattice run` runs as a real process with the shipped RBAC on a 3-node control plane
 (helpers from test_scheduler). The cluster holds what such pods reference, as a user's
@@ -7,9 +7,9 @@ would: a WaitForFirstConsumer StorageClass, a local PersistentVolume pinned to o
 with a PVC bound to it, a second local PV on another node for a generic ephemeral volume
 whose PVC the controller creates, a DeviceClass, a ResourceClaimTemplate and a
 ResourceClaim (resource.k8s.io/v1 is served by 1.34 without feature gates). The DRA pods
-and a pod with an inline GCE disk (conflicts and attach limits of inline disks are not
-modelled) must get a FailedScheduling event and ``PodScheduled=False`` naming what is
-unsupported, and stay unbound; the claim pods are bound on their PVs' nodes.
+must get a FailedScheduling event and ``PodScheduled=False`` naming what is unsupported,
+and stay unbound; the claim pods are bound on their PVs' nodes; two pods mounting the same
+inline GCE disk read-write are both bound, on different nodes (VolumeRestrictions).
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ NODES: Final = 3
 PINNED_NODE: Final = "kwok-node-0001"
 SCRATCH_NODE: Final = "kwok-node-0002"
 ADVICE: Final = "use the default scheduler for this pod"
-NO_DISK_CHECKS: Final = "Lattice does not check volume conflicts or attach limits yet"
 NO_DRA: Final = "Lattice does not allocate DRA resource claims yet"
 
 
@@ -144,14 +143,15 @@ def claim_pods(ns: str) -> dict[str, tuple[dict[str, Any], str]]:
     }
 
 
+def disk_pods() -> dict[str, dict[str, Any]]:
+    """Two pods mounting one GCE disk read-write: never on the same node."""
+    disk = {"name": "disk", "gcePersistentDisk": {"pdName": "training-data", "fsType": "ext4"}}
+    return {name: pod(name, volumes=[disk]) for name in ("with-disk", "with-same-disk")}
+
+
 def refused_pods() -> dict[str, tuple[dict[str, Any], str]]:
     """Pod name -> (body, the reason its FailedScheduling must carry)."""
-    disk = {"name": "disk", "gcePersistentDisk": {"pdName": "training-data", "fsType": "ext4"}}
     return {
-        "with-disk": (
-            pod("with-disk", volumes=[disk]),
-            f'pod has gcePersistentDisk volume "disk": {NO_DISK_CHECKS}; {ADVICE}',
-        ),
         "with-claim-template": (
             pod(
                 "with-claim-template",
@@ -173,17 +173,21 @@ async def test_unsupported_pods_are_refused_and_claim_pods_placed_on_their_volum
     plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
     refused = refused_pods()
     claims = claim_pods(ns)
+    disks = disk_pods()
     sched = plane.lattice().start()
     try:
         await create_pods(api, ns, [body for body, _ in refused.values()])
         await create_pods(api, ns, [body for body, _ in claims.values()])
+        await create_pods(api, ns, list(disks.values()))
         await create_pods(api, ns, [pod("ordinary")])
-        bound = await wait_bound(api, ns, 1 + len(claims), within=90)
+        bound = await wait_bound(api, ns, 1 + len(claims) + len(disks), within=90)
         placed_on = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in bound}
         assert placed_on == {
             "ordinary": placed_on.get("ordinary"),
+            **{name: placed_on.get(name) for name in disks},
             **{name: node for name, (_, node) in claims.items()},
         }, placed_on
+        assert placed_on["with-disk"] != placed_on["with-same-disk"], placed_on
 
         async def all_refused() -> dict[str, Any] | None:
             conditions = {}
@@ -213,7 +217,7 @@ async def test_unsupported_pods_are_refused_and_claim_pods_placed_on_their_volum
         # wait for. None of the refused was bound, assumed or got a Scheduled event.
         pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
         assert all(not pods[name]["spec"].get("nodeName") for name in refused)
-        expected = {"ordinary", *claims}
+        expected = {"ordinary", *claims, *disks}
         scheduled = await wait_scheduled_events(api, ns, len(expected))
         assert set(scheduled) == expected
         placed = {
