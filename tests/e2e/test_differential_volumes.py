@@ -3,8 +3,10 @@
 For every generated case (local PVs with node affinity, zone-pinned PVs and zone labels,
 WaitForFirstConsumer with a no-provisioner class, Immediate claims the PV controller binds
 or cannot bind, a provisioner limited by allowedTopologies, ReadWriteOncePod claims held by
-bound pods, CSINode attach limits, missing claims) kube-scheduler decides on a real control
-plane; Lattice's core then decides on the same objects read back from the API server:
+bound pods, CSINode attach limits, missing claims, inline GCE PD / EBS / RBD / iSCSI disks
+shared with bound pods, inline in-tree disks against the attach limits of the CSI drivers
+they migrate to) kube-scheduler decides on a real control plane; Lattice's core then
+decides on the same objects read back from the API server:
 
 * kube-scheduler chose node n (bound the pod, or annotated a claim to provision there)
   =>  n is in Lattice's feasible set, and Lattice's volume plan for n is valid;
@@ -92,7 +94,7 @@ async def test_volume_plugins_agree_with_kube_scheduler(
     gen = VolumeGenerator(seed)
     kube = VolumeKubeSide(volume_api)
     disagreements: list[Disagreement] = []
-    bound = done = planned = 0
+    bound = done = planned = inline = 0
     seen: Counter[str] = Counter()
     started = time.monotonic()
     for index in range((cases + CASES_PER_CLUSTER - 1) // CASES_PER_CLUSTER):
@@ -103,6 +105,7 @@ async def test_volume_plugins_agree_with_kube_scheduler(
             pod = Pod.from_api(case.pod)
             decision, _ = schedule_with_volumes(snapshot, pod, volumes)
             done += 1
+            inline += any(v.disk for v in pod.storage_volumes)
             bound += verdict.node is not None
             seen.update(
                 list(verdict.reasons or ()) or ([verdict.prefilter] if verdict.prefilter else [])
@@ -120,7 +123,8 @@ async def test_volume_plugins_agree_with_kube_scheduler(
     rate = 100.0 * (done - len(disagreements)) / done
     report_line(
         f"volume differential vs kube-scheduler: {done} cases (seed {seed}, {bound} placed, "
-        f"{done - bound} unschedulable, {planned} with volume writes), "
+        f"{done - bound} unschedulable, {planned} with volume writes, {inline} with inline "
+        "disks), "
         f"{done - len(disagreements)} agree ({rate:.1f}%), {wall:.0f} s"
     )
     report_line(

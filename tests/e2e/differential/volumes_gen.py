@@ -1,13 +1,18 @@
 """Seeded generator of random volume cases for the differential test.
 
 A cluster is a few kwok nodes (hostname and zone labels, sometimes the beta zone label, a
-CSINode with an attach limit for one CSI driver) and pods already bound there with claims
-of their own (pre-bound PV/PVC pairs, some ReadWriteOncePod). Each case is one incoming pod
-with claims, StorageClasses and PVs of its own: class names carry the case's prefix, so no
-case can bind another case's PV and every case meets the cluster as generated. Shapes are
-chosen to make conflicts common: local PVs pinned to one node, zone-pinned PVs, small
-capacities, a no-provisioner WaitForFirstConsumer class, an Immediate class, a provisioner
-limited to some zones, claims shared with (or missing from) the cluster.
+CSINode with an attach limit for one CSI driver and often for the CSI drivers in-tree disks
+migrate to, sometimes with the ``migrated-plugins`` annotation) and pods already bound there
+with claims of their own (pre-bound PV/PVC pairs, some ReadWriteOncePod) and inline disks.
+Each case is one incoming pod with claims, StorageClasses and PVs of its own: class names
+carry the case's prefix, so no case can bind another case's PV and every case meets the
+cluster as generated. Shapes are chosen to make conflicts common: local PVs pinned to one
+node, zone-pinned PVs, small capacities, a no-provisioner WaitForFirstConsumer class, an
+Immediate class, a provisioner limited to some zones, claims shared with (or missing from)
+the cluster, and inline disks drawn from a small per-cluster pool (one GCE PD read-only or
+read-write, one EBS volume as ``vol-x`` or ``aws://zone/vol-x``, RBD images on overlapping
+monitors, iSCSI targets sharing an IQN, Azure Disk, Cinder, Portworx, vSphere and Azure
+File volumes) against low in-tree attach limits.
 """
 
 from __future__ import annotations
@@ -32,6 +37,38 @@ PV_MODES = (
     ["ReadWriteOncePod"],
     ["ReadWriteMany"],
 )
+
+
+GCE_DRIVER = "pd.csi.storage.gke.io"
+EBS_DRIVER = "ebs.csi.aws.com"
+INTREE_DRIVERS = (
+    GCE_DRIVER,
+    EBS_DRIVER,
+    "disk.csi.azure.com",
+    "cinder.csi.openstack.org",
+    "pxd.portworx.com",
+    "csi.vsphere.vmware.com",
+    "file.csi.azure.com",
+)
+"""The CSI drivers in-tree inline disks translate to."""
+INTREE_PLUGINS = (
+    "kubernetes.io/gce-pd",
+    "kubernetes.io/aws-ebs",
+    "kubernetes.io/azure-disk",
+    "kubernetes.io/cinder",
+    "kubernetes.io/portworx-volume",
+    "kubernetes.io/vsphere-volume",
+    "kubernetes.io/azure-file",
+    "kubernetes.io/rbd",
+)
+"""What a CSINode's migrated-plugins annotation may list."""
+MONITORS = ("10.0.0.1:6789", "10.0.0.2:6789", "10.0.0.3:6789")
+DISK_KINDS = (
+    *("gce", "gce", "gce", "ebs", "ebs", "rbd", "iscsi", "azure", "cinder", "px"),
+    *("vsphere", "azurefile"),
+)
+"""Inline disk kinds to draw from (GCE PD and EBS more often)."""
+AZURE_DISK_URI = "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/disks/"
 
 
 @dataclass
@@ -77,9 +114,24 @@ class VolumeGenerator:
         for i in range(r.randint(3, 5)):
             cl.nodes.append(self._node(f"{prefix}-n{i}"))
         names = [n["metadata"]["name"] for n in cl.nodes]
+        # Every third cluster is full of disks: every node allows one volume per in-tree
+        # CSI driver and already has one of each, so an incoming inline disk fits only
+        # where kube does not count it (no migration for its plugin on that node).
+        heavy = index % 3 == 2
         for name in names:
-            if r.random() < 0.75:
-                vc.csi_nodes.append(csi_node(name, {DRIVER: r.choice((1, 1, 2, 3, None))}))
+            if heavy or r.random() < 0.75:
+                limits: dict[str, int | None] = {DRIVER: r.choice((1, 1, 2, 3, None))}
+                if heavy:
+                    limits.update(dict.fromkeys(INTREE_DRIVERS, 1))
+                elif r.random() < 0.85:
+                    for driver in r.sample(INTREE_DRIVERS, r.randint(2, len(INTREE_DRIVERS))):
+                        limits[driver] = r.choice((1, 1, 1, 2, None))
+                migrated = (
+                    r.sample(INTREE_PLUGINS, r.randint(1, len(INTREE_PLUGINS)))
+                    if r.random() < 0.5
+                    else []
+                )
+                vc.csi_nodes.append(csi_node(name, limits, migrated))
         static = f"{prefix}-static"
         vc.classes.append(storage_class(static))
         for i in range(r.randint(1, 4)):
@@ -114,7 +166,21 @@ class VolumeGenerator:
                 )
                 claims.append(claim)
             vc.shared_claims += claims
-            cl.existing.append(self._pod(f"ex-{i}", prefix, claims, node=node))
+            existing = self._pod(f"ex-{i}", prefix, claims, node=node)
+            if r.random() < 0.5:
+                existing["spec"]["volumes"] += self._disks(prefix, r.randint(1, 2))
+            cl.existing.append(existing)
+        if heavy:
+            for i, name in enumerate(names):
+                disks = [
+                    {"name": f"disk{k}", **self._disk(f"{prefix}-h{i}", kind)}
+                    for k, kind in enumerate(dict.fromkeys(DISK_KINDS))
+                ]
+                cl.existing.append(self._pod(f"hx-{i}", prefix, [], node=name, disks=disks))
+        for i in range(r.randint(2, 6)):
+            # Pods with inline disks only, on nodes that may also hold claim pods.
+            disks = self._disks(prefix, r.randint(1, 3))
+            cl.existing.append(self._pod(f"dx-{i}", prefix, [], node=r.choice(names), disks=disks))
         for k in range(cases):
             vc.cases.append(self._case(vc, f"{prefix}-k{k}", f"in-{k}", names))
         return vc
@@ -140,13 +206,86 @@ class VolumeGenerator:
             "status": {"capacity": capacity, "allocatable": dict(capacity)},
         }
 
-    def _pod(self, name: str, namespace: str, claims: list[str], *, node: str = "") -> Body:
+    def _disks(self, prefix: str, count: int) -> list[Body]:
+        """Inline disks from a small pool shared by the cluster's pods: same identities
+        come up often, read-only or not."""
+        r = self.rng
+        return [
+            {"name": f"disk{i}", **self._disk(prefix, r.choice(DISK_KINDS))} for i in range(count)
+        ]
+
+    def _disk(self, prefix: str, kind: str) -> Body:
+        """One inline disk source of ``kind`` (a :data:`DISK_KINDS`), from the pool."""
+        r = self.rng
+        read_only = r.random() < 0.4
+        source: Body
+        if kind == "gce":
+            source = {
+                "gcePersistentDisk": {
+                    "pdName": f"{prefix}-pd{r.randint(0, 1)}",
+                    "fsType": "ext4",
+                    "readOnly": read_only,
+                }
+            }
+        elif kind == "ebs":
+            volume = f"vol-{prefix}{r.randint(0, 1)}"
+            if r.random() < 0.3:
+                volume = f"aws://{r.choice(ZONES)}/{volume}"
+            source = {"awsElasticBlockStore": {"volumeID": volume, "readOnly": read_only}}
+        elif kind == "rbd":
+            rbd: Body = {
+                "monitors": r.sample(MONITORS, r.randint(1, 2)),
+                "image": f"img{r.randint(0, 1)}",
+                "readOnly": read_only,
+            }
+            pool = r.choice((None, "rbd", "fast"))
+            if pool is not None:
+                rbd["pool"] = pool
+            source = {"rbd": rbd}
+        elif kind == "iscsi":
+            source = {
+                "iscsi": {
+                    "targetPortal": f"10.0.1.{r.randint(1, 2)}:3260",
+                    "iqn": f"iqn.2020-01.dev.lattice:{prefix}-t{r.randint(0, 1)}",
+                    "lun": r.randint(0, 1),
+                    "readOnly": read_only,
+                }
+            }
+        elif kind == "azure":
+            disk = f"{prefix}-az{r.randint(0, 1)}"
+            source = {
+                "azureDisk": {
+                    "diskName": disk,
+                    "diskURI": AZURE_DISK_URI + disk,
+                    "kind": "Managed",
+                }
+            }
+        elif kind == "cinder":
+            source = {"cinder": {"volumeID": f"{prefix}-cv{r.randint(0, 1)}"}}
+        elif kind == "px":
+            source = {"portworxVolume": {"volumeID": f"{prefix}-px{r.randint(0, 1)}"}}
+        elif kind == "vsphere":
+            source = {"vsphereVolume": {"volumePath": f"[ds] {prefix}-{r.randint(0, 1)}.vmdk"}}
+        else:
+            share = f"{prefix}-share{r.randint(0, 1)}"
+            source = {"azureFile": {"secretName": "azure-secret", "shareName": share}}
+        return source
+
+    def _pod(
+        self,
+        name: str,
+        namespace: str,
+        claims: list[str],
+        *,
+        node: str = "",
+        disks: list[Body] | None = None,
+    ) -> Body:
         spec: Body = {
             "containers": [
                 {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}
             ],
             "tolerations": [{"operator": "Exists"}],
-            "volumes": [claim_volume(f"v{i}", c) for i, c in enumerate(claims)],
+            "volumes": [claim_volume(f"v{i}", c) for i, c in enumerate(claims)] + (disks or []),
         }
         if node:
             spec["nodeName"] = node
@@ -259,7 +398,12 @@ class VolumeGenerator:
             case.claims.append(name)
         if vc.shared_claims and r.random() < 0.2:
             claims.append(r.choice(vc.shared_claims))
-        case.pod = self._pod(pod_name, ns, claims)
+        disks: list[Body] = []
+        if r.random() < 0.6:
+            disks = self._disks(ns, r.randint(1, 2))
+            if r.random() < 0.6:
+                claims, case.claims = [], []  # inline disks only
+        case.pod = self._pod(pod_name, ns, claims, disks=disks)
         if r.random() < 0.15:
             case.pod["spec"]["nodeSelector"] = {ZONE: r.choice(ZONES)}
         return case
