@@ -92,7 +92,7 @@ from scheduler.core.nominated import schedule_with_nominated
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
-from scheduler.core.volumes import VolumePlan, pod_claims
+from scheduler.core.volumes import VolumePlan
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.node import Node
@@ -619,12 +619,13 @@ class Scheduler:
         self._storage_changed(kind, body)
 
     def _storage_changed(self, kind: Kind, body: Body) -> None:
-        """Only pods with claims can be helped by a storage change (kube registers
-        VolumeBinding, VolumeZone, VolumeRestrictions and NodeVolumeLimits for them)."""
+        """Only pods with claims or inline disks can be helped by a storage change (kube
+        registers VolumeBinding, VolumeZone, VolumeRestrictions and NodeVolumeLimits for
+        them; a CSINode's limits also bound inline disks)."""
         name = (body.get("metadata") or {}).get("name", "")
         self.queue.move_all_on_event(
             ClusterEvent(ClusterEventType.STORAGE_CHANGED, subject=f"{kind}/{name}"),
-            lambda p: isinstance(p, Pod) and bool(p.storage_volumes) and bool(pod_claims(p)),
+            lambda p: isinstance(p, Pod) and bool(p.storage_volumes),
         )
 
     def podgroup_upserted(self, body: Body) -> None:
