@@ -49,6 +49,10 @@ bench-memory *ARGS:
 bench-core:
     python -m scheduler.core.bench
 
+# One preemption at 1000 and 5000 nodes with 30 000 existing pods, four preemptor kinds, against the naive oracle.
+bench-preemption *ARGS:
+    python -m scheduler.benchmarks.preemption {{ARGS}}
+
 # Gangs on 64 gpu-8x kwok nodes under churn: Lattice CP-SAT, greedy-only, kube-scheduler (~8 min).
 bench-gang *ARGS:
     python -m scheduler.benchmarks.gangs {{ARGS}}
