@@ -32,6 +32,15 @@ Theory of operation, following ``pkg/scheduler/framework/preemption`` and
    in dry-run order. :attr:`Preemption.tied` lists the nodes equal at every criterion (kube
    takes one of them at random, by Go map order).
 
+**Gangs** (not in kube): a pod placed as a member of a gang (:attr:`Inputs.gangs`) is evicted
+with every other placed member of its gang, on whatever node they run, or not at all. The
+gang is one *unit*: a victim only if every member's priority is below the preemptor's; put
+back (reprieved) and taken out together on the node examined; ordered by its members'
+highest priority and earliest start; PodDisruptionBudgets spent for every member, the unit
+violating when any member does. The candidate's victims list all members, so the pick's
+criteria (count, priority sum) see the whole cost. Without gangs every unit is one pod and
+the evaluation is kube's, step for step.
+
 Filters run with kube's ``RunFilterPluginsWithNominatedPods``: first with the nominated pods
 of priority >= the pod's added on the node, then, if any were added, without them; the pod
 must pass both. What the snapshot does not carry about pods (start time, the
@@ -112,9 +121,37 @@ class Inputs:
     """Seeds the dry run's starting offset (kube: ``rand.Int31n``)."""
     topology: TopologyState | None = None
     load: LoadView | None = None
+    gangs: Mapping[str, str] = field(default_factory=dict)
+    """Placed gang members: :attr:`Pod.key` -> gang key (``namespace/podgroup``)."""
+    gang_members: Mapping[str, Sequence[Pod]] = field(default_factory=dict)
+    """Gang key -> every placed member, on any node: evicted together or not at all."""
 
     def facts_of(self, pod: Pod) -> PodFacts:
         return self.facts.get(pod.key, NO_FACTS)
+
+    def unit_key(self, pod: Pod) -> str:
+        """What the pod is evicted with: its gang's key, or its own key."""
+        return self.gangs.get(pod.key, pod.key)
+
+    def unit_of(self, pod: Pod) -> tuple[Pod, ...]:
+        """The pods evicted if ``pod`` is: its gang's placed members (itself included), or
+        the pod alone."""
+        gang = self.gangs.get(pod.key)
+        if gang is None:
+            return (pod,)
+        members = tuple(self.gang_members.get(gang, ()))
+        if not any(m.key == pod.key for m in members):
+            members = (pod, *members)
+        return members
+
+    def evictable(self, pod: Pod, priority: int) -> bool:
+        """Whether a preemptor of ``priority`` may evict ``pod`` (and its whole gang): the
+        pod's priority and every gang member's are lower."""
+        if pod.priority >= priority:
+            return False
+        if pod.key not in self.gangs:
+            return True
+        return all(m.priority < priority for m in self.unit_of(pod))
 
 
 def num_candidates(potential: int) -> int:
@@ -126,6 +163,35 @@ def num_candidates(potential: int) -> int:
 def more_important_key(pod: Pod, facts: PodFacts) -> tuple[int, float]:
     """Sort key of ``MoreImportantPod``: higher priority, then earlier start, first."""
     return (-pod.priority, facts.start_key)
+
+
+Unit = tuple[Pod, ...]
+"""Pods evicted together: one pod, or a gang's placed members (most important first)."""
+
+
+def unit_importance(unit: Unit, inputs: Inputs) -> tuple[int, float]:
+    """``MoreImportantPod`` for a unit: its highest priority, then its earliest start; for
+    one pod exactly :func:`more_important_key`."""
+    return (
+        -max(p.priority for p in unit),
+        min(inputs.facts_of(p).start_key for p in unit),
+    )
+
+
+def units_on_node(pods: Sequence[Pod], inputs: Inputs) -> list[tuple[Unit, list[Pod]]]:
+    """``pods`` (evictable pods of one node) grouped by unit, in first-seen order: each
+    unit's members (every node) and those among ``pods``. Without gangs, one per pod."""
+    if not inputs.gangs:
+        return [((p,), [p]) for p in pods]
+    grouped: dict[str, tuple[Unit, list[Pod]]] = {}
+    for p in pods:
+        key = inputs.unit_key(p)
+        if key not in grouped:
+            members = inputs.unit_of(p)
+            order = sorted(members, key=lambda m: more_important_key(m, inputs.facts_of(m)))
+            grouped[key] = (tuple(order), [])
+        grouped[key][1].append(p)
+    return list(grouped.values())
 
 
 def ineligible_reason(
@@ -206,29 +272,54 @@ def split_by_pdb(
     return violating, fine
 
 
+def split_units_by_pdb(
+    units: Sequence[Unit], pdbs: Sequence[PodDisruptionBudget]
+) -> tuple[list[tuple[Unit, int]], list[Unit]]:
+    """:func:`split_by_pdb` over units in order, every member spending the budgets: the
+    violating units (with how many of their members violate) and the others."""
+    violating_pods, _ = split_by_pdb([p for u in units for p in u], pdbs)
+    flagged = {p.key for p in violating_pods}
+    violating: list[tuple[Unit, int]] = []
+    fine: list[Unit] = []
+    for unit in units:
+        n = sum(1 for p in unit if p.key in flagged)
+        if n:
+            violating.append((unit, n))
+        else:
+            fine.append(unit)
+    return violating, fine
+
+
 def select_victims(
-    victims_in_order: Sequence[Pod],
+    victims_in_order: Sequence[Unit],
     pdbs: Sequence[PodDisruptionBudget],
-    fits_with: Callable[[Pod], bool],
-    drop: Callable[[Pod], None],
-    importance: Callable[[Pod], tuple[int, float]],
+    fits_with: Callable[[int], bool],
+    drop: Callable[[int], None],
+    importance: Callable[[Unit], tuple[int, float]],
 ) -> tuple[list[Pod], int]:
-    """The reprieve loop of ``SelectVictimsOnNode`` over pods already removed and sorted most
-    important first: ``fits_with(p)`` puts ``p`` back and says whether the pod still fits;
-    ``drop(p)`` takes it out again; ``importance`` is the sort key. Returns (victims most
-    important first, violations); kube's sort is not stable, so equals may come in any order."""
-    violating, fine = split_by_pdb(victims_in_order, pdbs)
-    victims: list[Pod] = []
+    """The reprieve loop of ``SelectVictimsOnNode`` over units already removed and sorted
+    most important first: ``fits_with(i)`` puts unit ``i`` back and says whether the pod
+    still fits; ``drop(i)`` takes it out again; ``importance`` is the sort key. Returns
+    (victims most important first, violations); kube's sort is not stable, so equals may
+    come in any order. A unit of one pod each is kube's loop exactly."""
+    index = {id(u): i for i, u in enumerate(victims_in_order)}
+    violating, fine = split_units_by_pdb(victims_in_order, pdbs)
+    chosen: list[Unit] = []
     violations = 0
-    for group, counts in ((violating, True), (fine, False)):
-        for pod in group:
-            if not fits_with(pod):
-                drop(pod)
-                victims.append(pod)
+    groups: tuple[list[tuple[Unit, int]], list[tuple[Unit, int]]] = (
+        violating,
+        [(u, 0) for u in fine],
+    )
+    for group in groups:
+        for unit, counts in group:
+            i = index[id(unit)]
+            if not fits_with(i):
+                drop(i)
+                chosen.append(unit)
                 violations += counts
     if violating and fine:
-        victims.sort(key=importance)
-    return victims, violations
+        chosen.sort(key=importance)
+    return [p for unit in chosen for p in unit], violations
 
 
 class _Simulation:
@@ -295,7 +386,7 @@ class _Simulation:
         row = self.snapshot.index_of(node)
         assert row is not None
         original = list(self.snapshot.pods_on(row))
-        lower = [p for p in original if p.priority < self.pod.priority]
+        lower = [p for p in original if self.inputs.evictable(p, self.pod.priority)]
         if not lower:
             return (NO_VICTIMS_MESSAGE,)
         for victim in lower:
@@ -309,7 +400,8 @@ class _Simulation:
         row = self.snapshot.index_of(node)
         assert row is not None
         original = list(self.snapshot.pods_on(row))
-        lower = [p for p in original if p.priority < self.pod.priority]
+        inputs = self.inputs
+        lower = [p for p in original if inputs.evictable(p, self.pod.priority)]
         if not lower:
             return None
         for victim in lower:
@@ -317,19 +409,23 @@ class _Simulation:
         try:
             if not self.fits(node):
                 return None
-            facts = self.inputs.facts_of
 
-            def importance(p: Pod) -> tuple[int, float]:
-                return more_important_key(p, facts(p))
+            def importance(u: Unit) -> tuple[int, float]:
+                return unit_importance(u, inputs)
 
-            ordered = sorted(lower, key=importance)
+            units = sorted(units_on_node(lower, inputs), key=lambda u: importance(u[0]))
 
-            def fits_with(victim: Pod) -> bool:
-                self.add(victim, node)
+            def fits_with(i: int) -> bool:
+                for victim in units[i][1]:
+                    self.add(victim, node)
                 return self.fits(node)
 
+            def drop(i: int) -> None:
+                for victim in units[i][1]:
+                    self.remove(victim)
+
             victims, violations = select_victims(
-                ordered, self.inputs.pdbs, fits_with, self.remove, importance
+                [u for u, _ in units], inputs.pdbs, fits_with, drop, importance
             )
         finally:
             self.restore(node, original)
@@ -461,7 +557,7 @@ class _Room:
         freed = np.zeros((len(self.index), n), dtype=np.int64)
         for row in rows:
             for other in snapshot.pods_on(row):
-                if other.priority < pod.priority:
+                if self.inputs.evictable(other, pod.priority):
                     lower_count[row] += 1
                     for name, amount in other.resources.accounted.items():
                         freed[self.index[name], row] += amount
@@ -489,7 +585,7 @@ class _Room:
         graph = snapshot.affinity_graph
         staying = by_domain.get(column.values[vid], 0)
         for other in snapshot.pods_on(row):
-            if other.priority < pod.priority and graph.selects_pod(key, other):
+            if self.inputs.evictable(other, pod.priority) and graph.selects_pod(key, other):
                 staying -= 1
         for other in self.nominated_on.get(snapshot.node_names[row], ()):
             if graph.selects_pod(key, other):
@@ -517,7 +613,7 @@ class _Room:
         snapshot, pod, inputs = self.snapshot, self.pod, self.inputs
         row = snapshot.index_of(node)
         assert row is not None
-        lower = [p for p in snapshot.pods_on(row) if p.priority < pod.priority]
+        lower = [p for p in snapshot.pods_on(row) if inputs.evictable(p, pod.priority)]
         if not lower or any(col is None for _, col, _ in self.checks):
             return None
         cols = [(name, col, amount) for name, col, amount in self.checks if col is not None]
@@ -556,16 +652,22 @@ class _Room:
         if not fits():
             return None
 
-        def fits_with(victim: Pod) -> bool:
-            shift(victim, +1)
+        def importance(u: Unit) -> tuple[int, float]:
+            return unit_importance(u, inputs)
+
+        units = sorted(units_on_node(lower, inputs), key=lambda u: importance(u[0]))
+
+        def fits_with(i: int) -> bool:
+            for victim in units[i][1]:
+                shift(victim, +1)
             return fits()
 
-        def importance(p: Pod) -> tuple[int, float]:
-            return more_important_key(p, inputs.facts_of(p))
+        def drop(i: int) -> None:
+            for victim in units[i][1]:
+                shift(victim, -1)
 
-        ordered = sorted(lower, key=importance)
         victims, violations = select_victims(
-            ordered, inputs.pdbs, fits_with, lambda v: shift(v, -1), importance
+            [u for u, _ in units], inputs.pdbs, fits_with, drop, importance
         )
         if not victims:
             return None
