@@ -1,0 +1,383 @@
+"""Gang preemption: which lower-priority pods to evict so that a whole gang then fits.
+
+Theory of operation (kube's ``SelectVictimsOnNode`` reprieve loop, lifted from one node to
+the whole cluster, with the gang solve as the fit check):
+
+1. **Eligibility** (:func:`ineligible_reason`): no member may have ``preemptionPolicy:
+   Never``; a gang with a member nominated to a node where a lower-priority pod is
+   terminating by preemption waits for it (kube's rule for one pod, for every member).
+2. **Priority**: the gang's preemption priority is its *lowest* member priority, so every
+   victim is of lower priority than every member it makes room for.
+3. **Candidate units** (:func:`candidate_units`): on the nodes where some member class is
+   feasible or only Unschedulable (never UnschedulableAndUnresolvable: no eviction helps
+   there), every pod :meth:`~scheduler.core.preemption.Inputs.evictable` by that priority,
+   grouped into units (a placed gang is one unit, its members on every node; see
+   :mod:`scheduler.core.preemption`). The preempting gang's own members are never victims.
+4. **Search** (:class:`VictimSearch`, a state machine: it names the units to remove, the
+   caller builds and solves the gang's problem on the snapshot without them and reports
+   the plan):
+
+   a. remove every candidate unit: if the gang does not fit even then, nothing is evicted;
+   b. only when there are more units than :data:`MAX_REPRIEVE_TRIALS`: keep those with a
+      pod on a node of that plan (if the gang still fits without them alone), so that the
+      reprieves go to the units that matter;
+   c. reprieve, most important first (units whose eviction would violate a
+      PodDisruptionBudget first, then the others; each group by the unit's highest
+      priority, then the larger unit, then earliest start): put the unit back, solve
+      again, and keep it if the gang still fits. After :data:`MAX_REPRIEVE_TRIALS` solves,
+      the units not yet tried stay victims (the least important ones): more evictions,
+      never a wrong one.
+
+   The answer is the victims and the plan of the last fitting solve: every eviction is
+   backed by a full placement of ``need`` members with exactly those pods gone.
+
+:func:`problem_without` builds one trial's problem: it takes the pods out of the snapshot
+(and the device ledger), runs :func:`~scheduler.solver.problem.build_problem` and puts
+them back in their original order. The solve reads only the problem, so the caller may run
+it in a worker thread between trials. :func:`preempt_gang` drives the whole search
+synchronously (tests, ``lattice explain``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Final
+
+from scheduler.core.framework import Code
+from scheduler.core.load import LoadView
+from scheduler.core.preemption import (
+    NEVER_MESSAGE,
+    NO_VICTIMS_MESSAGE,
+    TERMINATING_MESSAGE,
+    Inputs,
+    Unit,
+    split_units_by_pdb,
+    unit_importance,
+)
+from scheduler.core.schedule import Framework
+from scheduler.core.snapshot import Snapshot
+from scheduler.core.topology.state import TopologyState
+from scheduler.model.gang import GangSpec
+from scheduler.model.pod import Pod
+from scheduler.model.pod_facts import PreemptionPolicy
+from scheduler.solver.problem import GangProblem, build_problem
+from scheduler.solver.solve import GangPlan
+
+MAX_REPRIEVE_TRIALS: Final = 48
+"""Solves spent putting victims back; the units not tried by then stay victims."""
+NOT_HELPFUL_MESSAGE: Final = "the gang does not fit even with every lower-priority pod evicted"
+
+
+def gang_priority(members: Sequence[Pod]) -> int:
+    """The priority a gang preempts with: its lowest member's (every victim is below every
+    member)."""
+    return min(m.priority for m in members)
+
+
+def ineligible_reason(snapshot: Snapshot, members: Sequence[Pod], inputs: Inputs) -> str | None:
+    """None when the gang may preempt, else kube's message for the first member that may
+    not: ``preemptionPolicy: Never``, or nominated to a node where a pod of lower priority
+    than the gang is terminating by preemption."""
+    if any(inputs.facts_of(m).preemption_policy is PreemptionPolicy.NEVER for m in members):
+        return NEVER_MESSAGE
+    priority = gang_priority(members)
+    nominated = {pod.key: node for pod, node in inputs.nominated}
+    for member in members:
+        node = nominated.get(member.key) or member.nominated_node_name
+        row = snapshot.index_of(node) if node else None
+        if row is None:
+            continue
+        for other in snapshot.pods_on(row):
+            if other.priority < priority and inputs.facts_of(other).terminating_by_preemption:
+                return TERMINATING_MESSAGE
+    return None
+
+
+def candidate_units(
+    framework: Framework,
+    snapshot: Snapshot,
+    members: Sequence[Pod],
+    inputs: Inputs,
+    *,
+    own_gang: str | None = None,
+    representatives: Sequence[Pod] | None = None,
+    seed: int = 0,
+) -> list[Unit]:
+    """Units a preemption for the gang may evict, most important first (see the module
+    docstring, step 3). ``own_gang``: the preempting gang's key (its placed members stay);
+    ``representatives``: one member per class (the problem's), else every member."""
+    priority = gang_priority(members)
+    if not snapshot.has_priority_below(priority):
+        return []
+    own = {m.key for m in members}
+    rows: set[int] = set()
+    for rep in representatives if representatives is not None else members:
+        decision = framework.schedule(
+            snapshot, rep, seed=seed, topology=inputs.topology, load=inputs.load
+        )
+        codes = decision.explanation.node_codes
+        names = decision.explanation.node_names
+        for name, code in zip(names, codes.tolist(), strict=True):
+            if code in (0, Code.UNSCHEDULABLE):
+                row = snapshot.index_of(name)
+                if row is not None:
+                    rows.add(row)
+    units: dict[str, Unit] = {}
+    for row in sorted(rows):
+        for pod in snapshot.pods_on(row):
+            if pod.key in own or not inputs.evictable(pod, priority):
+                continue
+            key = inputs.unit_key(pod)
+            if key == own_gang:
+                continue
+            if key not in units:
+                units[key] = tuple(
+                    sorted(inputs.unit_of(pod), key=lambda p: unit_importance((p,), inputs))
+                )
+    return sorted(units.values(), key=lambda u: unit_importance(u, inputs))
+
+
+@contextmanager
+def without(
+    snapshot: Snapshot, pods: Sequence[Pod], topology: TopologyState | None = None
+) -> Iterator[None]:
+    """``pods`` taken out of the snapshot (and the device ledger) for the ``with`` block,
+    then put back on their nodes in their original order (pod order is observable)."""
+    originals: dict[str, list[Pod]] = {}
+    present: list[tuple[Pod, str, bool]] = []
+    for pod in pods:
+        node = snapshot.node_of_pod(pod.key)
+        row = snapshot.index_of(node) if node else None
+        if node is None or row is None:
+            continue
+        if node not in originals:
+            originals[node] = list(snapshot.pods_on(row))
+        held = topology is not None and topology.ledger.holding(pod.key) is not None
+        present.append((pod, node, held))
+    for pod, _, held in present:
+        snapshot.remove_pod(pod.key)
+        if held and topology is not None:
+            topology.pod_removed(pod.key)
+    try:
+        yield
+    finally:
+        for node, original in originals.items():
+            row = snapshot.index_of(node)
+            assert row is not None
+            for pod in list(snapshot.pods_on(row)):
+                snapshot.remove_pod(pod)
+            for pod in original:
+                snapshot.add_pod(pod, node)
+        if topology is not None:
+            for pod, node, held in present:
+                if held:
+                    topology.pod_placed(pod, node, pod.annotations)
+
+
+def problem_without(
+    framework: Framework,
+    snapshot: Snapshot,
+    gang: GangSpec,
+    members: Sequence[Pod],
+    removed: Sequence[Pod],
+    *,
+    need: int,
+    topology: TopologyState | None = None,
+    load: LoadView | None = None,
+    seed: int = 0,
+) -> GangProblem:
+    """The gang's problem on the snapshot with ``removed`` gone (restored on return)."""
+    with without(snapshot, removed, topology):
+        return build_problem(
+            framework,
+            snapshot,
+            gang,
+            members,
+            need=need,
+            topology=topology,
+            load=load,
+            seed=seed,
+        )
+
+
+@dataclass(frozen=True)
+class GangPreemption:
+    """Pods to evict so that the gang fits, and the plan that fits once they are gone."""
+
+    victims: tuple[Pod, ...]
+    """Most important first; a gang's members together."""
+    units: int
+    """Victim units (a gang counts once)."""
+    plan: GangPlan
+    pdb_violations: int
+    trials: int
+    """Solves the search ran."""
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The plan's nodes, in member order, without repeats."""
+        return tuple(dict.fromkeys(node for _, node in self.plan.placements))
+
+
+class _Stage(enum.Enum):
+    ALL = "all"
+    NARROW = "narrow"
+    REPRIEVE = "reprieve"
+    DONE = "done"
+
+
+class VictimSearch:
+    """The search of the module docstring, one trial at a time: :meth:`trial` names the
+    pods to remove (None once done), :meth:`tell` takes the plan solved without them."""
+
+    def __init__(
+        self,
+        units: Sequence[Unit],
+        inputs: Inputs,
+        node_of: Callable[[Pod], str | None],
+        *,
+        max_trials: int = MAX_REPRIEVE_TRIALS,
+    ) -> None:
+        self._units = list(units)
+        self._inputs = inputs
+        self._node_of = node_of
+        self._max_trials = max_trials
+        self._stage = _Stage.ALL if self._units else _Stage.DONE
+        self._current: set[int] = set(range(len(self._units)))
+        """Indices of the units removed in the best fitting trial so far."""
+        self._plan: GangPlan | None = None
+        self._pending: set[int] = set(self._current)
+        """The removal the last :meth:`trial` named."""
+        self._order: list[int] = []
+        self._next = 0
+        self.trials = 0
+        self.reprieve_trials = 0
+        self.message = NO_VICTIMS_MESSAGE if not self._units else ""
+
+    def trial(self) -> list[Pod] | None:
+        """The pods to remove for the next solve, or None when the search is over."""
+        if self._stage is _Stage.DONE:
+            return None
+        return [p for i in sorted(self._pending) for p in self._units[i]]
+
+    def tell(self, plan: GangPlan) -> None:
+        """The gang's plan solved without :meth:`trial`'s pods."""
+        self.trials += 1
+        stage = self._stage
+        if stage is _Stage.ALL:
+            if not plan.admitted:
+                self._stage = _Stage.DONE
+                self.message = NOT_HELPFUL_MESSAGE
+                return
+            self._plan = plan
+            nodes = {node for _, node in plan.placements}
+            narrow = {
+                i for i in self._current if any(self._node_of(p) in nodes for p in self._units[i])
+            }
+            many = len(self._current) > self._max_trials
+            if many and narrow and narrow != self._current:
+                self._pending = narrow
+                self._stage = _Stage.NARROW
+                return
+            self._start_reprieve()
+            return
+        if plan.admitted:
+            self._current = set(self._pending)
+            self._plan = plan
+        if stage is _Stage.NARROW:
+            self._start_reprieve()
+            return
+        self._advance()
+
+    def _start_reprieve(self) -> None:
+        """Most important first, PDB-violating units first (kube's reprieve order)."""
+        ordered = sorted(self._current, key=self._reprieve_key)
+        violating, fine = split_units_by_pdb([self._units[i] for i in ordered], self._inputs.pdbs)
+        index = {id(self._units[i]): i for i in ordered}
+        self._order = [index[id(u)] for u, _ in violating] + [index[id(u)] for u in fine]
+        self._next = 0
+        self._stage = _Stage.REPRIEVE
+        self._advance()
+
+    def _reprieve_key(self, i: int) -> tuple[int, int, float]:
+        """Higher priority, then more pods (keeping a gang spares more), then earlier start."""
+        unit = self._units[i]
+        priority, start = unit_importance(unit, self._inputs)
+        return (priority, -len(unit), start)
+
+    def _advance(self) -> None:
+        """Name the next unit to put back, or finish."""
+        while self._next < len(self._order) and self.reprieve_trials < self._max_trials:
+            i = self._order[self._next]
+            self._next += 1
+            if len(self._current) == 1:
+                break  # the last unit: without it the gang did not fit before
+            self._pending = self._current - {i}
+            self.reprieve_trials += 1
+            return
+        self._stage = _Stage.DONE
+
+    @property
+    def done(self) -> bool:
+        return self._stage is _Stage.DONE
+
+    def result(self) -> GangPreemption | None:
+        """The victims and their plan once done (None: no eviction lets the gang fit)."""
+        if self._stage is not _Stage.DONE or self._plan is None:
+            return None
+        ordered = sorted(self._current, key=lambda i: unit_importance(self._units[i], self._inputs))
+        units = [self._units[i] for i in ordered]
+        violating, _ = split_units_by_pdb(units, self._inputs.pdbs)
+        return GangPreemption(
+            victims=tuple(p for u in units for p in u),
+            units=len(units),
+            plan=self._plan,
+            pdb_violations=sum(n for _, n in violating),
+            trials=self.trials,
+        )
+
+
+def preempt_gang(
+    framework: Framework,
+    snapshot: Snapshot,
+    gang: GangSpec,
+    members: Sequence[Pod],
+    inputs: Inputs,
+    *,
+    need: int,
+    solve_fn: Callable[[GangProblem], GangPlan],
+    seed: int = 0,
+    max_trials: int = MAX_REPRIEVE_TRIALS,
+) -> GangPreemption | None:
+    """The whole search on one snapshot, synchronously: the victims and the plan, or None
+    when the gang may not preempt or no eviction of lower-priority pods lets it fit."""
+    if ineligible_reason(snapshot, members, inputs) is not None:
+        return None
+    units = candidate_units(framework, snapshot, members, inputs, own_gang=gang.key, seed=seed)
+    search = VictimSearch(units, inputs, node_lookup(snapshot), max_trials=max_trials)
+    while (removed := search.trial()) is not None:
+        problem = problem_without(
+            framework,
+            snapshot,
+            gang,
+            members,
+            removed,
+            need=need,
+            topology=inputs.topology,
+            load=inputs.load,
+            seed=seed,
+        )
+        search.tell(solve_fn(problem))
+    return search.result()
+
+
+def node_lookup(snapshot: Snapshot) -> Callable[[Pod], str | None]:
+    """Where a pod is placed in ``snapshot`` now (for :class:`VictimSearch`)."""
+
+    def node_of(pod: Pod) -> str | None:
+        return snapshot.node_of_pod(pod.key)
+
+    return node_of
