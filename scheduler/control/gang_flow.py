@@ -19,6 +19,14 @@ Theory of operation (one asyncio loop; see the table in :mod:`scheduler.control.
   is *then*, assumes all of them or none, and binds them concurrently.
 * A member whose binding fails is re-placed within the plan's domain at once if it can
   be; otherwise it rejoins its gang, which is then partial and ranked first.
+* A gang that does not fit may preempt (:mod:`scheduler.solver.preempt`): the victim
+  search runs one trial at a time, each trial's problem built on the loop on the snapshot
+  without the trial's pods and solved in the worker thread. Only when a trial places the
+  whole gang are its victims evicted, through :meth:`Host.preempt_for` (the path of
+  single-pod preemption): the members are nominated to the plan's nodes and the gang
+  waits, unschedulable, for the deletions; it does not preempt again while a victim of
+  its last preemption is still in the cache, and its commit ignores its own members'
+  nominations (its plan replaces them).
 * PodGroup statuses are written by :meth:`GangFlow.write_statuses` (the app's status
   loop), only for gangs marked dirty and only when the status changed.
 """
@@ -28,8 +36,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, Final, Protocol
 
 from scheduler.control.cache import SchedulerCache
 from scheduler.control.gangs import Gang, GangBook, GangEntry, GangPhase, entry_key, gang_of
@@ -40,6 +48,7 @@ from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import SchedulerSettings
 from scheduler.core.explain import Decision
 from scheduler.core.load import LoadView
+from scheduler.core.preemption import Inputs
 from scheduler.core.schedule import Framework
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.gang import GangSpec
@@ -55,8 +64,21 @@ from scheduler.obs.logging import new_trace_id
 from scheduler.obs.metrics import AttemptResult, Metrics
 from scheduler.predict import LoadPredictor
 from scheduler.solver import GangPlan, GangProblem, build_problem, solve
+from scheduler.solver.preempt import (
+    GangPreemption,
+    VictimSearch,
+    candidate_units,
+    ineligible_reason,
+    node_lookup,
+    problem_without,
+)
 
 Body = Mapping[str, Any]
+
+REPRIEVE_TIME_LIMIT_S: Final = 0.25
+"""Solver time limit of each reprieve trial of a gang's preemption (the first trial, with
+every candidate victim gone, gets the configured limit); a trial that runs out without a
+plan keeps its victim: more evictions, never a wrong one."""
 
 
 class Host(Protocol):
@@ -70,7 +92,23 @@ class Host(Protocol):
     @property
     def framework(self) -> Framework: ...
 
-    def decide(self, pod: Pod, *, restrict_to: frozenset[str] | None = None) -> Decision: ...
+    def decide(
+        self,
+        pod: Pod,
+        *,
+        restrict_to: frozenset[str] | None = None,
+        ignore_nominated: frozenset[str] = frozenset(),
+    ) -> Decision: ...
+
+    def preemption_inputs(self) -> Inputs: ...
+
+    def preempt_for(
+        self,
+        preemptor: str,
+        nominations: Sequence[tuple[Pod, str]],
+        victims: Sequence[Pod],
+        log: Any,
+    ) -> None: ...
 
     def bind(
         self,
@@ -125,6 +163,22 @@ class GangFlow:
         self._solve_slot = asyncio.Semaphore(1)
         self.last_plans: dict[str, GangPlan] = {}
         """The latest plan per gang, for status and explanations."""
+        self._victims: dict[str, set[tuple[PodKey, str]]] = {}
+        """Per gang, the (key, uid) of the pods its last preemption evicted."""
+
+    def placed_members(self) -> tuple[dict[str, str], dict[str, tuple[Pod, ...]]]:
+        """Placed gang members as preemption reads them (each gang evicted whole): pod key
+        (uid) -> gang key, and gang key -> its placed members' records in the cache."""
+        gangs: dict[str, str] = {}
+        members: dict[str, tuple[Pod, ...]] = {}
+        for gang in self.gangs:
+            pods = [c.pod for k in gang.placed if (c := self._cache.cached_pod(k)) is not None]
+            if not pods:
+                continue
+            members[gang.key] = tuple(pods)
+            for pod in pods:
+                gangs[pod.key] = gang.key
+        return gangs, members
 
     def podgroup_keys(self) -> set[str]:
         """Gangs with a PodGroup (a re-list reconciles them)."""
@@ -167,6 +221,7 @@ class GangFlow:
         gang.spec, gang.spec_error = None, None
         gang.revision += 1
         self._statuses.pop(key, None)
+        self._victims.pop(key, None)
         self.sync(key)
         self.gangs.discard_if_idle(key)
 
@@ -385,9 +440,150 @@ class GangFlow:
             self._queue.done(info)
             return
         if not plan.admitted:
-            self._failed(info, gang, plan.message, log, unschedulable=True)
+            try:
+                handled = await self._preempt(info, gkey, members, problem, plan, log)
+            except Exception as exc:  # a bug in preemption costs the gang its preemption
+                log.exception("gang_preemption_failed", reason=repr(exc))
+                handled = False
+            if not handled and (gang := self.gangs.get(gkey)) is not None:
+                self._failed(info, gang, plan.message, log, unschedulable=True)
+            elif not handled:
+                self._queue.done(info)
             return
+        self._victims.pop(gkey, None)
         self._commit(info, gang, members, plan, log, trace_id)
+
+    def _victims_left(self, gkey: str) -> int:
+        """Pods the gang's last preemption evicted that the cache still holds."""
+        victims = self._victims.get(gkey)
+        if not victims:
+            return 0
+        left = {
+            (k, uid)
+            for k, uid in victims
+            if (c := self._cache.cached_pod(k)) is not None and c.pod.uid == uid
+        }
+        if left:
+            self._victims[gkey] = left
+        else:
+            del self._victims[gkey]
+        return len(left)
+
+    async def _preempt(
+        self,
+        info: QueuedPodInfo[QueuedPod],
+        gkey: str,
+        members: list[Pod],
+        problem: GangProblem,
+        failed: GangPlan,
+        log: Any,
+    ) -> bool:
+        """After a solve that could not place the gang: wait for the last preemption's
+        victims, or search for victims whose eviction lets the whole gang fit and evict
+        them. True when the attempt's outcome was reported here."""
+        gang = self.gangs.get(gkey)
+        if gang is None or gang.spec is None:
+            return False
+        spec, need = gang.spec, gang.need
+        left = self._victims_left(gkey)
+        if left:
+            message = f"{failed.message}; waiting for {left} preempted pods to terminate"
+            self._failed(info, gang, message, log, unschedulable=True)
+            return True
+        host = self._host
+        snapshot = self._cache.snapshot
+        inputs = host.preemption_inputs()
+        reason = ineligible_reason(snapshot, members, inputs)
+        if reason is not None:
+            self._failed(
+                info, gang, f"{failed.message} preemption: {reason}", log, unschedulable=True
+            )
+            return True
+        self._metrics.preemption_attempts.inc()
+        reps = [members[c.members[0]] for c in problem.classes] or None
+        seed = host.settings.seed
+        units = candidate_units(
+            host.framework,
+            snapshot,
+            members,
+            inputs,
+            own_gang=gkey,
+            representatives=reps,
+            seed=seed,
+        )
+        search = VictimSearch(units, inputs, node_lookup(snapshot))
+        cfg = host.settings.gang
+        while (removed := search.trial()) is not None:
+            trial = problem_without(
+                host.framework,
+                self._cache.snapshot,
+                spec,
+                members,
+                removed,
+                need=need,
+                topology=self._cache.topology,
+                load=LoadView(self._load, self._wall_clock()),
+                seed=seed,
+            )
+            limit = cfg.solver_time_limit_s
+            if search.trials:
+                limit = min(limit, REPRIEVE_TIME_LIMIT_S)
+            async with self._solve_slot:
+                plan = await asyncio.to_thread(
+                    solve, trial, time_limit_s=limit, seed=seed, use_solver=cfg.use_solver
+                )
+            search.tell(plan)
+        found = search.result()
+        gang = self.gangs.get(gkey)
+        if gang is None:
+            return False
+        if found is None:
+            message = f"{failed.message} preemption: {search.message}"
+            self._failed(info, gang, message, log, unschedulable=True)
+            return True
+        still = [
+            m
+            for m in members
+            if getattr(gang.pending.get(pod_key(m.namespace, m.name)), "uid", None) == m.uid
+        ]
+        if len(still) != len(members) or gang.need != need:
+            return False  # the gang changed while the search ran: try again from the start
+        self._evict(info, gang, members, found, log)
+        return True
+
+    def _evict(
+        self,
+        info: QueuedPodInfo[QueuedPod],
+        gang: Gang,
+        members: list[Pod],
+        found: GangPreemption,
+        log: Any,
+    ) -> None:
+        """Evict ``found``'s victims and nominate the members to its plan's nodes; the gang
+        waits (unschedulable) for the deletions, which move it."""
+        nominations = [(members[i], node) for i, node in found.plan.placements]
+        victims = found.victims
+        self._victims[gang.key] = {(pod_key(v.namespace, v.name), v.uid) for v in victims}
+        log.info(
+            "gang_preempting",
+            reason=f"{len(victims)} victims ({found.units} units, {found.trials} solves): "
+            + ", ".join(f"{v.namespace}/{v.name}" for v in victims),
+        )
+        self._host.preempt_for(f"PodGroup {gang.key}", nominations, victims, log)
+        nodes = found.nodes
+        self._event(
+            gang,
+            "Preempting",
+            f"preempting {len(victims)} lower-priority pods so that {found.plan.placed} members "
+            f"fit on {len(nodes)} nodes ({', '.join(nodes)})",
+            warning=False,
+        )
+        message = (
+            f"gang {gang.key}: preempting {len(victims)} lower-priority pods; "
+            "waiting for them to terminate"
+        )
+        nominated = {pod_key(m.namespace, m.name): node for m, node in nominations}
+        self._failed(info, gang, message, log, unschedulable=True, nominated=nominated)
 
     def _domain_nodes(self, gang: Gang, node: str) -> frozenset[str] | None:
         """The nodes of ``node``'s domain of the gang's topology key (None: no constraint)."""
@@ -401,17 +597,22 @@ class GangFlow:
         return frozenset(n.name for n in self._cache.snapshot.nodes() if n.labels.get(key) == value)
 
     def _place_member(
-        self, pod: Pod, preferred: str | None, domain: frozenset[str] | None
+        self,
+        pod: Pod,
+        preferred: str | None,
+        domain: frozenset[str] | None,
+        own: frozenset[str] = frozenset(),
     ) -> tuple[str, dict[str, str]] | str:
         """Re-check one member against the cache as it is now: its planned node if it
         still fits, else any node of the plan's domain. A node and its annotations, or
-        why not."""
+        why not. ``own``: the gang's members, whose nominations (from a preemption) the
+        plan replaces."""
         tries: list[frozenset[str] | None] = [domain]
         if preferred is not None:
             tries.insert(0, frozenset({preferred}))
         summary = ""
         for restrict in tries:
-            decision = self._host.decide(pod, restrict_to=restrict)
+            decision = self._host.decide(pod, restrict_to=restrict, ignore_nominated=own)
             if decision.selected is not None:
                 return decision.selected, dict(decision.annotations)
             summary = decision.summary
@@ -448,6 +649,7 @@ class GangFlow:
         assumed: list[tuple[Pod, str, dict[str, str]]] = []
         domain: frozenset[str] | None = None
         failure = ""
+        own = frozenset(m.key for m in members)
         for index, planned in plan.placements:
             pod = members[index]
             key = pod_key(pod.namespace, pod.name)
@@ -456,7 +658,7 @@ class GangFlow:
                 continue  # left the gang (deleted, recreated) while the solver ran
             if domain is None:
                 domain = self._domain_nodes(gang, planned)
-            placed = self._place_member(current, planned, domain)
+            placed = self._place_member(current, planned, domain, own)
             if isinstance(placed, str):
                 failure = f"{key}: {placed}"
                 break
@@ -503,8 +705,10 @@ class GangFlow:
         log: Any,
         *,
         unschedulable: bool,
+        nominated: Mapping[PodKey, str] | None = None,
     ) -> None:
-        """The gang as one unit: one requeue (one backoff), an event per member."""
+        """The gang as one unit: one requeue (one backoff), an event per member;
+        ``nominated``: members' nodes after a preemption, written with PodScheduled."""
         result = AttemptResult.UNSCHEDULABLE if unschedulable else AttemptResult.ERROR
         self._metrics.observe_attempt(result, 0.0)
         self._metrics.count_attempt(result, self._host.settings.scheduler_name)
@@ -516,9 +720,10 @@ class GangFlow:
         log.info("gang_unschedulable", reason=message, queue=str(queue))
         if self._reporter is None:
             return
-        for member in gang.pending.values():
+        for key, member in gang.pending.items():
             ref = PodRef(member.namespace, member.name, member.uid)
-            self._reporter.failed(ref, message, reason=reason)
+            node = nominated.get(key) if nominated is not None else None
+            self._reporter.failed(ref, message, reason=reason, nominated=node)
 
     def binding_failed(self, gkey: str, pod: Pod, detail: str, log: Any, trace_id: str) -> None:
         """A member's binding failed (told by :meth:`Host.bind`): re-place it within the
@@ -568,14 +773,14 @@ class GangFlow:
             self._metrics.gang_admit_duration.observe(self._clock() - gang.quorum_at)
             gang.quorum_at = None
 
-    def _event(self, gang: Gang, reason: str, message: str) -> None:
+    def _event(self, gang: Gang, reason: str, message: str, *, warning: bool = True) -> None:
         if self._reporter is None or gang.spec is None:
             return
         self._reporter.event(
             PodRef(gang.namespace, gang.name, gang.spec.uid),
             reason=reason,
             message=message,
-            warning=True,
+            warning=warning,
             kind="PodGroup",
             api_version=f"{PODGROUP_GROUP}/{PODGROUP_VERSION}",
         )

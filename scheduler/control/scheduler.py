@@ -56,7 +56,7 @@ import collections
 import copy
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -657,16 +657,26 @@ class Scheduler:
                 self.queue.requeue_after_failure(info, unschedulable=False, reason=repr(exc))
             await asyncio.sleep(0)  # let watch events in between cycles
 
-    def decide(self, pod: Pod, *, restrict_to: frozenset[str] | None = None) -> Decision:
+    def decide(
+        self,
+        pod: Pod,
+        *,
+        restrict_to: frozenset[str] | None = None,
+        ignore_nominated: frozenset[str] = frozenset(),
+    ) -> Decision:
         """``pod`` on the snapshot as it is now, plugins timed on sampled cycles: a single
         pod's cycle, and a gang member re-checked against its plan (``restrict_to``).
         Nominated pods of at least its priority hold their nodes' room
-        (:func:`~scheduler.core.nominated.schedule_with_nominated`)."""
+        (:func:`~scheduler.core.nominated.schedule_with_nominated`), except those keyed in
+        ``ignore_nominated`` (a gang's own members, whose plan replaces their nominations)."""
+        nominated = self.nominated() if self.nominations else []
+        if ignore_nominated:
+            nominated = [(p, n) for p, n in nominated if p.key not in ignore_nominated]
         return schedule_with_nominated(
             self._timed_framework,
             self.cache.snapshot,
             pod,
-            self.nominated() if self.nominations else (),
+            nominated,
             seed=self.settings.seed,
             topology=self.cache.topology,
             load=LoadView(self.load, self.wall_clock()),
@@ -675,7 +685,9 @@ class Scheduler:
         )
 
     def preemption_inputs(self) -> Inputs:
-        """What :func:`~scheduler.core.preemption.preempt` reads beside snapshot and pod."""
+        """What :func:`~scheduler.core.preemption.preempt` reads beside snapshot and pod;
+        placed gang members are evicted whole (the gang flow knows them)."""
+        gangs, gang_members = self.gang_flow.placed_members()
         return Inputs(
             pdbs=tuple(self.pdbs.values()),
             nominated=self.nominated(),
@@ -683,6 +695,8 @@ class Scheduler:
             seed=self.settings.seed,
             topology=self.cache.topology,
             load=LoadView(self.load, self.wall_clock()),
+            gangs=gangs,
+            gang_members=gang_members,
         )
 
     def _post_filter(self, decision: Decision, log: Any) -> tuple[Preemption | None, str]:
@@ -819,29 +833,46 @@ class Scheduler:
         writes follow in a task: victims marked and deleted, lower-priority nominations to
         that node cleared. The preemptor's own ``nominatedNodeName`` goes with its
         PodScheduled=False (:meth:`_failed`)."""
-        node = found.node
-        self.nominations[pod.key] = (pod, node)
-        cleared = [
-            other
-            for other, at in self.nominations.values()
-            if at == node and other.priority < pod.priority and other.key != pod.key
-        ]
-        for other in cleared:
-            self._end_nomination(other.key)
-        self.metrics.preemption_victims.observe(len(found.victims))
         log.info(
             "pod_preempting",
-            node=node,
+            node=found.node,
             reason="victims: " + ", ".join(f"{v.namespace}/{v.name}" for v in found.victims),
         )
+        self.preempt_for(f"pod {pod.uid}", [(pod, found.node)], found.victims, log)
+
+    def preempt_for(
+        self,
+        preemptor: str,
+        nominations: Sequence[tuple[Pod, str]],
+        victims: Sequence[Pod],
+        log: Any,
+    ) -> None:
+        """One path for a pod's and a gang's preemption: each pod nominated to its node now
+        (in memory; its ``nominatedNodeName`` goes with its PodScheduled=False), the
+        nominations of lower-priority pods to those nodes ended, and in a task the victims
+        marked, deleted and given a ``Preempted`` Event naming ``preemptor`` and their node,
+        and the ended nominations cleared in the API."""
+        cleared: dict[str, Pod] = {}
+        keys = {pod.key for pod, _ in nominations}
+        for pod, node in nominations:
+            self.nominations[pod.key] = (pod, node)
+        for pod, node in nominations:
+            for other, at in self.nominations.values():
+                if at == node and other.priority < pod.priority and other.key not in keys:
+                    cleared[other.key] = other
+        for other in cleared.values():
+            self._end_nomination(other.key)
+        self.metrics.preemption_victims.observe(len(victims))
+        snapshot = self.cache.snapshot
+        default = nominations[0][1] if nominations else ""
+        placed = [(v, snapshot.node_of_pod(v.key) or default) for v in victims]
         if self.writer is not None:
-            self._spawn(self._preemption_writes(pod, node, found.victims, cleared, log))
+            self._spawn(self._preemption_writes(preemptor, placed, list(cleared.values()), log))
 
     async def _preemption_writes(
         self,
-        preemptor: Pod,
-        node: str,
-        victims: tuple[Pod, ...],
+        preemptor: str,
+        victims: Sequence[tuple[Pod, str]],
         cleared: list[Pod],
         log: Any,
     ) -> None:
@@ -860,7 +891,7 @@ class Scheduler:
             "lastTransitionTime": dt_now(),
         }
 
-        async def evict(victim: Pod) -> None:
+        async def evict(victim: Pod, node: str) -> None:
             ref = PodRef(victim.namespace, victim.name, victim.uid)
             key = f"{victim.namespace}/{victim.name}"
             try:
@@ -879,16 +910,16 @@ class Scheduler:
                     ref,
                     reason="Preempted",
                     action="Preempting",
-                    message=f"Preempted by pod {preemptor.uid} on node {node}",
+                    message=f"Preempted by {preemptor} on node {node}",
                 )
 
-        await asyncio.gather(*(evict(v) for v in victims))
+        await asyncio.gather(*(evict(v, node) for v, node in victims))
         for other in cleared:
             ref = PodRef(other.namespace, other.name, other.uid)
             try:
                 await writer.patch_pod_status(ref, {"nominatedNodeName": None})
             except Exception as exc:
-                log.warning("nomination_clear_failed", node=node, reason=f"{other.key}: {exc!r}")
+                log.warning("nomination_clear_failed", reason=f"{other.key}: {exc!r}")
 
     def forget_reports(self, uid: str) -> None:
         """The pod was bound or is gone: its condition and event memory go with it."""
