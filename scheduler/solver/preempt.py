@@ -23,10 +23,15 @@ the whole cluster, with the gang solve as the fit check):
       reprieves go to the units that matter;
    c. reprieve, most important first (units whose eviction would violate a
       PodDisruptionBudget first, then the others; each group by the unit's highest
-      priority, then the larger unit, then earliest start): put the unit back, solve
-      again, and keep it if the gang still fits. After :data:`MAX_REPRIEVE_TRIALS` solves,
-      the units not yet tried stay victims (the least important ones): more evictions,
-      never a wrong one.
+      priority, then earliest start): put the unit back, solve again, and keep it if the
+      gang still fits. Among units of equal priority a gang may be tried before or after
+      the single pods, and neither is always better (keeping a gang of four may cost eight
+      singles, or the reverse), so with gangs among the units two passes run, larger units
+      first and smaller first, from the same start, and the better result by kube's
+      candidate criteria wins (fewest PDB violations, lowest highest victim priority,
+      smallest priority sum, fewest victims). After :data:`MAX_REPRIEVE_TRIALS` solves in
+      a pass, the units not yet tried stay victims (the least important ones): more
+      evictions, never a wrong one.
 
    The answer is the victims and the plan of the last fitting solve: every eviction is
    backed by a full placement of ``need`` members with exactly those pods gone.
@@ -51,6 +56,7 @@ from scheduler.core.load import LoadView
 from scheduler.core.preemption import (
     NEVER_MESSAGE,
     NO_VICTIMS_MESSAGE,
+    PRIORITY_OFFSET,
     TERMINATING_MESSAGE,
     Inputs,
     Unit,
@@ -66,8 +72,9 @@ from scheduler.model.pod_facts import PreemptionPolicy
 from scheduler.solver.problem import GangProblem, build_problem
 from scheduler.solver.solve import GangPlan
 
-MAX_REPRIEVE_TRIALS: Final = 48
-"""Solves spent putting victims back; the units not tried by then stay victims."""
+MAX_REPRIEVE_TRIALS: Final = 32
+"""Solves one reprieve pass may spend putting victims back; the units not tried by then
+stay victims."""
 NOT_HELPFUL_MESSAGE: Final = "the gang does not fit even with every lower-priority pod evicted"
 
 
@@ -293,32 +300,76 @@ class VictimSearch:
         self._advance()
 
     def _start_reprieve(self) -> None:
-        """Most important first, PDB-violating units first (kube's reprieve order)."""
-        ordered = sorted(self._current, key=self._reprieve_key)
+        """One reprieve pass per order (two when gangs are among the units), each from the
+        same starting set; the best result wins (:meth:`_cost`)."""
+        self._start = (set(self._current), self._plan)
+        orders = [self._reprieve_order(larger_first=True)]
+        smaller = self._reprieve_order(larger_first=False)
+        if smaller != orders[0]:
+            orders.append(smaller)
+        self._orders = orders
+        self._results: list[tuple[set[int], GangPlan | None]] = []
+        self._stage = _Stage.REPRIEVE
+        self._begin_pass(0)
+
+    def _reprieve_order(self, *, larger_first: bool) -> list[int]:
+        """PDB-violating units first, then the others; each group most important first:
+        higher priority, then (among equals) the larger or the smaller unit, then earlier
+        start. Keeping a gang first spares more pods when the singles can make room;
+        keeping the singles first does when the gang can: neither order wins always."""
+
+        def key(i: int) -> tuple[int, int, float]:
+            unit = self._units[i]
+            priority, start = unit_importance(unit, self._inputs)
+            return (priority, -len(unit) if larger_first else len(unit), start)
+
+        ordered = sorted(self._current, key=key)
         violating, fine = split_units_by_pdb([self._units[i] for i in ordered], self._inputs.pdbs)
         index = {id(self._units[i]): i for i in ordered}
-        self._order = [index[id(u)] for u, _ in violating] + [index[id(u)] for u in fine]
+        return [index[id(u)] for u, _ in violating] + [index[id(u)] for u in fine]
+
+    def _begin_pass(self, k: int) -> None:
+        self._current, self._plan = set(self._start[0]), self._start[1]
+        self._pass = k
+        self._order = self._orders[k]
         self._next = 0
-        self._stage = _Stage.REPRIEVE
+        self._pass_trials = 0
         self._advance()
 
-    def _reprieve_key(self, i: int) -> tuple[int, int, float]:
-        """Higher priority, then more pods (keeping a gang spares more), then earlier start."""
-        unit = self._units[i]
-        priority, start = unit_importance(unit, self._inputs)
-        return (priority, -len(unit), start)
-
     def _advance(self) -> None:
-        """Name the next unit to put back, or finish."""
-        while self._next < len(self._order) and self.reprieve_trials < self._max_trials:
+        """Name the next unit to put back, or end the pass (and maybe the search)."""
+        while self._next < len(self._order) and self._pass_trials < self._max_trials:
             i = self._order[self._next]
             self._next += 1
             if len(self._current) == 1:
                 break  # the last unit: without it the gang did not fit before
             self._pending = self._current - {i}
+            self._pass_trials += 1
             self.reprieve_trials += 1
             return
+        self._results.append((set(self._current), self._plan))
+        if self._pass + 1 < len(self._orders):
+            self._begin_pass(self._pass + 1)
+            return
+        self._current, self._plan = min(self._results, key=lambda r: self._cost(r[0]))
         self._stage = _Stage.DONE
+
+    def _ordered(self, chosen: set[int]) -> list[Unit]:
+        ordered = sorted(chosen, key=lambda i: unit_importance(self._units[i], self._inputs))
+        return [self._units[i] for i in ordered]
+
+    def _cost(self, chosen: set[int]) -> tuple[int, int, int, int]:
+        """kube's candidate criteria, smaller is better: PDB violations, the highest victim
+        priority, the sum of ``priority + 2**31`` over victims, the number of victims."""
+        units = self._ordered(chosen)
+        violating, _ = split_units_by_pdb(units, self._inputs.pdbs)
+        pods = [p for u in units for p in u]
+        return (
+            sum(n for _, n in violating),
+            max((p.priority for p in pods), default=0),
+            sum(p.priority + PRIORITY_OFFSET for p in pods),
+            len(pods),
+        )
 
     @property
     def done(self) -> bool:
@@ -328,14 +379,12 @@ class VictimSearch:
         """The victims and their plan once done (None: no eviction lets the gang fit)."""
         if self._stage is not _Stage.DONE or self._plan is None:
             return None
-        ordered = sorted(self._current, key=lambda i: unit_importance(self._units[i], self._inputs))
-        units = [self._units[i] for i in ordered]
-        violating, _ = split_units_by_pdb(units, self._inputs.pdbs)
+        units = self._ordered(self._current)
         return GangPreemption(
             victims=tuple(p for u in units for p in u),
             units=len(units),
             plan=self._plan,
-            pdb_violations=sum(n for _, n in violating),
+            pdb_violations=self._cost(self._current)[0],
             trials=self.trials,
         )
 

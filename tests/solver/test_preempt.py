@@ -226,3 +226,21 @@ def test_the_search_as_a_state_machine() -> None:
     assert search.done
     assert search.result() is None
     assert search.trial() is None
+
+
+def test_of_equal_priorities_the_cheaper_of_gang_first_and_singles_first_wins() -> None:
+    # Each node: a 2-cpu member of gang lo and two 1-cpu singles, all priority 1. Keeping
+    # the gang would cost all eight singles; keeping the singles costs the gang's four.
+    placed = [(pod(f"lo-{i}", "2", 1), f"n{i}") for i in range(4)]
+    placed += [(pod(f"s-{i}-{j}", "1", 1), f"n{i}") for i in range(4) for j in range(2)]
+    snapshot = cluster([make_node(f"n{i}", cpu="4") for i in range(4)], placed)
+    inputs = with_gangs(placed, {"default/lo": [f"lo-{i}" for i in range(4)]})
+    found = run(snapshot, members(4), inputs)
+    assert victims(found) == [f"lo-{i}" for i in range(4)]
+    # Three members: three nodes' singles (6 pods) or the gang (4 pods): still the gang.
+    assert victims(run(snapshot, members(3), inputs)) == [f"lo-{i}" for i in range(4)]
+    # One member: two singles of one node beat the gang's four.
+    one = run(snapshot, members(1), inputs)
+    assert one is not None
+    assert len(one.victims) == 2
+    assert all(v.name.startswith("s-") for v in one.victims)
