@@ -110,6 +110,8 @@ class Host(Protocol):
         log: Any,
     ) -> None: ...
 
+    def end_nominations(self, keys: Sequence[str]) -> None: ...
+
     def bind(
         self,
         info: QueuedPodInfo[QueuedPod] | None,
@@ -538,8 +540,15 @@ class GangFlow:
         if gang is None:
             return False
         if found is None:
+            # As kube for a pod: no eviction helps, so the members' nominations end.
+            was = {p.key for p, _ in inputs.nominated} | {
+                m.key for m in members if m.nominated_node_name
+            }
+            ended = [m for m in members if m.key in was]
+            host.end_nominations([m.key for m in ended])
             message = f"{failed.message} preemption: {search.message}"
-            self._failed(info, gang, message, log, unschedulable=True)
+            cleared = {pod_key(m.namespace, m.name): "" for m in ended}
+            self._failed(info, gang, message, log, unschedulable=True, nominated=cleared or None)
             return True
         still = [
             m

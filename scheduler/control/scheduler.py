@@ -869,6 +869,12 @@ class Scheduler:
         if self.writer is not None:
             self._spawn(self._preemption_writes(preemptor, placed, list(cleared.values()), log))
 
+    def end_nominations(self, keys: Sequence[str]) -> None:
+        """Forget these pods' nominations (by :attr:`Pod.key`): a gang whose preemption can
+        no longer help (kube clears a pod's when no node can be freed)."""
+        for key in keys:
+            self._end_nomination(key)
+
     async def _preemption_writes(
         self,
         preemptor: str,

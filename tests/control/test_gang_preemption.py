@@ -165,3 +165,23 @@ async def test_single_pod_prefers_a_single_victim_to_a_gang() -> None:
     await run_one(sched)
     assert writer.deletes == ["s"]
     assert pod_key("default", "hi") in sched.queue
+
+
+async def test_nominations_end_when_no_eviction_can_help_any_more() -> None:
+    sched, writer = scheduler(4, "4")
+    lo = full(sched, single_priority=500)  # only the gang is below the preemptor
+    high_gang(sched)
+    await run_one(sched)
+    assert sorted(writer.deletes) == [f"lo-{i}" for i in range(4)]
+    assert len(sched.nominations) == 4
+    # The room goes to pods of a higher priority before the gang is retried.
+    for body in lo:
+        sched.pod_deleted(body)
+    for i in range(4):
+        sched.pod_upserted(bound(f"top-{i}", f"n{i}", "2", 1000))
+    sched.queue.flush(now=float("inf"))
+    await run_one(sched)
+    assert len(writer.deletes) == 4
+    assert not sched.nominations
+    cleared = {c[0] for c in writer.conditions if c[3] == ""}
+    assert cleared == {f"hi-{i}" for i in range(4)}
