@@ -19,6 +19,10 @@ A gang is placed from one snapshot in two steps.
    ``need`` members cannot be placed, or greedy fell short and the solver found nothing in
    time; greedy's answer is kept when time runs out.
 
+A gang that does not fit may preempt (:mod:`scheduler.solver.preempt`): lower-priority
+pods (a placed gang whole) are evicted only when a solve without them places ``need``
+members; the search puts victims back one at a time while the gang still fits.
+
 Counting members per node instead of one boolean per member and node keeps the model small
 enough for thousands of nodes (:mod:`scheduler.solver.naive` is the boolean reference the
 tests compare with; ``python -m scheduler.solver.bench`` prints the scaling).
