@@ -697,6 +697,7 @@ class Scheduler:
             load=LoadView(self.load, self.wall_clock()),
             gangs=gangs,
             gang_members=gang_members,
+            volumes=self.cache.volumes,
         )
 
     def _post_filter(self, decision: Decision, log: Any) -> tuple[Preemption | None, str]:

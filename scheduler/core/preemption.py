@@ -67,6 +67,7 @@ from scheduler.core.profile import INTER_POD_AFFINITY, NODE_RESOURCES_FIT
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.core.topology.state import TopologyState
+from scheduler.core.volumes import VolumeState
 from scheduler.graph.terms import TermKey
 from scheduler.model.names import CPU, EPHEMERAL_STORAGE, MEMORY, is_extended_resource
 from scheduler.model.pdb import PodDisruptionBudget
@@ -125,6 +126,8 @@ class Inputs:
     """Placed gang members: :attr:`Pod.key` -> gang key (``namespace/podgroup``)."""
     gang_members: Mapping[str, Sequence[Pod]] = field(default_factory=dict)
     """Gang key -> every placed member, on any node: evicted together or not at all."""
+    volumes: VolumeState | None = None
+    """The cluster's storage (None: pods with claims fail the dry run, as in the cycle)."""
 
     def facts_of(self, pod: Pod) -> PodFacts:
         return self.facts.get(pod.key, NO_FACTS)
@@ -445,7 +448,7 @@ def filter_failure(
     row = snapshot.index_of(node)
     if row is None:
         return ("node not found",)
-    cycle = Cycle(snapshot, pod, topology=inputs.topology, load=inputs.load)
+    cycle = Cycle(snapshot, pod, topology=inputs.topology, load=inputs.load, volumes=inputs.volumes)
     skipped: set[str] = set()
     for plugin in framework.plugins.pre_filters:
         result = plugin.pre_filter(cycle)
@@ -484,7 +487,7 @@ def counted_path(framework: Framework, snapshot: Snapshot, pod: Pod, inputs: Inp
     """
     if any(other.has_required_anti_affinity for other, _ in inputs.nominated):
         return False
-    cycle = Cycle(snapshot, pod, topology=inputs.topology, load=inputs.load)
+    cycle = Cycle(snapshot, pod, topology=inputs.topology, load=inputs.load, volumes=inputs.volumes)
     with_pre_filter: set[str] = set()
     for plugin in framework.plugins.pre_filters:
         with_pre_filter.add(plugin.name)

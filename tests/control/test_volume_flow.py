@@ -263,3 +263,28 @@ async def test_a_pod_deleted_while_its_volumes_bind_ends_the_wait() -> None:
     assert sched.cache.volumes.pvs["pv-a"].claim_ref is None  # given back
     assert sched.queue.get(pod_key("default", "p")) is None  # not queued again
     assert conditions(writer, "p") == []  # nothing said to a pod that is gone
+
+
+async def test_a_claim_pod_preempts_only_where_its_volume_is() -> None:
+    sched, writer = setup(nodes=3)
+    local_storage(sched)
+    bound_pv = pv("pv-b", host="n1", claim=("default", "data"), phase="Bound")
+    bound_pv["spec"]["claimRef"]["uid"] = "claim-1"
+    sched.storage_upserted(Kind.PV, versioned(bound_pv))
+    sched.storage_upserted(
+        Kind.PVC, versioned(pvc("data", volume_name="pv-b", bound=True), uid="claim-1")
+    )
+    for i in range(3):  # every node full of low-priority pods; n1's are the newest
+        low = make_pod(f"low-{i}", "4").priority(1).obj()
+        low["spec"]["nodeName"] = f"n{i}"
+        low["metadata"]["resourceVersion"] = str(next(_rv))
+        low["status"] = {"phase": "Running", "startTime": f"2026-01-0{3 - i}T00:00:00Z"}
+        sched.pod_upserted(low)
+    high = claimant("p", "data")
+    high["spec"]["priority"] = 100
+    sched.pod_upserted(high)
+    cycle(sched, "p")
+    await settle()
+    assert writer.deletes == ["low-1"]  # the only node its PV allows, not the cheapest
+    (nominated,) = [n for pod, _, _, n in writer.conditions if pod == "p"]
+    assert nominated == "n1"
