@@ -39,7 +39,7 @@ from scheduler.core.profile import DEFAULT_PROFILE, Profile
 from scheduler.core.schedule import Framework, framework_for, schedule
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
-from scheduler.core.volumes import volume_state_from_api
+from scheduler.core.volumes import VolumeState, volume_state_from_api
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.gang import POD_GROUP_LABEL, GangSpec
 from scheduler.model.names import CPU, MEMORY
@@ -168,7 +168,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
             _list(core.list_namespace),
         )
         storage_lists: dict[str, list[dict[str, Any]]] = {}
-        if body and any(
+        if gang_ref is not None or any(
             key in v
             for v in (body.get("spec") or {}).get("volumes") or []
             if isinstance(v, dict)
@@ -273,6 +273,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
             scheduler_name=args.scheduler_name,
             time_limit_s=gang_settings.solver_time_limit_s,
             use_solver=gang_settings.use_solver,
+            volumes=volumes,
         )
     return Explained(decision, load_breakdowns(predictor, built.snapshot, now), built.skipped, gang)
 
@@ -289,6 +290,7 @@ def explain_gang(
     scheduler_name: str,
     time_limit_s: float,
     use_solver: bool,
+    volumes: VolumeState | None = None,
 ) -> GangExplained:
     """The plan the scheduler would make for the gang's pending members now: members
     bound already count toward minMember, as in the running scheduler."""
@@ -329,6 +331,7 @@ def explain_gang(
         topology=topology,
         load=load,
         seed=seed,
+        volumes=volumes,
     )
     plan = solve(problem, time_limit_s=time_limit_s, seed=seed, use_solver=use_solver)
     return GangExplained(spec, placed, len(pending), plan)

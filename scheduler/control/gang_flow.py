@@ -50,6 +50,7 @@ from scheduler.core.explain import Decision
 from scheduler.core.load import LoadView
 from scheduler.core.preemption import Inputs
 from scheduler.core.schedule import Framework
+from scheduler.core.volumes import gang_volume_refusal
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.gang import GangSpec
 from scheduler.model.names import CPU, MEMORY
@@ -383,6 +384,11 @@ class GangFlow:
             )
             self._failed(info, gang, message, log, unschedulable=False)
             return
+        if any(m.storage_volumes for m in members):
+            refusal = gang_volume_refusal(members, self._cache.volumes)
+            if refusal is not None:  # a storage change wakes the gang
+                self._failed(info, gang, f"gang {gang.key}: {refusal}", log, unschedulable=True)
+                return
         started = time.perf_counter()
         try:
             problem = build_problem(
@@ -394,6 +400,7 @@ class GangFlow:
                 topology=self._cache.topology,
                 load=LoadView(self._load, self._wall_clock()),
                 seed=self._host.settings.seed,
+                volumes=self._cache.volumes,
             )
         except Exception as exc:  # a bug must cost the gang a retry, not the scheduler
             log.exception("gang_cycle_failed", reason=repr(exc))
@@ -526,6 +533,7 @@ class GangFlow:
                 topology=self._cache.topology,
                 load=LoadView(self._load, self._wall_clock()),
                 seed=seed,
+                volumes=self._cache.volumes,
             )
             limit = cfg.solver_time_limit_s
             if search.trials:
@@ -622,6 +630,8 @@ class GangFlow:
         summary = ""
         for restrict in tries:
             decision = self._host.decide(pod, restrict_to=restrict, ignore_nominated=own)
+            if decision.volume_plan is not None:  # a claim unbound since the gang was checked
+                return f"{pod.namespace}/{pod.name}: a claim is no longer bound"
             if decision.selected is not None:
                 return decision.selected, dict(decision.annotations)
             summary = decision.summary

@@ -625,7 +625,7 @@ class Scheduler:
         name = (body.get("metadata") or {}).get("name", "")
         self.queue.move_all_on_event(
             ClusterEvent(ClusterEventType.STORAGE_CHANGED, subject=f"{kind}/{name}"),
-            lambda p: isinstance(p, Pod) and bool(p.storage_volumes),
+            lambda p: isinstance(p, GangEntry) or (isinstance(p, Pod) and bool(p.storage_volumes)),
         )
 
     def podgroup_upserted(self, body: Body) -> None:

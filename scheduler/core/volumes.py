@@ -18,7 +18,7 @@ Not thread-safe, like the Snapshot: the controller owns it and the core reads it
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -30,6 +30,7 @@ from scheduler.model.pod import EPHEMERAL, PERSISTENT_VOLUME_CLAIM, Pod
 from scheduler.model.selectors import Operator, Requirement
 from scheduler.model.volume import (
     BOUND_BY_CONTROLLER,
+    READ_WRITE_ONCE_POD,
     SELECTED_NODE,
     ClaimRef,
     CSINode,
@@ -364,4 +365,44 @@ def ephemeral_owner_error(pod: Pod, pvc: PersistentVolumeClaim) -> str | None:
             f"PVC {pvc.namespace}/{pvc.name} was not created for pod "
             f"{pod.namespace}/{pod.name} (pod is not owner)"
         )
+    return None
+
+
+GANG_CLAIMS_ADVICE: Final = (
+    "Lattice places a gang's members only with bound claims and no inline disks (the "
+    "joint placement does not choose volumes)"
+)
+
+
+def gang_volume_refusal(members: Sequence[Pod], volumes: VolumeState) -> str | None:
+    """Why a gang cannot be placed with its volumes, or None.
+
+    The gang solver judges one member per class on the snapshot, so it sees each member's
+    volumes alone: fine for claims already bound (their PV's node affinity and zone are a
+    per-node filter, the same for every member), not for what depends on the members
+    together: a WaitForFirstConsumer claim (which PV, chosen for which member's node), a
+    ReadWriteOncePod claim two members share, an inline disk's conflicts. Those are refused
+    with this reason; it names the first member and volume at fault."""
+    rwop: dict[ClaimKey, str] = {}
+    for pod in members:
+        label = f"{pod.namespace}/{pod.name}"
+        for v in pod.storage_volumes:
+            if v.source not in (PERSISTENT_VOLUME_CLAIM, EPHEMERAL):
+                return (
+                    f'member {label}: inline {v.source} volume "{v.volume}"; {GANG_CLAIMS_ADVICE}'
+                )
+        for claim, _ in pod_claims(pod):
+            key = (pod.namespace, claim)
+            pvc = volumes.pvcs.get(key)
+            if pvc is None:
+                return f'member {label}: persistentvolumeclaim "{claim}" not found'
+            if not pvc.fully_bound:
+                return f'member {label}: claim "{claim}" is not bound; {GANG_CLAIMS_ADVICE}'
+            if READ_WRITE_ONCE_POD in pvc.access_modes:
+                if key in rwop:
+                    return (
+                        f"members {rwop[key]} and {label} share the ReadWriteOncePod claim "
+                        f'"{claim}"'
+                    )
+                rwop[key] = label
     return None

@@ -66,6 +66,7 @@ from scheduler.core.preemption import (
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
+from scheduler.core.volumes import VolumeState
 from scheduler.model.gang import GangSpec
 from scheduler.model.pod import Pod
 from scheduler.model.pod_facts import PreemptionPolicy
@@ -123,7 +124,12 @@ def candidate_units(
     rows: set[int] = set()
     for rep in representatives if representatives is not None else members:
         decision = framework.schedule(
-            snapshot, rep, seed=seed, topology=inputs.topology, load=inputs.load
+            snapshot,
+            rep,
+            seed=seed,
+            topology=inputs.topology,
+            load=inputs.load,
+            volumes=inputs.volumes,
         )
         codes = decision.explanation.node_codes
         names = decision.explanation.node_names
@@ -195,6 +201,7 @@ def problem_without(
     topology: TopologyState | None = None,
     load: LoadView | None = None,
     seed: int = 0,
+    volumes: VolumeState | None = None,
 ) -> GangProblem:
     """The gang's problem on the snapshot with ``removed`` gone (restored on return)."""
     with without(snapshot, removed, topology):
@@ -207,6 +214,7 @@ def problem_without(
             topology=topology,
             load=load,
             seed=seed,
+            volumes=volumes,
         )
 
 
@@ -418,6 +426,7 @@ def preempt_gang(
             topology=inputs.topology,
             load=inputs.load,
             seed=seed,
+            volumes=inputs.volumes,
         )
         search.tell(solve_fn(problem))
     return search.result()

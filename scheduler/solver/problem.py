@@ -58,6 +58,7 @@ from scheduler.core.topology.allocate import free_state
 from scheduler.core.topology.ledger import Holding
 from scheduler.core.topology.request import InvalidTopologyRequest, TopologyRequest
 from scheduler.core.topology.state import TopologyState
+from scheduler.core.volumes import VolumeState
 from scheduler.model.gang import GangSpec
 from scheduler.model.names import CPU, PODS, is_extended_resource
 from scheduler.model.pod import Pod, PodAffinityTerm, UnsatisfiableAction
@@ -236,8 +237,10 @@ def build_problem(
     load: LoadView | None = None,
     seed: int = 0,
     merge: bool = True,
+    volumes: VolumeState | None = None,
 ) -> GangProblem:
     """Run the framework once per member class and copy out what the solve needs.
+    ``volumes``: the cluster's storage, for members with (bound) claims.
 
     ``need``: members that must be placed now (1..len(members)); the solve places more when
     they fit. ``merge=False`` gives every member its own class (the naive reference).
@@ -254,7 +257,8 @@ def build_problem(
     groups = _classes(snapshot, members) if merge else [[i] for i in range(len(members))]
     reps = [members[g[0]] for g in groups]
     decisions = [
-        framework.schedule(snapshot, rep, seed=seed, topology=topology, load=load) for rep in reps
+        framework.schedule(snapshot, rep, seed=seed, topology=topology, load=load, volumes=volumes)
+        for rep in reps
     ]
     feasible_rows = [d.explanation.feasible_rows.astype(np.intp) for d in decisions]
     union: IndexArray = (

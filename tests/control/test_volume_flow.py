@@ -9,16 +9,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+from scheduler.control.gangs import entry_key
 from scheduler.control.kubeio import KubeWriter
 from scheduler.control.queue import QueueName, pod_key
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import parse_spec
 from scheduler.control.storage import Kind
-from scheduler.core.volumes import VolumePatch
+from scheduler.core.volumes import GANG_CLAIMS_ADVICE, VolumePatch
 from scheduler.model.volume import BIND_COMPLETED, SELECTED_NODE
 from scheduler.obs.metrics import Metrics
 from tests.builders import make_node, make_pod
-from tests.control.test_gangs import FakeWriter
+from tests.control.test_gangs import FakeWriter, member, podgroup, run_one
 from tests.e2e.differential.volumes_objects import claim_volume, pv, pvc, storage_class
 
 _rv = iter(range(100, 10_000_000))
@@ -288,3 +289,57 @@ async def test_a_claim_pod_preempts_only_where_its_volume_is() -> None:
     assert writer.deletes == ["low-1"]  # the only node its PV allows, not the cheapest
     (nominated,) = [n for pod, _, _, n in writer.conditions if pod == "p"]
     assert nominated == "n1"
+
+
+def gang_member(name: str, group: str, claim: str) -> dict[str, Any]:
+    body = member(name, group, cpu="1")
+    body["spec"]["volumes"] = [claim_volume("data", claim)]
+    body["metadata"]["resourceVersion"] = str(next(_rv))
+    return body
+
+
+async def test_a_gang_sharing_a_bound_claim_lands_where_its_volume_is() -> None:
+    sched, writer = setup(nodes=3)
+    local_storage(sched)
+    bound_pv = pv("dataset", host="n2", claim=("default", "data"), phase="Bound")
+    bound_pv["spec"]["claimRef"]["uid"] = "claim-1"
+    bound_pv["spec"]["accessModes"] = ["ReadWriteMany"]
+    sched.storage_upserted(Kind.PV, versioned(bound_pv))
+    claim = pvc("data", volume_name="dataset", bound=True, modes=("ReadWriteMany",))
+    sched.storage_upserted(Kind.PVC, versioned(claim, uid="claim-1"))
+    sched.podgroup_upserted(podgroup("train", 3))
+    for name in ("w0", "w1", "w2"):
+        sched.pod_upserted(gang_member(name, "train", "data"))
+    await run_one(sched)
+    assert sorted(writer.binds) == [("w0", "n2"), ("w1", "n2"), ("w2", "n2")]
+    assert writer.volume_patches == []  # bound claims: nothing to write before binding
+
+
+async def test_a_gang_with_an_unbound_claim_waits_with_a_clear_reason() -> None:
+    sched, writer = setup(nodes=3)
+    local_storage(sched, ("pv-a", "n0"))
+    sched.storage_upserted(Kind.PVC, versioned(pvc("data"), uid="claim-1"))  # WFFC, unbound
+    sched.podgroup_upserted(podgroup("train", 2))
+    for name in ("w0", "w1"):
+        sched.pod_upserted(gang_member(name, "train", "data"))
+    await run_one(sched)
+    assert writer.binds == []
+    assert writer.volume_patches == []
+    entry = entry_key("default/train")
+    assert sched.queue.where(entry) is QueueName.UNSCHEDULABLE
+    failed = [e[3] for e in writer.events if e[2] == "FailedScheduling" and "quorum" not in e[3]]
+    assert failed
+    assert failed[0] == (
+        f'gang default/train: member default/w0: claim "data" is not bound; {GANG_CLAIMS_ADVICE}'
+    )
+    # The claim gets bound (say, by a user pre-binding it): the gang is woken and placed.
+    bound_pv = pv("pv-a", host="n0", claim=("default", "data"), phase="Bound")
+    bound_pv["spec"]["claimRef"]["uid"] = "claim-1"
+    sched.storage_upserted(Kind.PV, versioned(bound_pv))
+    sched.storage_upserted(
+        Kind.PVC, versioned(pvc("data", volume_name="pv-a", bound=True), uid="claim-1")
+    )
+    assert sched.queue.where(entry) in (QueueName.ACTIVE, QueueName.BACKOFF)
+    sched.queue.flush(now=float("inf"))
+    await run_one(sched)
+    assert sorted(writer.binds) == [("w0", "n0"), ("w1", "n0")]

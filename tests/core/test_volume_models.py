@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from scheduler.core.framework import Code, Cycle
-from scheduler.core.plugins.unsupported import Unsupported
+from scheduler.core.plugins.unsupported import NO_VOLUME_BINDING, NO_VOLUME_STATE, Unsupported
 from scheduler.core.profile import DEFAULT_PROFILE
 from scheduler.core.registry import default_registry
 from scheduler.core.snapshot import Snapshot
@@ -110,10 +110,7 @@ def test_claims_are_refused_until_the_cycle_has_a_volume_state() -> None:
     snap = Snapshot()
     without = Unsupported().pre_filter(Cycle(snap, built))
     assert without.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
-    assert (
-        "Lattice binds claims only with VolumeBinding in the profile, and not for gang members"
-        in without.message
-    )
+    assert NO_VOLUME_BINDING in without.message
     with_state = Unsupported().pre_filter(Cycle(snap, built, volumes=VolumeState()))
     assert with_state.code is Code.SKIP
     disabled = Unsupported(volume_binding=False).pre_filter(
@@ -127,9 +124,7 @@ def test_claims_are_refused_until_the_cycle_has_a_volume_state() -> None:
     assert inline.code is Code.SKIP
     stateless = Unsupported().pre_filter(Cycle(snap, disk.build()))
     assert stateless.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
-    assert "conflicts and attach limits only with the cluster's storage state" in (
-        stateless.message
-    )
+    assert NO_VOLUME_STATE in stateless.message
 
 
 def test_the_default_profile_runs_kube_volume_filters_in_kube_order() -> None:

@@ -6,14 +6,15 @@ claims' devices (DynamicResources). Lattice has the volume plugins for claims (P
 generic ephemeral volumes) and for inline disks (VolumeRestrictions' conflicts of GCE PD,
 AWS EBS, iSCSI and RBD disks; NodeVolumeLimits' count of migrated in-tree disks). Claims
 need a VolumeState in the cycle (``lattice run`` and ``lattice explain`` pass theirs) and
-VolumeBinding in the profile; inline disks need the VolumeState too (attach limits are
-read from CSINodes). The gang solver passes none, and its joint placement does not check
-members' volumes against each other, so gang members with claims or inline disks are
-refused. It has no logic for DRA. Binding such a pod would put it on a node its volume or
-devices cannot reach, where it sits in ContainerCreating forever, so this PreFilter rejects
-it as UnschedulableAndUnresolvable, with a message naming every volume and claim at fault,
-so the scheduler reports FailedScheduling and ``PodScheduled=False`` and never binds it.
-The volume and claim lists are immutable, so no cluster event can make the pod schedulable.
+VolumeBinding in the profile; inline disks need the VolumeState too (attach limits are read
+from CSINodes). The gang solver passes the VolumeState too, but its joint placement judges
+each member's volumes alone, so the gang flow admits only bound claims there
+(:func:`~scheduler.core.volumes.gang_volume_refusal`). It has no logic for DRA. Binding such
+a pod would put it on a node its volume or devices cannot reach, where it sits in
+ContainerCreating forever, so this PreFilter rejects it as UnschedulableAndUnresolvable,
+with a message naming every volume and claim at fault, so the scheduler reports
+FailedScheduling and ``PodScheduled=False`` and never binds it. The volume and claim lists
+are immutable, so no cluster event can make the pod schedulable.
 
 Plain pods (no such volume, no resource claim) are skipped at PreFilter: the plugin costs a
 tuple check per pod and its Filter never runs.
@@ -37,11 +38,10 @@ from scheduler.model.pod import (
 NAME: Final = UNSUPPORTED
 ADVICE: Final = "use the default scheduler for this pod"
 NO_VOLUME_BINDING: Final = (
-    "Lattice binds claims only with VolumeBinding in the profile, and not for gang members"
+    "Lattice binds claims only with VolumeBinding in the profile and the cluster's storage"
 )
 NO_VOLUME_STATE: Final = (
-    "Lattice checks inline disks' conflicts and attach limits only with the cluster's "
-    "storage state, and not for gang members"
+    "Lattice checks inline disks' conflicts and attach limits only with the cluster's storage"
 )
 NO_DRA: Final = "Lattice does not allocate DRA resource claims yet"
 
