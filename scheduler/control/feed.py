@@ -375,17 +375,19 @@ class Feed:
     def _pdbs(self, events: Sequence[Event]) -> None:
         for ev in events:
             if ev.type is EventType.DELETED:
-                self.scheduler.pdb_deleted(ev.obj)
+                self.scheduler.preemptor.pdb_deleted(ev.obj)
             else:
-                self.scheduler.pdb_upserted(ev.obj)
+                self.scheduler.preemptor.pdb_upserted(ev.obj)
 
     def _pdbs_listed(self, items: Sequence[RawObject]) -> None:
         listed = {f"{ns}/{name}" for ns, name, _ in map(_meta, items)}
-        for key in self.scheduler.pdb_keys() - listed:
+        for key in self.scheduler.preemptor.pdb_keys() - listed:
             namespace, name = key.split("/", 1)
-            self.scheduler.pdb_deleted({"metadata": {"namespace": namespace, "name": name}})
+            self.scheduler.preemptor.pdb_deleted(
+                {"metadata": {"namespace": namespace, "name": name}}
+            )
         for obj in items:
-            self.scheduler.pdb_upserted(obj)
+            self.scheduler.preemptor.pdb_upserted(obj)
 
     # -- storage ------------------------------------------------------------------------
     def _storage(self, kind: Kind, events: Sequence[Event]) -> None:

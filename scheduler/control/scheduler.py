@@ -7,7 +7,9 @@ Events and PodScheduled), the gang flow (:mod:`~scheduler.control.gang_flow`: Po
 to joint placements, over the gang book of :mod:`~scheduler.control.gangs`), the node
 reports (:mod:`~scheduler.control.node_reports`: NodeTopology and NodeResourceTopology
 into devices and load) and the storage (:mod:`~scheduler.control.storage`: PVs, claims,
-classes into the VolumeState, and VolumeBinding's PreBind wait). What is left here is the
+classes into the VolumeState, and VolumeBinding's PreBind wait) and the preemptor
+(:mod:`~scheduler.control.preemptor`: budgets, pod facts, nominations, evictions). What is
+left here is the
 state they share (cache, queue, framework), the pod, node and budget handlers, and the
 cycle and binding of a single pod.
 
@@ -31,14 +33,16 @@ Theory of operation (one asyncio loop, no threads, no locks):
   FailedScheduling is sent at most once per backoff window.
 * Every attempt has a trace id on each of its log lines and on its Event.
 * Plugins run timed (``scheduler_plugin_execution_duration_seconds``) on one cycle in ten,
-  by wrappers made here around the core's plugin instances; the core itself never times.
+  by wrappers around the core's plugin instances (:mod:`~scheduler.control.timing`); the
+  core itself never times.
 * Preemption (kube's DefaultPreemption, :mod:`scheduler.core.preemption`): a pod no node
   fits, whose failure is Unschedulable somewhere, may evict lower-priority pods. The choice
   is made inside the cycle, on the same snapshot, with the PodDisruptionBudgets, pod facts
   (start times, victims terminating by preemption, ``preemptionPolicy``) and nominations
-  kept here; the pod is nominated to the node at once (in memory) and the writes follow in
-  a task: each victim's DisruptionTarget condition, its deletion and a Preempted Event, the
-  nominations of lower-priority pods to that node cleared, and the preemptor's
+  the :class:`~scheduler.control.preemptor.Preemptor` keeps; the pod is nominated to the
+  node at once (in memory) and the writes follow in a task: each victim's DisruptionTarget
+  condition, its deletion and a Preempted Event, the nominations of lower-priority pods to
+  that node cleared, and the preemptor's
   ``nominatedNodeName`` with its PodScheduled=False. The preemptor waits as any
   Unschedulable pod; the victims' deletions wake it. Until it binds (or is deleted, or
   nominated elsewhere), its nomination counts for pods of lower or equal priority
@@ -53,7 +57,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import copy
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -67,8 +70,8 @@ from scheduler.control.cache import SchedulerCache
 from scheduler.control.gang_flow import GangFlow
 from scheduler.control.gangs import GangEntry, gang_of
 from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
-from scheduler.control.kubeio import api_now as dt_now
 from scheduler.control.node_reports import NodeReports
+from scheduler.control.preemptor import Preemptor, ident
 from scheduler.control.queue import (
     PENDING_QUEUES,
     ClusterEvent,
@@ -84,8 +87,8 @@ from scheduler.control.queued import BrokenPod, QueuedPod, relevant_update
 from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import SchedulerSettings
 from scheduler.control.storage import POD_GONE, Kind, Storage
+from scheduler.control.timing import timed
 from scheduler.core.explain import Decision
-from scheduler.core.framework import Code, Cycle, PluginSet
 from scheduler.core.from_api import scheduled_at
 from scheduler.core.load import LoadView
 from scheduler.core.nominated import schedule_with_nominated
@@ -96,9 +99,7 @@ from scheduler.core.volumes import VolumePlan
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.node import Node
-from scheduler.model.pdb import PodDisruptionBudget
 from scheduler.model.pod import Pod
-from scheduler.model.pod_facts import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER, PodFacts
 from scheduler.obs.logging import attempt_logger, new_trace_id
 from scheduler.obs.metrics import AttemptResult, Metrics, PluginTimer
 from scheduler.predict import LoadPredictor
@@ -107,33 +108,6 @@ Body = Mapping[str, Any]
 
 LOAD_GAUGE_EVERY = 4
 """Ticks between refreshes of the nodes-by-load-status gauge (ticks come 4 times a second)."""
-
-_NO_FACTS = PodFacts()
-
-
-def _ident(body: Body) -> str:
-    """A pod body's :attr:`Pod.key` (its uid; namespace/name without one): what facts and
-    nominations are kept by, as preemption looks them up."""
-    meta = body.get("metadata") or {}
-    return str(meta.get("uid") or "") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-def _facts_inputs(body: Body) -> tuple[object, ...]:
-    """What :meth:`PodFacts.from_api` reads, cheaply: re-parsed only when this changes."""
-    meta = body.get("metadata") or {}
-    status = body.get("status") or {}
-    target = None
-    if meta.get("deletionTimestamp") is not None:
-        for cond in status.get("conditions") or ():
-            if isinstance(cond, Mapping) and cond.get("type") == DISRUPTION_TARGET:
-                target = (cond.get("status"), cond.get("reason"))
-                break
-    return (
-        status.get("startTime"),
-        meta.get("deletionTimestamp") is not None,
-        target,
-        (body.get("spec") or {}).get("preemptionPolicy"),
-    )
 
 
 @dataclass
@@ -155,81 +129,6 @@ def _node_changes(old: Node, new: Node) -> NodeChange:
     if old.unschedulable != new.unschedulable:
         changes |= NodeChange.SCHEDULABLE
     return changes
-
-
-_STATUS_NAMES = {
-    Code.SUCCESS: "Success",
-    Code.ERROR: "Error",
-    Code.UNSCHEDULABLE: "Unschedulable",
-    Code.UNSCHEDULABLE_AND_UNRESOLVABLE: "UnschedulableAndUnresolvable",
-    Code.SKIP: "Skip",
-}
-
-
-class _TimedPlugin:
-    """One plugin at one extension point, timed while the timer is on. The core stays
-    pure: timing is wrapped around its plugins here, in the shell."""
-
-    def __init__(self, inner: Any, timer: PluginTimer, point: str) -> None:
-        self._inner = inner
-        self._timer = timer
-        self._point = point
-        self.name: str = inner.name
-
-    def _run(self, method: str, *args: Any) -> Any:
-        call = getattr(self._inner, method)
-        if not self._timer.on:
-            return call(*args)
-        started = time.perf_counter()
-        try:
-            result = call(*args)
-        except Exception:
-            self._timer.observe(self.name, self._point, "Error", time.perf_counter() - started)
-            raise
-        elapsed = time.perf_counter() - started
-        self._timer.observe(self.name, self._point, self._status(result, args), elapsed)
-        return result
-
-    def _status(self, result: Any, args: tuple[Any, ...]) -> str:
-        if self._point == "PreFilter":
-            return _STATUS_NAMES[result.code]
-        if result is None:
-            return "Skip" if self._point == "Score" else "Success"
-        if self._point == "Filter":
-            candidates = args[1]
-            codes = result.codes[candidates]
-            return _STATUS_NAMES[Code(int(codes.max()))] if codes.size else "Success"
-        return "Success"
-
-    def pre_filter(self, cycle: Cycle) -> Any:
-        return self._run("pre_filter", cycle)
-
-    def filter(self, cycle: Cycle, candidates: Any) -> Any:
-        return self._run("filter", cycle, candidates)
-
-    def score(self, cycle: Cycle, feasible: Any) -> Any:
-        return self._run("score", cycle, feasible)
-
-    def prefer(self, cycle: Cycle, feasible: Any) -> Any:
-        return self._run("prefer", cycle, feasible)
-
-    def annotate(self, cycle: Cycle, row: int) -> Any:
-        return self._run("annotate", cycle, row)
-
-
-def timed(framework: Framework, timer: PluginTimer) -> Framework:
-    """A framework running ``framework``'s plugin instances, each timed by ``timer``."""
-    plugins = framework.plugins
-    out = copy.copy(framework)
-    out.plugins = PluginSet(
-        pre_filters=tuple(_TimedPlugin(p, timer, "PreFilter") for p in plugins.pre_filters),
-        filters=tuple(_TimedPlugin(p, timer, "Filter") for p in plugins.filters),
-        scores=tuple((_TimedPlugin(p, timer, "Score"), w) for p, w in plugins.scores),
-        annotators=tuple(_TimedPlugin(p, timer, "Annotate") for p in plugins.annotators),
-        preferences=tuple(_TimedPlugin(p, timer, "Prefer") for p in plugins.preferences),
-        volume_planners=plugins.volume_planners,
-    )
-    return out
 
 
 class Scheduler:
@@ -285,15 +184,13 @@ class Scheduler:
                 repeat_after=self.queue.config.max_backoff,
                 on_drop=metrics.reports_dropped.inc,
             )
-        self.pdbs: dict[str, PodDisruptionBudget] = {}
-        """PodDisruptionBudgets by namespace/name (preemption spends their status)."""
-        self.facts: dict[str, PodFacts] = {}
-        """What preemption reads of pods beyond their records (only non-default facts), by
-        :attr:`Pod.key` (the uid)."""
-        self._facts_seen: dict[str, tuple[object, ...]] = {}
-        self.nominations: dict[str, tuple[Pod, str]] = {}
-        """Pending pods nominated to a node (by our preemption or their status), with it, by
-        :attr:`Pod.key` (the uid)."""
+        self.preemptor = Preemptor(
+            writer=writer,
+            reporter=self.reporter,
+            scheduler_name=lambda: self.settings.scheduler_name,
+            log=self.log,
+        )
+        """Budgets, pod facts and nominations preemption reads, and its eviction writes."""
         self.node_reports = NodeReports(
             topology=self.cache.topology,
             load=self.load,
@@ -352,8 +249,8 @@ class Scheduler:
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if spec.get("nodeName"):
             self.forget_reports(str(meta.get("uid", "")))
-            self._end_nomination(_ident(body))
-            self._note_facts(_ident(body), body)
+            self.preemptor.end_nomination(ident(body))
+            self.preemptor.note_facts(ident(body), body)
             known = self.cache.cached_pod(key)
             pod = self.cache.observe_bound_pod(body)
             self._drop_from_queue(key)
@@ -372,12 +269,12 @@ class Scheduler:
         ):
             self._drop_from_queue(key)
             self.forget_reports(str(meta.get("uid", "")))
-            self._forget_pod(_ident(body))
+            self.preemptor.forget_pod(ident(body))
             if gang is not None:
                 self.gang_flow.member_gone(gang, key)
             return
         self._note_condition(str(meta.get("uid", "")), body)
-        self._note_facts(_ident(body), body)
+        self.preemptor.note_facts(ident(body), body)
         cached = self.cache.cached_pod(key)
         if cached is not None:
             if cached.pod.uid == str(meta.get("uid", "")):
@@ -396,7 +293,7 @@ class Scheduler:
                 str(exc),
             )
         if isinstance(queued, Pod):
-            self._note_nomination(queued)
+            self.preemptor.note_nomination(queued)
         if gang is not None:
             self.gang_flow.member_pending(gang, key, queued)
             return
@@ -427,68 +324,8 @@ class Scheduler:
             placed,
         )
 
-    # -- what preemption reads: budgets, pod facts, nominations ---------------------------
-    def pdb_upserted(self, body: Body) -> None:
-        """A PodDisruptionBudget; one that cannot be read is logged and left out (as if it
-        did not exist), never fatal."""
-        meta = body.get("metadata") or {}
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        try:
-            pdb = PodDisruptionBudget.from_api(body)
-        except (InvalidObjectError, ValueError, TypeError) as exc:
-            self.log.warning("pdb_unreadable", pod=key, reason=str(exc))
-            self.pdbs.pop(key, None)
-            return
-        self.pdbs[key] = pdb
-
-    def pdb_deleted(self, body: Body) -> None:
-        meta = body.get("metadata") or {}
-        self.pdbs.pop(f"{meta.get('namespace', '')}/{meta.get('name', '')}", None)
-
-    def pdb_keys(self) -> set[str]:
-        """Budgets known (a re-list reconciles them)."""
-        return set(self.pdbs)
-
-    def _note_facts(self, key: str, body: Body) -> None:
-        """Start time, termination by preemption, preemptionPolicy: parsed only when one of
-        them changed (a bound pod's status updates come through here)."""
-        seen = _facts_inputs(body)
-        if self._facts_seen.get(key) == seen:
-            return
-        self._facts_seen[key] = seen
-        try:
-            facts = PodFacts.from_api(body)
-        except InvalidObjectError as exc:
-            self.log.warning("pod_facts_unreadable", pod=key, reason=str(exc))
-            facts = _NO_FACTS
-        if facts == _NO_FACTS:
-            self.facts.pop(key, None)
-        else:
-            self.facts[key] = facts
-
-    def _forget_pod(self, key: str) -> None:
-        self.facts.pop(key, None)
-        self._facts_seen.pop(key, None)
-        self._end_nomination(key)
-
-    def _note_nomination(self, pod: Pod) -> None:
-        """A pending pod's record: a known nomination follows the new record (ours is newer
-        than any status it may show); a pod nominated by its status (a previous leader,
-        kube-scheduler before it was ours) counts as nominated there."""
-        known = self.nominations.get(pod.key)
-        if known is not None:
-            self.nominations[pod.key] = (pod, known[1])
-        elif pod.nominated_node_name:
-            self.nominations[pod.key] = (pod, pod.nominated_node_name)
-        else:
-            self.nominations.pop(pod.key, None)
-
-    def _end_nomination(self, key: str) -> None:
-        self.nominations.pop(key, None)
-
     def nominated(self) -> list[tuple[Pod, str]]:
-        """Pending pods and their nominated nodes, for cycles and preemption."""
-        return list(self.nominations.values())
+        return self.preemptor.nominated()
 
     def _note_condition(self, uid: str, body: Body) -> None:
         if self.reporter is not None:
@@ -504,7 +341,7 @@ class Scheduler:
         info = self.queue.get(key)
         if info is not None and (not uid or info.pod.uid == uid):
             self._drop_from_queue(key)
-        self._forget_pod(_ident(body))
+        self.preemptor.forget_pod(ident(body))
         cached = self.cache.cached_pod(key)
         removed = False
         if cached is not None and (not uid or cached.pod.uid == uid):
@@ -521,8 +358,8 @@ class Scheduler:
         what :meth:`pod_upserted` does for a bound pod, without re-placing it."""
         meta = body.get("metadata") or {}
         self.forget_reports(str(meta.get("uid", "")))
-        self._end_nomination(_ident(body))
-        self._note_facts(_ident(body), body)
+        self.preemptor.end_nomination(ident(body))
+        self.preemptor.note_facts(ident(body), body)
         self.cache.confirm(key, rv, meta.get("generation"))
         self._drop_from_queue(key)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
@@ -533,7 +370,7 @@ class Scheduler:
         """A bound pod changed only where scheduling does not read (status, mostly): its
         facts (it started) may have changed."""
         self.cache.touch(key, rv)
-        self._note_facts(_ident(body), body)
+        self.preemptor.note_facts(ident(body), body)
         meta = body.get("metadata") or {}
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
@@ -549,12 +386,12 @@ class Scheduler:
         info = self.queue.get(key)
         if info is not None and info.pod.uid == uid:
             self._drop_from_queue(key)
-        self._end_nomination(_ident(body))
+        self.preemptor.end_nomination(ident(body))
         if bound:
             return
         if uid in self._prebinding:
             self._prebinding[uid] = False
-        self._forget_pod(_ident(body))
+        self.preemptor.forget_pod(ident(body))
         self.forget_reports(uid)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
@@ -572,7 +409,7 @@ class Scheduler:
                 if queued.uid not in live:
                     self.queue.delete(queued)
                     self.forget_reports(queued.uid)
-                    self._forget_pod(queued.uid or f"{queued.namespace}/{queued.name}")
+                    self.preemptor.forget_pod(queued.uid or f"{queued.namespace}/{queued.name}")
         for gang in list(self.gang_flow.gangs):
             gone = [k for k, m in gang.pending.items() if m.uid not in live]
             for key in gone:
@@ -669,7 +506,7 @@ class Scheduler:
         Nominated pods of at least its priority hold their nodes' room
         (:func:`~scheduler.core.nominated.schedule_with_nominated`), except those keyed in
         ``ignore_nominated`` (a gang's own members, whose plan replaces their nominations)."""
-        nominated = self.nominated() if self.nominations else []
+        nominated = self.nominated() if self.preemptor.nominations else []
         if ignore_nominated:
             nominated = [(p, n) for p, n in nominated if p.key not in ignore_nominated]
         return schedule_with_nominated(
@@ -689,9 +526,9 @@ class Scheduler:
         placed gang members are evicted whole (the gang flow knows them)."""
         gangs, gang_members = self.gang_flow.placed_members()
         return Inputs(
-            pdbs=tuple(self.pdbs.values()),
+            pdbs=tuple(self.preemptor.pdbs.values()),
             nominated=self.nominated(),
-            facts=self.facts,
+            facts=self.preemptor.facts,
             seed=self.settings.seed,
             topology=self.cache.topology,
             load=LoadView(self.load, self.wall_clock()),
@@ -704,7 +541,7 @@ class Scheduler:
         """kube's PostFilter after a failed cycle: a preemption, or why none (kube's
         ``preemption: ...`` text, to append to the FailedScheduling message)."""
         pod = decision.pod
-        nominated = self.nominations.get(pod.key)
+        nominated = self.preemptor.nominations.get(pod.key)
         if nominated is not None and pod.nominated_node_name != nominated[1]:
             # Our own nomination, which the pod's record (parsed before it) cannot show.
             pod = dataclasses.replace(pod, nominated_node_name=nominated[1])
@@ -757,9 +594,9 @@ class Scheduler:
             message = decision.summary
             if found is None:
                 message = f"{message} preemption: {why}"
-                if pod.key in self.nominations and not why.startswith("not eligible"):
+                if pod.key in self.preemptor.nominations and not why.startswith("not eligible"):
                     # kube clears the nomination when no node can be freed (ModeOverride).
-                    self._end_nomination(pod.key)
+                    self.preemptor.end_nomination(pod.key)
                     nominated = ""
             else:
                 nominated = found.node
@@ -776,7 +613,8 @@ class Scheduler:
             return
         node = decision.selected
         annotations = dict(decision.annotations)
-        self._end_nomination(pod.key)  # kube forgets the nomination when it assumes the pod
+        # kube forgets the nomination when it assumes the pod
+        self.preemptor.end_nomination(pod.key)
         self.cache.assume(pod, node, annotations)
         plan = decision.volume_plan
         if plan is not None:  # kube's Reserve: the next cycle must not offer these PVs again
@@ -853,80 +691,19 @@ class Scheduler:
         nominations of lower-priority pods to those nodes ended, and in a task the victims
         marked, deleted and given a ``Preempted`` Event naming ``preemptor`` and their node,
         and the ended nominations cleared in the API."""
-        cleared: dict[str, Pod] = {}
-        keys = {pod.key for pod, _ in nominations}
-        for pod, node in nominations:
-            self.nominations[pod.key] = (pod, node)
-        for pod, node in nominations:
-            for other, at in self.nominations.values():
-                if at == node and other.priority < pod.priority and other.key not in keys:
-                    cleared[other.key] = other
-        for other in cleared.values():
-            self._end_nomination(other.key)
+        cleared = self.preemptor.nominate(nominations)
         self.metrics.preemption_victims.observe(len(victims))
         snapshot = self.cache.snapshot
         default = nominations[0][1] if nominations else ""
         placed = [(v, snapshot.node_of_pod(v.key) or default) for v in victims]
         if self.writer is not None:
-            self._spawn(self._preemption_writes(preemptor, placed, list(cleared.values()), log))
+            self._spawn(self.preemptor.evict(preemptor, placed, cleared, log))
 
     def end_nominations(self, keys: Sequence[str]) -> None:
         """Forget these pods' nominations (by :attr:`Pod.key`): a gang whose preemption can
         no longer help (kube clears a pod's when no node can be freed)."""
         for key in keys:
-            self._end_nomination(key)
-
-    async def _preemption_writes(
-        self,
-        preemptor: str,
-        victims: Sequence[tuple[Pod, str]],
-        cleared: list[Pod],
-        log: Any,
-    ) -> None:
-        """kube's ``prepareCandidate``: per victim (concurrently) DisruptionTarget=True, then
-        DELETE (uid precondition, default grace period), then a Preempted Event; then the
-        lower-priority pods nominated to the node lose that nomination. A failed write is
-        logged; the preemptor retries on its next cycle like any Unschedulable pod."""
-        writer = self.writer
-        assert writer is not None
-        condition = {
-            "type": DISRUPTION_TARGET,
-            "status": "True",
-            "reason": PREEMPTION_BY_SCHEDULER,
-            "message": f"{self.settings.scheduler_name}: preempting to accommodate a higher "
-            "priority pod",
-            "lastTransitionTime": dt_now(),
-        }
-
-        async def evict(victim: Pod, node: str) -> None:
-            ref = PodRef(victim.namespace, victim.name, victim.uid)
-            key = f"{victim.namespace}/{victim.name}"
-            try:
-                if not await writer.patch_pod_status(ref, {"conditions": [condition]}):
-                    log.info("victim_gone", node=node, reason=key)
-                    return
-                if not await writer.delete_pod(ref):
-                    log.info("victim_gone", node=node, reason=key)
-                    return
-            except Exception as exc:
-                log.warning("victim_eviction_failed", node=node, reason=f"{key}: {exc!r}")
-                return
-            log.info("victim_deleted", node=node, reason=key)
-            if self.reporter is not None:
-                self.reporter.event(
-                    ref,
-                    reason="Preempted",
-                    action="Preempting",
-                    message=f"Preempted by {preemptor} on node {node}",
-                )
-
-        await asyncio.gather(*(evict(v, node) for v, node in victims))
-        for other in cleared:
-            ref = PodRef(other.namespace, other.name, other.uid)
-            try:
-                await writer.patch_pod_status(ref, {"nominatedNodeName": None})
-            except Exception as exc:
-                log.warning("nomination_clear_failed", reason=f"{other.key}: {exc!r}")
+            self.preemptor.end_nomination(key)
 
     def forget_reports(self, uid: str) -> None:
         """The pod was bound or is gone: its condition and event memory go with it."""
@@ -984,7 +761,7 @@ class Scheduler:
                 return
         outcome = await self.binder.bind(ref, node, annotations)
         if outcome.result is BindResult.BOUND:
-            self._end_nomination(pod.key)
+            self.preemptor.end_nomination(pod.key)
             self.cache.finish_binding(pod, self.clock())
             self.counters.scheduled += 1
             self.forget_reports(pod.uid)

@@ -82,7 +82,7 @@ async def test_a_gang_preempts_the_whole_lower_gang_then_binds_once_it_is_gone()
     assert "preempting 4 lower-priority pods" in pg_events[0][3]
     # Every member is nominated (in memory and in its status) and nothing is bound yet.
     assert not writer.binds
-    nominated = {p.name: node for p, node in sched.nominations.values()}
+    nominated = {p.name: node for p, node in sched.preemptor.nominations.values()}
     assert set(nominated) == {f"hi-{i}" for i in range(4)}
     written = {c[0]: c[3] for c in writer.conditions if c[0].startswith("hi-")}
     assert written == nominated
@@ -101,7 +101,7 @@ async def test_a_gang_preempts_the_whole_lower_gang_then_binds_once_it_is_gone()
     sched.queue.flush(now=float("inf"))
     await run_one(sched)
     assert sorted(name for name, _ in writer.binds) == [f"hi-{i}" for i in range(4)]
-    assert not sched.nominations
+    assert not sched.preemptor.nominations
 
 
 async def test_nothing_is_evicted_when_the_gang_cannot_fit_even_then() -> None:
@@ -111,7 +111,7 @@ async def test_nothing_is_evicted_when_the_gang_cannot_fit_even_then() -> None:
     await run_one(sched)
     assert writer.deletes == []
     assert not preempted_events(writer)
-    assert not sched.nominations
+    assert not sched.preemptor.nominations
     message = [c[2] for c in writer.conditions if c[0] == "hi-0"][-1]
     assert "preemption: the gang does not fit even with every lower-priority pod evicted" in message
 
@@ -147,7 +147,7 @@ async def test_single_pod_preemption_takes_a_gang_whole() -> None:
     await run_one(sched)
     assert sorted(writer.deletes) == ["lo-0", "lo-1"]
     uid = "uid-hi"
-    node = sched.nominations[uid][1]
+    node = sched.preemptor.nominations[uid][1]
     messages = dict(preempted_events(writer))
     assert set(messages) == {"lo-0", "lo-1"}
     assert messages[f"lo-{node[-1]}"] == f"Preempted by pod {uid} on node {node}"
@@ -173,7 +173,7 @@ async def test_nominations_end_when_no_eviction_can_help_any_more() -> None:
     high_gang(sched)
     await run_one(sched)
     assert sorted(writer.deletes) == [f"lo-{i}" for i in range(4)]
-    assert len(sched.nominations) == 4
+    assert len(sched.preemptor.nominations) == 4
     # The room goes to pods of a higher priority before the gang is retried.
     for body in lo:
         sched.pod_deleted(body)
@@ -182,6 +182,6 @@ async def test_nominations_end_when_no_eviction_can_help_any_more() -> None:
     sched.queue.flush(now=float("inf"))
     await run_one(sched)
     assert len(writer.deletes) == 4
-    assert not sched.nominations
+    assert not sched.preemptor.nominations
     cleared = {c[0] for c in writer.conditions if c[3] == ""}
     assert cleared == {f"hi-{i}" for i in range(4)}

@@ -257,7 +257,7 @@ def test_the_gang_solver_still_finds_plugins_by_type() -> None:
     assert type(sched.framework) is Framework
     names = [p.name for p in sched._timed_framework.plugins.filters]
     assert names == [p.name for p in sched.framework.plugins.filters]
-    assert all(type(p).__name__ != "_TimedPlugin" for p in sched.framework.plugins.filters)
+    assert all(type(p).__name__ != "TimedPlugin" for p in sched.framework.plugins.filters)
 
 
 async def test_shutdown_cancels_what_does_not_finish(no_leaked_tasks: None) -> None:

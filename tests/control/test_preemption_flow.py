@@ -205,7 +205,9 @@ async def test_preemption_policy_never_preempts_nothing_and_says_why() -> None:
     sched, writer = setup()
     full(sched)
     sched.pod_upserted(pending("hi", "1", 100, preemptionPolicy="Never"))
-    assert sched.facts[choice_uid(sched, "hi")].preemption_policy is PreemptionPolicy.NEVER
+    assert (
+        sched.preemptor.facts[choice_uid(sched, "hi")].preemption_policy is PreemptionPolicy.NEVER
+    )
     cycle(sched)
     await sched.drain(10)
     assert writer.deletes == []
@@ -244,17 +246,17 @@ async def test_a_budget_protects_a_pod_while_another_choice_exists() -> None:
     sched, writer = setup()
     sched.pod_upserted(bound("guarded", "n0", "2", 1, start="2026-01-02T00:00:00Z", app="db"))
     sched.pod_upserted(bound("free", "n1", "2", 1, start="2026-01-01T00:00:00Z", app="web"))
-    sched.pdb_upserted(pdb("db", 0, app="db"))
-    sched.pdb_upserted(
+    sched.preemptor.pdb_upserted(pdb("db", 0, app="db"))
+    sched.preemptor.pdb_upserted(
         {"metadata": {"name": "bad", "namespace": "default"}, "spec": {"minAvailable": "x%"}}
     )
-    assert set(sched.pdbs) == {"default/db"}  # the unreadable one is left out
+    assert set(sched.preemptor.pdbs) == {"default/db"}  # the unreadable one is left out
     sched.pod_upserted(pending("hi", "2", 100))
     cycle(sched)
     await sched.drain(10)
     assert writer.deletes == ["free"]
-    sched.pdb_deleted({"metadata": {"name": "db", "namespace": "default"}})
-    assert sched.pdbs == {}
+    sched.preemptor.pdb_deleted({"metadata": {"name": "db", "namespace": "default"}})
+    assert sched.preemptor.pdbs == {}
 
 
 async def test_a_victim_already_gone_is_not_deleted_or_announced() -> None:
@@ -299,7 +301,7 @@ def test_the_feed_keeps_facts_and_budgets_current_on_its_fast_paths() -> None:
         [Batch(intake.ASSIGNED_PODS, (Event(EventType.ADDED, "x", cast(RawObject, body)),), "1")]
     )
     key = body["metadata"]["uid"]
-    assert key not in sched.facts  # not started: no facts
+    assert key not in sched.preemptor.facts  # not started: no facts
     started = copy.deepcopy(body)
     started["metadata"]["resourceVersion"] = str(next(_rv))
     started["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}
@@ -314,12 +316,12 @@ def test_the_feed_keeps_facts_and_budgets_current_on_its_fast_paths() -> None:
         ]
     )
     assert feed.stats.bound_unchanged == unchanged + 1  # the fast path, and yet:
-    assert sched.facts[key].start_time == 1767225600.0
+    assert sched.preemptor.facts[key].start_time == 1767225600.0
     budget = pdb("db", 1, app="db")
     feed.apply([Batch(intake.PDBS, (Event(EventType.ADDED, "p", cast(RawObject, budget)),), "3")])
-    assert sched.pdbs["default/db"].disruptions_allowed == 1
+    assert sched.preemptor.pdbs["default/db"].disruptions_allowed == 1
     feed.apply([intake.Relisted(intake.PDBS, (), "4", initial=False)])
-    assert sched.pdbs == {}
+    assert sched.preemptor.pdbs == {}
     feed.apply(
         [
             Batch(
@@ -329,7 +331,7 @@ def test_the_feed_keeps_facts_and_budgets_current_on_its_fast_paths() -> None:
             )
         ]
     )
-    assert key not in sched.facts
+    assert key not in sched.preemptor.facts
 
 
 class FakeCore:
@@ -386,7 +388,7 @@ async def test_unreadable_facts_are_logged_and_read_as_none() -> None:
     sched, writer = setup(nodes=1)
     broken = bound("a", "n0", "2", 1, start="yesterday")
     sched.pod_upserted(broken)
-    assert broken["metadata"]["uid"] not in sched.facts
+    assert broken["metadata"]["uid"] not in sched.preemptor.facts
     odd = pending("hi", "1", 100, preemptionPolicy="Sometimes")
     sched.pod_upserted(odd)
     cycle(sched, "hi")  # the record itself is readable: scheduled, and it may preempt
@@ -423,4 +425,4 @@ async def test_a_nomination_ends_when_the_pod_is_deleted_or_bound_elsewhere() ->
     elsewhere["spec"]["nodeName"] = "n0"  # bound by someone else, not where nominated
     sched.pod_upserted(elsewhere)
     assert nominated_to(sched, "moved") is None
-    assert sched.nominations == {}
+    assert sched.preemptor.nominations == {}
