@@ -1,12 +1,13 @@
-"""Where the CPU per pod goes in `lattice run`, on the plain-pod workload: a cProfile breakdown.
+"""Where the CPU per pod goes in `lattice run`, on one benchmark workload: a cProfile breakdown.
 
 Why: `just bench` says how much CPU a pod costs; before and after a rewrite (the intake,
 say) we also need to say *where* it went, reproducibly, in one command.
 
 How (the benchmark's own pieces, imported, not copied): a devcluster with ``--nodes`` kwok
 nodes (a temporary one, or the one running in ``--state-dir`` / ``$LATTICE_STATE_DIR``,
-started there if missing and kept), ``--existing`` plain pods pre-bound with the
-benchmark's placement, then `lattice run` from the benchmark's launcher, its argv wrapped
+started there if missing and kept), ``--existing`` pods of the ``--workload``'s shape (plain
+by default; the benchmark's spread, affinity and anti-affinity pods otherwise) pre-bound with
+the benchmark's placement, then `lattice run` from the benchmark's launcher, its argv wrapped
 so that this module's ``_child`` entry runs ``scheduler.cli`` with cProfile armed but off.
 Only measured windows are profiled, so start-up (imports, the initial list, kopf's first
 listing) does not pollute the per-pod figures:
@@ -16,13 +17,22 @@ listing) does not pollute the per-pod figures:
 2. background window (``--idle`` s, no pods): what the cluster costs Lattice with nothing
    to schedule (kwok's node heartbeats, housekeeping ticks), profiled on its own;
 3. pod window: SIGUSR1 turns a fresh profiler on and the window's CPU clock
-   (``/proc/<pid>/stat``) starts; ``--pods`` plain pods are created (32 calls in flight,
-   or ``--rate`` pods/s); once every pod is bound (the benchmark's watcher) and Running
+   (``/proc/<pid>/stat``) starts; ``--pods`` pods of the workload are created (32 calls in
+   flight, or ``--rate`` pods/s); once every pod is bound (the benchmark's watcher) and Running
    (kwok), a sentinel pod is created and bound too: the watch delivers in order, so Lattice
    has then seen every pod event (a busy API server delivers some long after the binding);
    once Lattice is back to its background CPU rate, SIGUSR2 stops the profiler and writes
    the ``.prof`` (and ``.json``: the run's figures, for ``--report``);
 4. SIGTERM stops Lattice in order (the profiles are already on disk either way).
+
+``--backlog`` measures as `just bench` does instead: the pods are created while no Lattice
+runs, then Lattice starts (no sentinel, no background window), and the pod window runs from
+the first binding the benchmark's watch sees to the last one (SIGUSR1 and SIGUSR2 sent from
+the watch's callback): the benchmark's CPU column, per pod bound after the first. That
+window holds the first cycles of the workload's shape, which a short run such as the
+200-pod anti-affinity one is dominated by, but not the start-up before the first binding.
+With ``--profile-from start`` the profile covers the process from its start instead (the
+CPU figure stays the window's).
 
 CPU ms/pod is the pod window's process CPU (user + system, every thread) over the pods
 bound; "bg" is the background window's rate times the pod window's length, and "net" the
@@ -66,7 +76,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -84,10 +94,12 @@ from scheduler.benchmarks.common import (
 )
 from scheduler.benchmarks.scheduling import (
     LATTICE,
+    WORKLOADS,
     Bench,
     cpu_seconds,
     peak_rss_mib,
     plain,
+    sizes,
 )
 from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.kube import api_client
@@ -634,6 +646,9 @@ class Run:
     profiler: str
     timer: str
     profile_from: str
+    workload: str = "plain"
+    """The benchmark workload measured (:data:`~scheduler.benchmarks.scheduling.WORKLOADS`);
+    the sentinel pods are plain whatever it is."""
     bound: int = 0
     watch: str = ""
     create_s: float = math.nan
@@ -653,15 +668,28 @@ class Run:
     exit: str = ""
     background: str = ""
     """The background window's profile, if any."""
+    backlog: bool = False
+    """The pods created before Lattice started; the window is first to last binding, and
+    per-pod figures count the pods bound after the first (the benchmark's CPU ms/pod)."""
     baseline_ms: float = math.nan
     """``--baseline``: the unprofiled run's CPU ms/pod in its pod window."""
     baseline_bg_ms: float = math.nan
     baseline_pods_s: float = math.nan
 
     @property
+    def pods_in_window(self) -> int:
+        return max(self.bound - 1, 0) if self.backlog else self.bound
+
+    @property
+    def pods_s(self) -> float:
+        """Pods bound per second of :attr:`bind_s`."""
+        return self.pods_in_window / self.bind_s if self.bind_s > 0 else math.nan
+
+    @property
     def cpu_ms(self) -> float:
         """CPU ms per pod bound in the pod window."""
-        return self.window_cpu_s * 1000 / self.bound if self.bound else math.nan
+        n = self.pods_in_window
+        return self.window_cpu_s * 1000 / n if n else math.nan
 
     @property
     def bg_ms(self) -> float:
@@ -765,9 +793,13 @@ class Session:
             profiler=args.profiler if profiled else "off",
             timer=args.timer,
             profile_from=args.profile_from,
+            workload=args.workload,
+            backlog=args.backlog,
             background=str(self.bg_out) if self.bg_out is not None else "",
         )
         self.pid = 0
+        self.marks: dict[str, float] = {}
+        """``--backlog``: the process CPU and time at the first and the last binding."""
 
     async def __call__(self) -> Run:
         args = self.args
@@ -778,9 +810,9 @@ class Session:
             ns = f"profile-{os.getpid()}-{int(time.time())}"
             await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": ns}}))
             try:
-                await bench.place_existing(ns, plain, LATTICE, args.existing)
+                await bench.place_existing(ns, WORKLOADS[args.workload], LATTICE, args.existing)
                 names = [f"p-{i}" for i in range(args.pods)]
-                watcher = Watcher(api, ns)
+                watcher = Watcher(api, ns, self._on_bound(set(names)))
                 watcher.start()
                 try:
                     await watcher.started.wait()
@@ -792,6 +824,25 @@ class Session:
                 with contextlib.suppress(Exception):
                     await bench._clear(ns)
         return self.run
+
+    def _on_bound(self, names: set[str]) -> Callable[[str, str, float], None]:
+        marks, seen = self.marks, set[str]()
+
+        def on_bound(name: str, _node: str, _now: float) -> None:
+            if name not in names or not self.pid or name in seen:
+                return
+            seen.add(name)
+            if not self.args.backlog:
+                return
+            if len(seen) == 1:
+                if self.args.profile_from != "start":
+                    self._signal(signal.SIGUSR1)
+                marks["first"], marks["t_first"] = cpu_seconds(self.pid), time.monotonic()
+            if len(seen) == len(names):
+                marks["last"], marks["t_last"] = cpu_seconds(self.pid), time.monotonic()
+                self._signal(signal.SIGUSR2)
+
+        return on_bound
 
     def _signal(self, sig: signal.Signals) -> None:
         if self.profiled:
@@ -808,6 +859,11 @@ class Session:
             if self.profiled
             else self.cluster
         )
+        make = WORKLOADS[args.workload]
+        bodies = [make(name, LATTICE) for name in names]
+        if args.backlog:
+            await self._backlog(api, bench, ns, names, bodies, watcher, launcher)
+            return
         started = time.time()
         self.pid = pid = start_lattice(launcher)
         try:
@@ -825,32 +881,85 @@ class Session:
             else:
                 self._signal(signal.SIGUSR1)
             print(f"  pod window: creating {len(names)} pods", flush=True)
-            bodies = [plain(name, LATTICE) for name in names]
             sent = await create_pods(client.CoreV1Api(api), ns, bodies, rate=args.rate)
             run.create_s = time.monotonic() - t0
+            await self._bound_and_done(api, bench, ns, names, sent, watcher, cpu0, t0)
+        finally:
+            run.exit, run.total_cpu_s = await _stop(pid)
+            self.cluster.stop_component(LATTICE)  # forget it (it no longer runs)
+
+    async def _backlog(
+        self,
+        api: client.ApiClient,
+        bench: Bench,
+        ns: str,
+        names: list[str],
+        bodies: list[dict[str, Any]],
+        watcher: Watcher,
+        launcher: DevCluster,
+    ) -> None:
+        """``--backlog``: the pods first, then Lattice; the window is the bindings'."""
+        args, run = self.args, self.run
+        t0 = time.monotonic()
+        print(f"  backlog: creating {len(names)} pods, then lattice", flush=True)
+        await create_pods(client.CoreV1Api(api), ns, bodies, rate=args.rate)
+        run.create_s = time.monotonic() - t0
+        self.pid = pid = start_lattice(launcher)
+        try:
             unbound = await wait_all(watcher, set(names), args.timeout)
             run.bound = len(names) - unbound
             times = [watcher.bound[n] for n in names if n in watcher.bound]
             if times:
-                run.bind_s = max(times) - min(sent.values())
-            last = time.monotonic()
-            # Once kwok ran every pod, a sentinel pod: Lattice's watch delivers in order, so
-            # its binding means every earlier pod event has reached Lattice (the API server
-            # on a busy machine may deliver them long after the binding was written).
-            await bench._settle(ns, within=args.settle)
-            await self._sentinel(api, ns, watcher, "sentinel-end")
-            quiet = max(0.05, 1.5 * run.idle_rate) if run.idle_s > 0 else 0.05
-            await wait_idle(pid, within=10.0, quiet=quiet)
-            run.tail_s = time.monotonic() - last
-            run.window_cpu_s = cpu_seconds(pid) - cpu0
-            run.window_s = time.monotonic() - t0
+                run.bind_s = max(times) - min(times)
+            marks = self.marks
+            if "last" not in marks:  # not every pod bound: the window ends now
+                marks["last"], marks["t_last"] = cpu_seconds(pid), time.monotonic()
+                self._signal(signal.SIGUSR2)
+            if "first" in marks:
+                run.window_cpu_s = marks["last"] - marks["first"]
+                run.window_s = marks["t_last"] - marks["t_first"]
             run.rss_mib = peak_rss_mib(pid)
-            self._signal(signal.SIGUSR2)
             if self.profiled and not await _wait_file(self.out, pid):
                 print(f"  WARNING: no profile written to {self.out}", flush=True)
+            run.tail_s = 0.0
         finally:
             run.exit, run.total_cpu_s = await _stop(pid)
-            self.cluster.stop_component(LATTICE)  # forget it (it no longer runs)
+            self.cluster.stop_component(LATTICE)
+
+    async def _bound_and_done(
+        self,
+        api: client.ApiClient,
+        bench: Bench,
+        ns: str,
+        names: list[str],
+        sent: Mapping[str, float],
+        watcher: Watcher,
+        cpu0: float,
+        t0: float,
+    ) -> None:
+        """Wait for the bindings, then until Lattice has seen every pod event and is idle;
+        the window's figures, and the profile written."""
+        args, run, pid = self.args, self.run, self.pid
+        unbound = await wait_all(watcher, set(names), args.timeout)
+        run.bound = len(names) - unbound
+        times = [watcher.bound[n] for n in names if n in watcher.bound]
+        if times:
+            run.bind_s = max(times) - min(sent.values())
+        last = time.monotonic()
+        # Once kwok ran every pod, a sentinel pod: Lattice's watch delivers in order, so
+        # its binding means every earlier pod event has reached Lattice (the API server
+        # on a busy machine may deliver them long after the binding was written).
+        await bench._settle(ns, within=args.settle)
+        await self._sentinel(api, ns, watcher, "sentinel-end")
+        quiet = max(0.05, 1.5 * run.idle_rate) if run.idle_s > 0 else 0.05
+        await wait_idle(pid, within=10.0, quiet=quiet)
+        run.tail_s = time.monotonic() - last
+        run.window_cpu_s = cpu_seconds(pid) - cpu0
+        run.window_s = time.monotonic() - t0
+        run.rss_mib = peak_rss_mib(pid)
+        self._signal(signal.SIGUSR2)
+        if self.profiled and not await _wait_file(self.out, pid):
+            print(f"  WARNING: no profile written to {self.out}", flush=True)
 
     async def _sentinel(self, api: client.ApiClient, ns: str, watcher: Watcher, name: str) -> None:
         """One more plain pod for Lattice, and wait until it is bound."""
@@ -877,13 +986,19 @@ def summary(run: Run, out: Path | None) -> str:
     gross, bg = run.cpu_ms, run.bg_ms
     how = "profiled: inflated by the profiler" if run.profiler != "off" else "unprofiled"
     lines = [
-        f"--nodes {run.nodes} --existing {run.existing} --pods {run.pods} "
-        f"--profiler {run.profiler} --timer {run.timer} --profile-from {run.profile_from}",
+        f"--workload {run.workload} --nodes {run.nodes} --existing {run.existing} "
+        f"--pods {run.pods} --profiler {run.profiler} --timer {run.timer} "
+        f"--profile-from {run.profile_from}",
         f"pods bound: {run.bound}/{run.pods} ({run.watch})",
-        f"wall: created in {run.create_s:.1f}s, all bound {run.bind_s:.1f}s after the first "
-        f"create ({run.bound / run.bind_s:.1f} pods/s); pod window {run.window_s:.1f}s "
-        f"(of which {run.tail_s:.1f}s after the last binding, until Lattice had seen kwok run "
-        "every pod and was back to its background rate)",
+        (
+            f"wall: created in {run.create_s:.1f}s before Lattice started; first to last "
+            f"binding {run.bind_s:.1f}s ({run.pods_s:.1f} pods/s)"
+            if run.backlog
+            else f"wall: created in {run.create_s:.1f}s, all bound {run.bind_s:.1f}s after the "
+            f"first create ({run.pods_s:.1f} pods/s); pod window {run.window_s:.1f}s (of which "
+            f"{run.tail_s:.1f}s after the last binding, until Lattice had seen kwok run every "
+            "pod and was back to its background rate)"
+        ),
         f"lattice CPU in the pod window (user+sys, all threads, {how}): "
         f"{run.window_cpu_s:.2f}s = {gross:.2f} ms/pod",
     ]
@@ -892,6 +1007,12 @@ def summary(run: Run, out: Path | None) -> str:
             f"  background (no pods, {run.idle_s:.0f}s window): {run.idle_rate * 1000:.0f} ms "
             f"CPU/s, x {run.window_s:.1f}s = {bg:.2f} ms/pod; net of it: "
             f"{gross - bg:.2f} ms/pod"
+        )
+    if run.backlog:
+        lines.append(
+            f"  backlog: the window is the first to the last binding (the benchmark's CPU "
+            f"column), {run.pods_in_window} pods"
+            + (" (CPU from the process start)" if run.profile_from == "start" else "")
         )
     lines.append(
         f"lattice CPU over its whole life: {run.total_cpu_s:.2f}s; peak RSS "
@@ -924,7 +1045,7 @@ def full_report(run: Run, out: Path, *, top: int) -> str:
             f"profiled time in the pod window: {b.total_s:.2f}s "
             f"({coverage:.0%} of the window's process CPU)"
         )
-        parts += ["", render(b, run.bound, wall=wall, honest_ms=run.baseline_ms)]
+        parts += ["", render(b, run.pods_in_window, wall=wall, honest_ms=run.baseline_ms)]
     return "\n".join(parts)
 
 
@@ -970,8 +1091,17 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--nodes", type=int, default=500, help="kwok nodes (default 500)")
-    parser.add_argument("--existing", type=int, default=1000, help="pre-bound plain pods")
-    parser.add_argument("--pods", type=int, default=2000, help="plain pods to schedule")
+    parser.add_argument(
+        "--workload",
+        choices=list(WORKLOADS),
+        default="plain",
+        help="the benchmark's pod shape to profile (default plain); anti-affinity caps "
+        "--pods and --existing at one pod per node",
+    )
+    parser.add_argument(
+        "--existing", type=int, default=1000, help="pre-bound pods of the workload's shape"
+    )
+    parser.add_argument("--pods", type=int, default=2000, help="pods of the workload to schedule")
     parser.add_argument(
         "--rate", type=float, default=None, help="create pods/s (default: 32 calls in flight)"
     )
@@ -995,6 +1125,12 @@ def main(argv: list[str] | None = None) -> int:
         default="ready",
         help="ready: the pod window only (default); start: the whole process up to the "
         "window's end, start-up and initial sync included (no background window)",
+    )
+    parser.add_argument(
+        "--backlog",
+        action="store_true",
+        help="as `just bench`: the pods created before Lattice starts, the window from the "
+        "first binding to the last (no background window)",
     )
     parser.add_argument(
         "--idle", type=float, default=30.0, help="background window without pods, s (0: none)"
@@ -1033,6 +1169,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.nodes < 1 or args.pods < 1 or args.existing < 0 or args.qps <= 0 or args.idle < 0:
         parser.error("--nodes and --pods must be >= 1, --existing and --idle >= 0, --qps > 0")
+    if args.backlog:
+        args.idle = 0.0
+    size = sizes(args.workload, nodes=args.nodes, pods=args.pods, stream=0, existing=args.existing)
+    for note in size.notes:
+        print(f"note: {args.workload}: {note}", flush=True)
+    args.pods, args.existing = size.measured, size.existing
     profiled = args.profiler != "off"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = (args.out or Path(tempfile.gettempdir()) / f"lattice-{stamp}.prof").resolve()
@@ -1046,8 +1188,9 @@ def main(argv: list[str] | None = None) -> int:
             path.unlink(missing_ok=True)
     cluster, down = _cluster(args)
     print(
-        f"profile of `lattice run`: --nodes {args.nodes} --existing {args.existing} "
-        f"--pods {args.pods} --profiler {args.profiler} --timer {args.timer}",
+        f"profile of `lattice run`: --workload {args.workload} --nodes {args.nodes} "
+        f"--existing {args.existing} --pods {args.pods} --profiler {args.profiler} "
+        f"--timer {args.timer}",
         flush=True,
     )
     try:
@@ -1061,7 +1204,7 @@ def main(argv: list[str] | None = None) -> int:
         run = asyncio.run(Session(cluster, args, out, bg_out, profiled=profiled)())
         if base is not None:
             run.baseline_ms, run.baseline_bg_ms = base.cpu_ms, base.bg_ms
-            run.baseline_pods_s = base.bound / base.bind_s
+            run.baseline_pods_s = base.pods_s
     finally:
         if down:
             cluster.down()
