@@ -114,11 +114,28 @@ class TermKey:
 
     @classmethod
     def of_affinity(cls, term: PodAffinityTerm) -> TermKey:
-        return cls(term.selector, term.namespaces, term.namespace_selector, term.topology_key)
+        """The key of a pod (anti-)affinity term; memoised (see :data:`_MEMO_LIMIT`)."""
+        key = _AFFINITY_MEMO.get(term)
+        if key is None:
+            if len(_AFFINITY_MEMO) >= _MEMO_LIMIT:
+                _AFFINITY_MEMO.clear()
+            key = _AFFINITY_MEMO[term] = cls(
+                term.selector, term.namespaces, term.namespace_selector, term.topology_key
+            )
+        return key
 
     @classmethod
     def of_spread(cls, constraint: TopologySpreadConstraint, namespace: str) -> TermKey:
-        return cls(constraint.selector, (namespace,), NOTHING, constraint.topology_key, spread=True)
+        """The key of a spread constraint of a pod in ``namespace``; memoised."""
+        memo = (constraint, namespace)
+        key = _SPREAD_MEMO.get(memo)
+        if key is None:
+            if len(_SPREAD_MEMO) >= _MEMO_LIMIT:
+                _SPREAD_MEMO.clear()
+            key = _SPREAD_MEMO[memo] = cls(
+                constraint.selector, (namespace,), NOTHING, constraint.topology_key, spread=True
+            )
+        return key
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TermKey) and other.vid == self.vid
@@ -128,6 +145,15 @@ class TermKey:
 
     def __repr__(self) -> str:
         return f"TermKey({self.vid[5:]!r})"
+
+
+_MEMO_LIMIT: Final = 4096
+"""Distinct terms remembered by :meth:`TermKey.of_affinity` / :meth:`TermKey.of_spread`:
+replicas declare equal (hashable, frozen) terms, so each pod's cycles and graph patches
+reuse one key instead of canonicalising and rendering the selector again (about 70 µs a
+term). Past the limit the memo starts over; keys are immutable, so sharing is safe."""
+_AFFINITY_MEMO: dict[PodAffinityTerm, TermKey] = {}
+_SPREAD_MEMO: dict[tuple[TopologySpreadConstraint, str], TermKey] = {}
 
 
 def _anchor(selector: LabelSelector) -> tuple[str, tuple[str, ...]] | None:
