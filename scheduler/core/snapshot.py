@@ -339,24 +339,34 @@ class Snapshot:
         col = self._labels.get(key)
         if col is None or not values:
             return np.zeros(self._n, dtype=np.int64)
-        lookup = np.zeros(len(col.values) + 1, dtype=np.int64)  # the last entry serves id -1
+        # Entry ``size`` takes the values no node carries (reset below); the last entry
+        # serves id -1 (rows without the label) and stays 0. One fancy assignment instead
+        # of a numpy item write per value: domains can be as many as nodes (hostname).
+        size = len(col.values)
+        lookup = np.zeros(size + 2, dtype=np.int64)
         vocab = col.vocab
-        for value, amount in values.items():
-            vid = vocab.get(value)
-            if vid is not None:
-                lookup[vid] = amount
+        try:  # the usual case, every value a node's: map() over the dict's own lookup
+            vids: Any = np.fromiter(map(vocab.__getitem__, values), np.intp, len(values))
+        except KeyError:
+            vids = [vocab.get(value, size) for value in values]
+        lookup[vids] = np.fromiter(values.values(), np.int64, len(values))
+        lookup[size] = 0
         out: IntArray = lookup[col.ids[: self._n]]
         return out
 
     def per_node_name(self, values: Mapping[str, int]) -> IntArray:
         """Per node row, ``values[node name]`` (0 if absent)."""
-        out = np.zeros(self._n, dtype=np.int64)
+        n = self._n
+        if not values:
+            return np.zeros(n, dtype=np.int64)
+        out = np.zeros(n + 1, dtype=np.int64)  # entry n takes the names of no node
         index = self._index
-        for name, amount in values.items():
-            row = index.get(name)
-            if row is not None:
-                out[row] = amount
-        return out
+        try:
+            rows: Any = np.fromiter(map(index.__getitem__, values), np.intp, len(values))
+        except KeyError:
+            rows = [index.get(name, n) for name in values]
+        out[rows] = np.fromiter(values.values(), np.int64, len(values))
+        return out[:n]
 
     # ------------------------------------------------------------- node updates
     def add_node(self, node: Node) -> None:

@@ -192,3 +192,28 @@ def test_priorities_below_follow_every_pod_placed_parked_and_removed() -> None:
     assert snap.has_priority_below(51)
     snap.remove_pod(high)
     assert not snap.has_priority_below(1000)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    labels=st.lists(st.sampled_from(("a", "b", "c", None)), min_size=0, max_size=6),
+    values=st.dictionaries(st.sampled_from(("a", "b", "c", "x", "y")), st.integers(-5, 5)),
+)
+def test_per_label_value_and_per_node_name_equal_a_loop(
+    labels: list[str | None], values: dict[str, int]
+) -> None:
+    """Rows without the label and values no node carries read 0, whatever the mix."""
+    snapshot = Snapshot()
+    for i, value in enumerate(labels):
+        node = make_node(f"n{i}")
+        snapshot.add_node((node if value is None else node.label("k", value)).build())
+    per_row = snapshot.per_label_value("k", values)
+    for i, value in enumerate(labels):
+        row = snapshot.index_of(f"n{i}")
+        assert per_row[row] == (0 if value is None else values.get(value, 0))
+    assert snapshot.per_label_value("missing", values).tolist() == [0] * len(labels)
+    names = {f"n{i}" if k in "abc" else k: v for i, (k, v) in enumerate(values.items())}
+    by_name = snapshot.per_node_name(names)
+    for i in range(len(labels)):
+        row = snapshot.index_of(f"n{i}")
+        assert by_name[row] == names.get(f"n{i}", 0)

@@ -135,8 +135,13 @@ def topology_scores(
     scores: dict[str, Counter[str]] = {}
 
     def add(key: str, counts: Mapping[str, int], delta: int) -> None:
+        if not counts:
+            return
+        per_value = scores.get(key)
+        if per_value is None:
+            per_value = scores[key] = Counter()
         for value, count in counts.items():
-            scores.setdefault(key, Counter())[value] += delta * count
+            per_value[value] += delta * count
 
     for weighted in pod.preferred_affinity:
         term = TermKey.of_affinity(weighted.term)
@@ -156,15 +161,59 @@ def topology_scores(
     return scores or None
 
 
-def _positive_domains(
-    snapshot: Snapshot, counts: Counter[TopologyPair], keys: set[str]
-) -> dict[str, BoolArray]:
-    """Per topology key, the nodes whose domain has a positive count."""
-    by_key: dict[str, dict[str, int]] = {key: {} for key in keys}
-    for (key, value), count in counts.items():
-        if key in by_key and count > 0:
-            by_key[key][value] = count
-    return {key: snapshot.per_label_value(key, values) > 0 for key, values in by_key.items()}
+DomainCounts = tuple[tuple[str, Mapping[str, int]], ...]
+"""(topology key, matching pods per value of it) per term; every count is positive."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Required:
+    """The plugin's own PreFilter state: :class:`RequiredState`'s counts per term, as the
+    graph's index holds them (live views, read before the next patch: within the cycle),
+    so Filter turns each into a row mask in one numpy lookup instead of re-keying every
+    domain into (key, value) pairs and back (``required_state``'s Counters stay for the
+    oracle comparison, preemption and the gang solver)."""
+
+    affinity: DomainCounts
+    anti_affinity: DomainCounts
+    existing_anti_affinity: DomainCounts
+    pod_matches_own_affinity: bool
+
+
+def _required(graph: AffinityGraph, pod: Pod) -> _Required | None:
+    """:func:`required_state` per term; None where kube's PreFilter would Skip."""
+    existing = tuple(
+        (declared.term.topology_key, declared.by_domain)
+        for declared in graph.declared_selecting(pod, _EXISTING_ANTI)
+        if declared.by_domain
+    )
+    if not (existing or pod.required_affinity or pod.required_anti_affinity):
+        return None
+    affinity_terms = [TermKey.of_affinity(t) for t in pod.required_affinity]
+    affinity: DomainCounts = ()
+    if len(affinity_terms) == 1:
+        term = affinity_terms[0]
+        affinity = ((term.topology_key, graph.term_counts(term).by_domain),)
+    elif affinity_terms:
+        per_term = graph.count_selecting_all(affinity_terms)
+        affinity = tuple(
+            (term.topology_key, counts)
+            for term, counts in zip(affinity_terms, per_term, strict=True)
+        )
+    anti = tuple(
+        (term.topology_key, graph.term_counts(term).by_domain)
+        for term in (TermKey.of_affinity(t) for t in pod.required_anti_affinity)
+    )
+    self_match = bool(affinity_terms) and all(graph.selects_pod(t, pod) for t in affinity_terms)
+    return _Required(affinity, anti, existing, self_match)
+
+
+def _any_domain(snapshot: Snapshot, terms: DomainCounts) -> BoolArray:
+    """Nodes in a domain where one of the terms counts a pod."""
+    hit = np.zeros(snapshot.num_nodes, dtype=np.bool_)
+    for key, counts in terms:
+        if counts:
+            hit |= snapshot.per_label_value(key, counts) > 0
+    return hit
 
 
 class InterPodAffinity:
@@ -181,44 +230,38 @@ class InterPodAffinity:
             or snapshot.has_pods_with_required_anti_affinity
         ):
             return PREFILTER_SKIP
-        state = required_state(snapshot.affinity_graph, pod)
-        if not state.has_work:
+        state = _required(snapshot.affinity_graph, pod)
+        if state is None:
             return PREFILTER_SKIP
         cycle.state[NAME] = state
         return PREFILTER_SUCCESS
 
     def filter(self, cycle: Cycle, candidates: BoolArray) -> FilterResult | None:
-        state: RequiredState = cycle.state[NAME]
+        state: _Required = cycle.state[NAME]
         pod, snapshot, n = cycle.pod, cycle.snapshot, cycle.num_nodes
         undecided = candidates.copy()
         masks: dict[str, BoolArray] = {}
         if pod.required_affinity:
+            # Per key, a domain any term of that key counts a pod in (counts are positive,
+            # so "the terms' summed count > 0" is "some term's count > 0").
             keys = {t.topology_key for t in pod.required_affinity}
-            positive = _positive_domains(snapshot, state.affinity_counts, keys)
             has_keys = np.ones(n, dtype=np.bool_)
             pods_exist = np.ones(n, dtype=np.bool_)
             for key in keys:
                 has_keys &= snapshot.has_label_mask(key)
-                pods_exist &= positive[key]
+                pods_exist &= _any_domain(snapshot, tuple(t for t in state.affinity if t[0] == key))
             # No matching pod anywhere yet: the pod may start the group if it matches itself.
-            first_of_group = not state.affinity_counts and state.pod_matches_own_affinity
+            none_yet = not any(counts for _, counts in state.affinity)
+            first_of_group = none_yet and state.pod_matches_own_affinity
             satisfied = has_keys & (pods_exist | first_of_group)
             masks[REASON_AFFINITY] = undecided & ~satisfied
             undecided &= satisfied
-        if state.anti_affinity_counts:
-            keys = {t.topology_key for t in pod.required_anti_affinity}
-            rejected = np.zeros(n, dtype=np.bool_)
-            for mask in _positive_domains(snapshot, state.anti_affinity_counts, keys).values():
-                rejected |= mask
+        if any(counts for _, counts in state.anti_affinity):
+            rejected = _any_domain(snapshot, state.anti_affinity)
             masks[REASON_ANTI_AFFINITY] = undecided & rejected
             undecided &= ~rejected
-        if state.existing_anti_affinity_counts:
-            keys = {key for key, _ in state.existing_anti_affinity_counts}
-            rejected = np.zeros(n, dtype=np.bool_)
-            for mask in _positive_domains(
-                snapshot, state.existing_anti_affinity_counts, keys
-            ).values():
-                rejected |= mask
+        if state.existing_anti_affinity:
+            rejected = _any_domain(snapshot, state.existing_anti_affinity)
             masks[REASON_EXISTING_ANTI_AFFINITY] = undecided & rejected
         codes = np.zeros(n, dtype=np.int8)
         reasons: list[tuple[str, BoolArray]] = []
@@ -235,18 +278,56 @@ class InterPodAffinity:
             self.args.ignore_preferred_terms_of_existing_pods or not snapshot.has_pods_with_affinity
         ):
             return None
-        scores = topology_scores(
-            snapshot.affinity_graph,
+        raw = _preferred_raw(
+            snapshot,
             pod,
             hard_pod_affinity_weight=self.args.hard_pod_affinity_weight,
             ignore_preferred_terms_of_existing_pods=self.args.ignore_preferred_terms_of_existing_pods,
         )
-        if scores is None:
-            return None
-        raw = np.zeros(cycle.num_nodes, dtype=np.int64)
-        for key, values in scores.items():
-            raw += snapshot.per_label_value(key, values)
-        return _normalize(raw, feasible)
+        return None if raw is None else _normalize(raw, feasible)
+
+
+def _preferred_raw(
+    snapshot: Snapshot,
+    pod: Pod,
+    *,
+    hard_pod_affinity_weight: int,
+    ignore_preferred_terms_of_existing_pods: bool,
+) -> IntArray | None:
+    """Per node row, the sum :func:`topology_scores` gives the node's domains (None where
+    it is None), built term by term from the index's counts: the sum is linear, so each
+    term's domain counts go to rows in one lookup, without the per-key Counters."""
+    graph = snapshot.affinity_graph
+    has_constraints = bool(pod.preferred_affinity or pod.preferred_anti_affinity)
+    if ignore_preferred_terms_of_existing_pods and not has_constraints:
+        return None
+    raw = np.zeros(snapshot.num_nodes, dtype=np.int64)
+    counted = False
+    for weighted in pod.preferred_affinity:
+        term = TermKey.of_affinity(weighted.term)
+        counts = graph.term_counts(term).by_domain
+        if counts:
+            raw += weighted.weight * snapshot.per_label_value(term.topology_key, counts)
+            counted = True
+    for weighted in pod.preferred_anti_affinity:
+        term = TermKey.of_affinity(weighted.term)
+        counts = graph.term_counts(term).by_domain
+        if counts:
+            raw -= weighted.weight * snapshot.per_label_value(term.topology_key, counts)
+            counted = True
+    kinds = _PREFERRED_AND_HARD if hard_pod_affinity_weight > 0 else _PREFERRED
+    for declared in graph.declared_selecting(pod, kinds):
+        if not declared.by_domain:
+            continue
+        if declared.kind == REQUIRED_AFFINITY:
+            delta = hard_pod_affinity_weight
+        elif declared.kind == PREFERRED_AFFINITY:
+            delta = declared.weight
+        else:
+            delta = -declared.weight
+        raw += delta * snapshot.per_label_value(declared.term.topology_key, declared.by_domain)
+        counted = True
+    return raw if counted else None
 
 
 def _normalize(raw: IntArray, feasible: BoolArray) -> IntArray:
