@@ -40,6 +40,7 @@ The predictor is not thread-safe; use it from one thread (the event loop).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -553,7 +554,10 @@ class _RowTable:
     Row 0 is the sentinel every unknown node gathers from (never reported, nothing in
     flight). Rows are updated one node at a time when its state changes; the name -> row
     gather for a node list is memoised on the list object (the snapshot hands out the same
-    tuple until its node set changes) and on the table's layout version.
+    tuple until its node set changes) and on the table's layout version. A node given its
+    first row patches the memoised gather in place instead of invalidating it: otherwise
+    every cycle that places a pod on a node without reports (all of them, on a cluster
+    without agents, until each node has a pod) rebuilds the gather over every node.
     """
 
     def __init__(self) -> None:
@@ -565,6 +569,8 @@ class _RowTable:
         self._layout = 0
         self._gather_key: tuple[Sequence[str], int] | None = None
         self._gather_index: NDArray[np.intp] = np.zeros(0, dtype=np.intp)
+        self._gather_pos: dict[str, int] = {}
+        """Position of each node in the memoised gather's node list."""
 
     def set(
         self, node: str, reported: _Reported | None, inflight_cpu: float, inflight_mem: float
@@ -573,7 +579,14 @@ class _RowTable:
         if row is None:
             row = self._free.pop() if self._free else self._append()
             self._rows[node] = row
+            key = self._gather_key
+            current = key is not None and key[1] == self._layout
             self._layout += 1
+            if current and key is not None:
+                pos = self._gather_pos.get(node)
+                if pos is not None:
+                    self._gather_index[pos] = row
+                self._gather_key = (key[0], self._layout)
         col = self._data[:, row]
         if reported is None:
             col[:] = 0.0
@@ -615,8 +628,9 @@ class _RowTable:
         if key is None or key[0] is not nodes or key[1] != self._layout:
             rows = self._rows
             self._gather_index = np.fromiter(
-                (rows.get(name, 0) for name in nodes), dtype=np.intp, count=len(nodes)
+                map(rows.get, nodes, itertools.repeat(0)), dtype=np.intp, count=len(nodes)
             )
+            self._gather_pos = {name: i for i, name in enumerate(nodes)}
             self._gather_key = (nodes, self._layout)
         taken = self._data[:, self._gather_index]
         return _Columns(*taken)

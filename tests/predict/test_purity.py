@@ -14,6 +14,7 @@ ALLOWED = {
     "collections",
     "dataclasses",
     "enum",
+    "itertools",
     "math",
     "typing",
     "zlib",
