@@ -33,7 +33,7 @@ build:
 bench *ARGS:
     python -m scheduler.benchmarks.scheduling {{ARGS}}
 
-# cProfile of `lattice run` on plain pods (500 nodes, 1000 existing, 2000 pods): CPU ms/pod by area.
+# cProfile of `lattice run` (plain pods by default, `--workload` for the bench's others; 500 nodes, 1000 existing, 2000 pods): CPU ms/pod by area.
 profile *ARGS:
     python -m scheduler.benchmarks.profile {{ARGS}}
 
