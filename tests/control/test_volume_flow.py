@@ -7,7 +7,10 @@ PV back and retries the pod with backoff."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any, cast
+
+import pytest
 
 from scheduler.control.gangs import entry_key
 from scheduler.control.kubeio import KubeWriter
@@ -37,11 +40,24 @@ class VolumeWriter(FakeWriter):
         return self.refuse
 
 
+_made: list[Scheduler] = []
+
+
+@pytest.fixture(autouse=True)
+async def stopped(no_leaked_tasks: None) -> AsyncIterator[None]:
+    """Every scheduler a test made is shut down after it: a PreBind wait left running
+    would outlive the test (it waits up to 10 minutes for the PV controller)."""
+    yield
+    while _made:
+        await _made.pop().shutdown(1.0)
+
+
 def setup(nodes: int = 3) -> tuple[Scheduler, VolumeWriter]:
     writer = VolumeWriter()
     sched = Scheduler(
         parse_spec({}, "lattice"), writer=cast(KubeWriter, writer), metrics=Metrics.create()
     )
+    _made.append(sched)
     for i in range(nodes):
         sched.node_upserted(make_node(f"n{i}", cpu="4", memory="16Gi").obj())
     return sched, writer
