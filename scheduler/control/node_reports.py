@@ -132,16 +132,7 @@ class NodeReports:
         self._last_cpu[node] = load.cpu_fraction
 
     def load_filter_on(self) -> bool:
-        c = self._settings().profile.load_aware.predict
-        return any(
-            t is not None
-            for t in (
-                c.cpu_threshold,
-                c.memory_threshold,
-                c.cpu_pressure_threshold,
-                c.memory_pressure_threshold,
-            )
-        )
+        return self._settings().profile.load_aware.predict.filters
 
     # -- NodeResourceTopology (NFD's topology-updater) ----------------------------------
     def nrt_upserted(self, body: Body) -> None:

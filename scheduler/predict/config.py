@@ -76,6 +76,20 @@ class PredictConfig:
     memory_pressure_threshold: float | None = None
     """Reject fresh nodes whose memory PSI some-avg10 (percent) exceeds this; None = off."""
 
+    @property
+    def filters(self) -> bool:
+        """Some threshold is set: only then can load reject a node (and a falling load
+        make a rejected pod schedulable)."""
+        return any(
+            t is not None
+            for t in (
+                self.cpu_threshold,
+                self.memory_threshold,
+                self.cpu_pressure_threshold,
+                self.memory_pressure_threshold,
+            )
+        )
+
     # --- preference ------------------------------------------------------
     cpu_prefer_below: float | None = 0.8
     """Rank nodes whose predicted CPU utilisation plus the pod would exceed this after every

@@ -73,18 +73,6 @@ class LoadAware:
             "node(s) had memory pressure",
         )
 
-    def _thresholds_set(self) -> bool:
-        c = self.args.predict
-        return any(
-            t is not None
-            for t in (
-                c.cpu_threshold,
-                c.memory_threshold,
-                c.cpu_pressure_threshold,
-                c.memory_pressure_threshold,
-            )
-        )
-
     def _batch(self, cycle: Cycle) -> PredictionBatch:
         view = cycle.load
         assert view is not None
@@ -95,7 +83,7 @@ class LoadAware:
         return estimate_pod(self.args.predict, requests.get(CPU, 0), requests.get(MEMORY, 0))
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
-        if cycle.load is None or not self._thresholds_set():
+        if cycle.load is None or not self.args.predict.filters:
             return PREFILTER_SKIP
         return PREFILTER_SUCCESS
 
