@@ -19,6 +19,8 @@ always scores all):
 * CPU per pod: the process's CPU seconds (``/proc/<pid>/stat``, user + system)
   between the first and the last of those bindings, per pod bound in between;
   CPU s is the whole run's; peak RSS is ``VmHWM`` of ``/proc/<pid>/status``;
+  "plane ms/pod" is kube-apiserver + etcd CPU over the same span, per pod: what
+  each scheduler's reads and writes cost the API server both share;
 * latency: with the scheduler running, a stream of pods at a fixed rate; p50/p99
   from the client's create call to the watch showing the binding.
 
@@ -234,6 +236,9 @@ class Result:
     cpu_s: float
     """CPU of the whole process life (start-up, sync, backlog, stream)."""
     rss_mib: float
+    plane_ms_per_pod: float = math.nan
+    """kube-apiserver + etcd CPU over the same span, per pod: what this scheduler's
+    reads and writes cost the shared API server (on one machine, its limit)."""
     p50_ms: float = math.nan
     p99_ms: float = math.nan
     stream: int = 0
@@ -321,6 +326,7 @@ def table(results: list[Result]) -> str:
             "bound",
             "pods/s",
             "CPU ms/pod",
+            "plane ms/pod",
             "CPU s",
             "peak RSS MiB",
             "stream p50/p99 ms",
@@ -337,6 +343,7 @@ def table(results: list[Result]) -> str:
                 f"{r.bound}/{r.pods}",
                 _f(r.pods_per_s, ".1f"),
                 _f(r.cpu_ms_per_pod, ".2f"),
+                _f(r.plane_ms_per_pod, ".2f"),
                 _f(r.cpu_s, ".1f"),
                 _f(r.rss_mib, ".0f"),
                 f"{_f(r.p50_ms, '.0f')}/{_f(r.p99_ms, '.0f')} ({r.stream_bound}/{r.stream})",
@@ -406,7 +413,8 @@ def progress_line(r: Result, summary: str) -> str:
     """One run's figures as soon as it ends (the table comes at the very end)."""
     return (
         f"{r.workload:>18} run {r.run} {r.scheduler:>14}: {_f(r.pods_per_s, '.1f')} pods/s, "
-        f"{_f(r.cpu_ms_per_pod, '.2f')} ms CPU/pod, {summary}, CPU {r.cpu_s:.1f}s, "
+        f"{_f(r.cpu_ms_per_pod, '.2f')} ms CPU/pod (API server + etcd "
+        f"{_f(r.plane_ms_per_pod, '.2f')}), {summary}, CPU {r.cpu_s:.1f}s, "
         f"peak RSS {_f(r.rss_mib, '.0f')} MiB, stream p50/p99 "
         f"{_f(r.p50_ms, '.0f')}/{_f(r.p99_ms, '.0f')} ms"
     )
@@ -470,6 +478,16 @@ class Bench:
             [{"op": "add", "path": f"/spec/{k}", "value": v} for k, v in spec.items()],
         )
 
+    def plane_cpu_seconds(self) -> float:
+        """CPU seconds so far of the shared kube-apiserver and etcd (NaN if unreadable)."""
+        state = self.cluster.load_state()
+        if state is None:
+            return math.nan
+        try:
+            return sum(cpu_seconds(state.pids[n]) for n in ("kube-apiserver", "etcd"))
+        except (KeyError, OSError):
+            return math.nan
+
     def start_scheduler(self, which: str) -> int:
         if which == KUBE:
             return self.cluster.start_kube_scheduler(
@@ -509,8 +527,11 @@ class Bench:
         print(f"  (existing pods in {ns} not all Running after {within:.0f}s)", flush=True)
 
     async def _clear(self, ns: str, within: float = 300.0) -> None:
-        """Delete the namespace and its pods (at once: grace 0), and wait until they
-        are gone, so the next scheduler starts on the cluster this one found. One
+        """Delete the namespace and its pods (at once: grace 0), and wait until the
+        namespace is gone, so the next scheduler starts on the cluster this one found
+        and on a quiet API server: the namespace controller deleting the previous run's
+        thousands of Events would otherwise compete with the next run (measured: it
+        made whichever scheduler ran second look up to 30 % slower). One
         DeleteCollection of thousands of pods can outlast the API server's request
         timeout; the namespace's deletion then finishes the job."""
         with contextlib.suppress(client.ApiException, aiohttp.ClientError, TimeoutError):
@@ -521,11 +542,14 @@ class Bench:
             await self.core.delete_namespace(ns, _preload_content=False)
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
-            left: Any = await self.core.list_namespaced_pod(ns, limit=1)
-            if not left.items:
-                return
+            try:
+                await self.core.read_namespace(ns)
+            except client.ApiException as exc:
+                if exc.status == 404:
+                    return
+                raise
             await asyncio.sleep(1.0)
-        print(f"  ({ns} still has pods after {within:.0f}s)", flush=True)
+        print(f"  ({ns} still not deleted after {within:.0f}s)", flush=True)
 
     async def run_one(self, workload: str, which: str, run: int) -> Result:
         args = self.args
@@ -553,8 +577,10 @@ class Bench:
                 marks["n"] = marks.get("n", 0) + 1
                 if marks["n"] == 1:
                     marks["first"] = cpu_seconds(pid)
+                    marks["plane_first"] = self.plane_cpu_seconds()
                 if marks["n"] == len(backlog):
                     marks["last"] = cpu_seconds(pid)
+                    marks["plane_last"] = self.plane_cpu_seconds()
 
             watcher = Watcher(self.api, ns, on_bound)
             watcher.start()
@@ -591,11 +617,17 @@ class Bench:
         backlog = {f"p-{i}" for i in range(size.measured)}
         unbound = await _wait_all(watcher, backlog, args.timeout)
         marks.setdefault("last", cpu_seconds(pid))
+        marks.setdefault("plane_last", self.plane_cpu_seconds())
         times = sorted(watcher.bound[n] for n in backlog if n in watcher.bound)
         span = times[-1] - times[0] if len(times) > 1 else math.nan
         cpu_per_pod = (
             ratio(marks["last"] - marks["first"], len(times) - 1) * 1000
             if "first" in marks
+            else math.nan
+        )
+        plane_per_pod = (
+            ratio(marks["plane_last"] - marks["plane_first"], len(times) - 1) * 1000
+            if "plane_first" in marks
             else math.nan
         )
         sched_name = "default-scheduler" if which == KUBE else LATTICE
@@ -615,6 +647,7 @@ class Bench:
             cpu_ms_per_pod=cpu_per_pod,
             cpu_s=cpu_seconds(pid),
             rss_mib=peak_rss_mib(pid),
+            plane_ms_per_pod=plane_per_pod,
             p50_ms=p50,
             p99_ms=p99,
             stream=len(sent),

@@ -26,6 +26,10 @@ class LoadView:
     now: float
     """Seconds on the agents' clock (Unix time): report ages are measured against it."""
 
+    def may_have_fresh(self) -> bool:
+        """See :meth:`~scheduler.predict.LoadPredictor.may_have_fresh`."""
+        return self.predictor.may_have_fresh(self.now)
+
     def batch(self, snapshot: Snapshot) -> PredictionBatch:
         req_cpu, alloc_cpu = _column(snapshot, CPU)
         req_mem, alloc_mem = _column(snapshot, MEMORY)

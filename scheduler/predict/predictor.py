@@ -152,6 +152,8 @@ class LoadPredictor:
         self._nodes: dict[str, _NodeState] = {}
         self._pod_node: dict[str, str] = {}
         self._table = _RowTable()
+        self._newest_sample: float | None = None
+        """The newest accepted sample time of any node (never lowered: a bound, not a fact)."""
 
     @property
     def config(self) -> PredictConfig:
@@ -231,6 +233,8 @@ class LoadPredictor:
                 interval=interval,
             )
         state.reported = _Reported(report=report, cpu=cpu, mem=mem)
+        if self._newest_sample is None or report.sample_time > self._newest_sample:
+            self._newest_sample = report.sample_time
         self._fade_covered(state, report.sample_time, a_cpu, a_mem)
         self._refresh(report.node)
         return ObserveOutcome.ACCEPTED
@@ -328,6 +332,13 @@ class LoadPredictor:
         if now - state.reported.report.sample_time > self._config.stale_after_s:
             return LoadStatus.STALE
         return LoadStatus.FRESH
+
+    def may_have_fresh(self, now: float) -> bool:
+        """False only when no node can be FRESH at ``now`` (nothing reported within
+        ``stale_after_s``): lets a cycle on a cluster without agents skip the whole-cluster
+        :meth:`predict` that would only say so. O(1)."""
+        newest = self._newest_sample
+        return newest is not None and now - newest <= self._config.stale_after_s
 
     def sample_time(self, node: str) -> float | None:
         """Time of the node's newest accepted sample; None if it never reported."""

@@ -17,7 +17,7 @@ from scheduler.core.profile import (
     Profile,
 )
 from scheduler.core.schedule import Framework
-from scheduler.predict import LoadPredictor, PredictConfig, PsiSample
+from scheduler.predict import LoadPredictor, PredictConfig, PredictionBatch, PsiSample
 from tests.builders import NodeBuilder, cluster, make_node, make_pod
 from tests.core.support import reasons, scores
 
@@ -93,6 +93,34 @@ def test_no_fresh_report_skips_the_score() -> None:
     report(p, "n0", 0.9, age=100.0)  # stale
     decision = fw.schedule(cluster(nodes(2)), make_pod("p").build(), load=LoadView(p, NOW))
     assert LOAD_AWARE in decision.explanation.skipped_scores
+
+
+def test_cluster_without_agents_never_computes_a_batch() -> None:
+    """No report at all (or none within staleness): score and preference are skipped
+    without predicting every node, the cost a cluster without agents paid per cycle."""
+
+    class Counting(LoadPredictor):
+        calls = 0
+
+        def predict(self, *args: object, **kwargs: object) -> PredictionBatch:
+            Counting.calls += 1
+            return super().predict(*args, **kwargs)  # type: ignore[arg-type]
+
+    predict = PredictConfig(stale_after_s=45.0)
+    fw = Framework(dataclasses.replace(DEFAULT_PROFILE, load_aware=LoadAwareArgs(predict=predict)))
+    p = Counting(predict)
+    p.note_placement("n0", "default/q", 500, 0, now=NOW)
+    decision = fw.schedule(cluster(nodes(2)), make_pod("p").build(), load=LoadView(p, NOW))
+    assert decision.selected is not None
+    assert LOAD_AWARE in decision.explanation.skipped_scores
+    assert Counting.calls == 0
+    report(p, "n1", 0.9, age=100.0)  # stale: still nothing to measure
+    fw.schedule(cluster(nodes(2)), make_pod("p").build(), load=LoadView(p, NOW))
+    assert Counting.calls == 0
+    report(p, "n1", 0.9)  # fresh: now the batch is needed
+    decision = fw.schedule(cluster(nodes(2)), make_pod("p").build(), load=LoadView(p, NOW))
+    assert Counting.calls == 1
+    assert decision.selected == "n0"
 
 
 def test_no_load_view_is_a_no_op() -> None:

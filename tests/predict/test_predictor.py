@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.predict import (
     CpuMem,
@@ -293,3 +295,42 @@ def test_explain_unknown_node() -> None:
     assert view.total == CpuMem(700, 9000)
     assert view.utilisation.cpu == math.inf
     assert view.psi is None
+
+
+def test_may_have_fresh_follows_the_newest_report() -> None:
+    predictor = make_predictor(stale_after_s=45.0)
+    assert not predictor.may_have_fresh(0.0)  # nothing reported: no agent on this cluster
+    predictor.note_placement("n", "ns/p", 500, 0, now=0.0)
+    assert not predictor.may_have_fresh(0.0)  # a placement alone is no report
+    report(predictor, "n", 10.0)
+    assert predictor.may_have_fresh(55.0)
+    assert not predictor.may_have_fresh(55.5)
+    report(predictor, "m", 50.0)
+    assert predictor.may_have_fresh(95.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    times=st.lists(st.floats(0.0, 200.0), min_size=0, max_size=6),
+    now=st.floats(0.0, 300.0),
+)
+def test_may_have_fresh_is_false_only_when_no_node_is_fresh(times: list[float], now: float) -> None:
+    """The short cut LoadAware takes must never hide a fresh node."""
+    predictor = make_predictor(stale_after_s=45.0)
+    nodes = [f"n{i}" for i in range(len(times))]
+    for node, t in zip(nodes, times, strict=True):
+        predictor.observe(node, t, 100.0, 0.0, CPU_CAP, MEM_CAP)
+    predictor.forget_node("n0")
+    batch = predictor.predict(
+        nodes,
+        np.zeros(len(nodes), dtype=np.int64),
+        np.zeros(len(nodes), dtype=np.int64),
+        np.full(len(nodes), CPU_CAP, dtype=np.int64),
+        np.full(len(nodes), MEM_CAP, dtype=np.int64),
+        now=now,
+    )
+    if not predictor.may_have_fresh(now):
+        assert not (batch.status == LoadStatus.FRESH).any()
+    else:
+        newest = max(times)
+        assert now - newest <= 45.0

@@ -107,8 +107,9 @@ class LoadAware:
         return FilterResult(codes, reasons)
 
     def _measured(self, cycle: Cycle, feasible: BoolArray) -> PredictionBatch | None:
-        """The cycle's batch when some feasible node has a fresh report, else None."""
-        if cycle.load is None:
+        """The cycle's batch when some feasible node has a fresh report, else None (without
+        computing the batch when no node at all can be fresh: a cluster without agents)."""
+        if cycle.load is None or not cycle.load.may_have_fresh():
             return None
         batch = self._batch(cycle)
         return batch if (batch.status[feasible] == LoadStatus.FRESH).any() else None
