@@ -38,7 +38,7 @@ Missing resources (:class:`Unavailable`: CRD not installed, no grant) count as e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, Final
 
@@ -63,7 +63,7 @@ from scheduler.control.intake import (
     pod_fingerprint,
 )
 from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
-from scheduler.control.queue import pod_key
+from scheduler.control.queue import PodKey, pod_key
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import API_GROUP, API_VERSION
 from scheduler.control.storage import Kind, object_key
@@ -154,8 +154,8 @@ class Feed:
         self._pending_fp: dict[str, Fingerprint] = {}
         self._bound_fp: dict[str, Fingerprint] = {}
         self._node_fp: dict[str, Fingerprint] = {}
-        self._paged: dict[str, list[str]] = {}
-        """Per stream, the uids of the initial list's pages so far."""
+        self._paged: dict[str, dict[PodKey, str]] = {}
+        """Per stream, what the current list's pages showed so far (key -> uid)."""
         self._handlers: dict[str, Callable[[Sequence[Event]], None]] = {
             PODGROUPS: self._podgroups,
             TOPOLOGIES: self._topologies,
@@ -203,10 +203,13 @@ class Feed:
             if update.stream == intake.PENDING_PODS:
                 self.tracker.pending_progress(update.resource_version)
         elif isinstance(update, Relisted) and update.paged:
-            # The pages were the whole initial list, added as they came: nothing to drop.
-            uids = self._paged.pop(update.stream, [])
+            # The pages were the whole list, upserted as they came: drop the rest.
+            shown = self._paged.pop(update.stream, {})
+            if not update.initial:
+                log.info("feed_reconcile", reason=f"{update.stream}: {len(shown)} objects, paged")
             if update.stream == intake.ASSIGNED_PODS:
-                self.tracker.relisted(uids, update.resource_version)
+                self._drop_unlisted(shown)
+                self.tracker.relisted(shown.values(), update.resource_version)
         elif isinstance(update, Relisted):
             if not update.initial:
                 log.info("feed_reconcile", reason=f"{update.stream}: {len(update.items)} objects")
@@ -219,14 +222,16 @@ class Feed:
             self._relisters[update.stream](())
 
     def _page(self, page: Page) -> None:
-        """A page of an initial list: its objects are new (the stream showed nothing yet)."""
+        """A page of a list: upsert its pods now, drop the unlisted ones at its close."""
         if page.stream != intake.ASSIGNED_PODS:  # only bound pods come paged
             log.warning("feed_unknown_stream", reason=f"a page of {page.stream}")
             return
-        uids = self._paged.setdefault(page.stream, [])
+        if page.first:
+            self._paged[page.stream] = {}
+        shown = self._paged.setdefault(page.stream, {})
         for obj in page.items:
-            uid = _meta(obj)[2]
-            uids.append(uid)
+            namespace, name, uid = _meta(obj)
+            shown[pod_key(namespace, name)] = uid
             self.tracker.bound(uid)
             self._bound(obj, uid)
 
@@ -269,8 +274,15 @@ class Feed:
         s.pod_upserted(obj)
 
     def _assigned_listed(self, items: Sequence[RawObject]) -> None:
+        self._drop_unlisted({pod_key(ns, name): uid for ns, name, uid in map(_meta, items)})
+        for obj in items:
+            uid = _meta(obj)[2]
+            self.tracker.bound(uid)
+            self._bound(obj, uid)
+
+    def _drop_unlisted(self, listed: Mapping[PodKey, str]) -> None:
+        """A list of the bound pods (key -> uid) is complete: what it lacks is gone."""
         s = self.scheduler
-        listed = {pod_key(ns, name): uid for ns, name, uid in map(_meta, items)}
         for key in s.cache.pod_keys() - listed.keys():
             cached = s.cache.cached_pod(key)
             if cached is not None and s.cache.assumed(key, cached.pod.uid) is None:
@@ -282,10 +294,6 @@ class Feed:
         uids = set(listed.values())
         for uid in [u for u in self._bound_fp if u not in uids]:
             del self._bound_fp[uid]
-        for obj in items:
-            uid = _meta(obj)[2]
-            self.tracker.bound(uid)
-            self._bound(obj, uid)
 
     # -- pending pods -------------------------------------------------------------------
     def _pending(self, events: Sequence[Event]) -> None:

@@ -12,7 +12,10 @@ into client models:
    list is one consistent set at that RV. A 410 on a continue token (it expired under
    compaction) restarts the list. The list is delivered as a :class:`Relisted` value:
    the *whole* set, so a consumer replaces what it held and drops what is missing. The
-   first one marks the stream :attr:`Stream.synced`.
+   first one marks the stream :attr:`Stream.synced`. A :attr:`Resource.paged` stream
+   (the bound pods: 30 000 of them at scale) hands over each page as it is read
+   (:class:`Page`) and closes the list with an empty ``paged`` :class:`Relisted`, the
+   initial list and every re-list alike, so no list is ever held whole.
 2. **Watch** from the list's RV with ``allowWatchBookmarks=true``. Every object and
    bookmark advances the stream's RV; a connection the server closes (``timeoutSeconds``)
    or that breaks is resumed from that RV, never re-listed. Only 410 Gone (HTTP, or an
@@ -336,8 +339,9 @@ class Relisted:
     """The stream's whole set at ``resource_version``: the initial list (``initial``) or
     the re-list after 410 Gone. Replace what the stream showed before; drop what is missing.
 
-    ``paged``: the initial list came before this, page by page (:class:`Page`), and
-    ``items`` is empty; the set is the union of those pages."""
+    ``paged``: the list came before this, page by page (:class:`Page`), and ``items`` is
+    empty; the set is the union of the pages since the last ``first`` one: drop what
+    the stream showed before and no such page did."""
 
     stream: str
     items: tuple[RawObject, ...]
@@ -348,13 +352,18 @@ class Relisted:
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """One page of a :attr:`Resource.paged` stream's initial list, delivered as it is read
-    so that 30 000 pods are never all held as bodies at once; a ``paged``
-    :class:`Relisted` closes the list. Apply as additions (nothing was shown before)."""
+    """One page of a :attr:`Resource.paged` stream's list (the initial one or a re-list
+    after 410 Gone), delivered as it is read so that 30 000 pods are never all held as
+    bodies at once; a ``paged`` :class:`Relisted` closes the list. Apply as upserts and
+    remember what the pages showed: the closing value drops the rest.
+
+    ``first``: a list starts here; pages of an earlier attempt (cut short by an expired
+    continue token) no longer count."""
 
     stream: str
     items: tuple[RawObject, ...]
     resource_version: str
+    first: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -701,6 +710,11 @@ class _Buffer:
         self._wake.set()
 
     def put_page(self, page: Page) -> None:
+        if page.first:  # a new list supersedes whatever is pending from before it
+            self.pages.clear()
+            self.head = None
+            self.events.clear()
+            self._room.set()
         self.pages.append(page)
         self._wake.set()
 
@@ -754,7 +768,6 @@ class Stream:
         """Last RV read (object or bookmark): where a watch resumes."""
         self.available = True
         self._synced = asyncio.Event()
-        self._paging_tried = False
 
     @property
     def synced(self) -> bool:
@@ -789,8 +802,7 @@ class Stream:
         items: list[RawObject] = []
         rv = ""
         token = ""
-        paged = self.resource.paged and not self.synced and not self._paging_tried
-        self._paging_tried = self._paging_tried or paged
+        paged = self.resource.paged
         while True:
             params = [("limit", str(s.page_size))]
             if token:
@@ -818,7 +830,7 @@ class Stream:
                 for item in page:
                     self.resource.slim(item)
             if paged:
-                self.buffer.put_page(Page(self.resource.key, tuple(page), rv))
+                self.buffer.put_page(Page(self.resource.key, tuple(page), rv, first=not token))
             else:
                 items.extend(page)
             token = cast(str, cast(Mapping[str, Any], meta).get("continue") or "")

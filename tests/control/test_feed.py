@@ -334,3 +334,29 @@ def test_a_paged_list_read_again_whole_drops_what_its_pages_showed(sched: Schedu
     feed.apply([Page(intake.ASSIGNED_PODS, (a, gone), "50")])
     feed.apply([Relisted(intake.ASSIGNED_PODS, (a,), "60", initial=True)])
     assert sched.cache.pod_keys() == {pod_key("default", "a")}
+
+
+def test_a_paged_relist_drops_what_its_pages_did_not_show(sched: Scheduler) -> None:
+    """After 410 Gone the bound pods come back page by page: pods the pages showed are
+    kept (and updated), the rest left during the gap, including pods that only an
+    attempt cut short (expired continue token) still showed."""
+    feed = Feed(sched)
+    feed.apply([listed(intake.NODES, raw(make_node("n1").obj()), initial=True)])
+    bodies = [bound_echo(pending_body(f"p{i}"), "n1") for i in range(4)]
+    for i, body in enumerate(bodies):
+        body["metadata"]["uid"] = f"uid-{i}"
+    feed.apply([Page(intake.ASSIGNED_PODS, tuple(bodies), "50", first=True)])
+    feed.apply([Relisted(intake.ASSIGNED_PODS, (), "50", initial=True, paged=True)])
+    assert sched.cache.pod_keys() == {pod_key("default", f"p{i}") for i in range(4)}
+    # The re-list: a first attempt shows p0..p2, is cut short; the second shows p1, p3.
+    feed.apply([Page(intake.ASSIGNED_PODS, tuple(bodies[:3]), "90", first=True)])
+    feed.apply([Page(intake.ASSIGNED_PODS, (bodies[1],), "95", first=True)])
+    feed.apply([Page(intake.ASSIGNED_PODS, (bodies[3],), "95")])
+    assert len(sched.cache.pod_keys()) == 4  # nothing is dropped before the list closes
+    feed.apply([Relisted(intake.ASSIGNED_PODS, (), "95", initial=False, paged=True)])
+    assert sched.cache.pod_keys() == {pod_key("default", "p1"), pod_key("default", "p3")}
+    assert feed.tracker.is_bound("uid-1")
+    assert feed.tracker.is_bound("uid-3")
+    assert "uid-0" not in feed.tracker._bound
+    assert "uid-2" not in feed.tracker._bound
+    assert feed._paged == {}

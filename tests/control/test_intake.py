@@ -13,7 +13,9 @@ import orjson
 import pytest
 from kubernetes_asyncio import client
 
+from scheduler.control import intake as intake_module
 from scheduler.control.intake import (
+    ASSIGNED_PODS,
     Batch,
     Event,
     EventType,
@@ -328,9 +330,9 @@ async def test_a_paged_stream_delivers_its_initial_list_page_by_page() -> None:
     assert watch["resourceVersion"] == "10"
 
 
-async def test_a_paged_list_cut_short_is_read_again_whole() -> None:
-    """Pages already delivered may show pods that the new list no longer has: only a whole
-    Relisted can say what to drop."""
+async def test_a_paged_list_cut_short_is_read_again_from_a_first_page() -> None:
+    """Pages already delivered may show pods that the new list no longer has: the restart
+    is marked ``first``, so the closing Relisted drops what only the old pages showed."""
     hold = asyncio.Event()
     calls: list[str] = []
 
@@ -349,10 +351,67 @@ async def test_a_paged_list_cut_short_is_read_again_whole() -> None:
     async with Intake(cast(client.ApiClient, api), [assigned_pods()], settings=FAST) as intake:
         got = await collect(intake, lambda g: bool(relists(g)))
         hold.set()
-    assert [[o["metadata"]["uid"] for o in p.items] for p in pages(got)] == [["a", "gone"]]
+    assert calls == ["", "t", "", "t"]
+    got_pages = pages(got)
+    last_start = max(i for i, p in enumerate(got_pages) if p.first)
+    assert [[o["metadata"]["uid"] for o in p.items] for p in got_pages[last_start:]] == [
+        ["a"],
+        ["b"],
+    ]
+    assert [p.first for p in got_pages[last_start:]] == [True, False]
     (listed,) = relists(got)
-    assert (listed.initial, listed.paged) == (True, False)
-    assert [o["metadata"]["uid"] for o in listed.items] == ["a", "b"]
+    assert (listed.initial, listed.paged, listed.items) == (True, True, ())
+    assert listed.resource_version == "3"  # the restarted list's first page
+
+
+async def test_a_paged_stream_relists_page_by_page_after_gone() -> None:
+    """At 30 000 bound pods a re-list held whole is the memory peak: after 410 Gone the
+    paged stream's re-list comes page by page too, closed by a non-initial paged value."""
+    hold = asyncio.Event()
+    lists = 0
+    watches = 0
+
+    def script(q: dict[str, str]) -> FakeResponse:
+        nonlocal lists, watches
+        if not q.get("watch"):
+            if q.get("continue"):
+                return list_page([obj("c", 31)], rv=str(10 * lists))
+            lists += 1
+            items = [obj("a", 5), obj("b", 6)] if lists == 1 else [obj("b", 30)]
+            return list_page(items, rv=str(10 * lists), token="t" if lists > 1 else "")
+        watches += 1
+        if watches == 1:
+            return FakeResponse(
+                200, content=FakeContent([line("ERROR", orjson.loads(status(410)))])
+            )
+        return FakeResponse(200, content=FakeContent([], hold=hold))
+
+    api = FakeApi(script)
+    async with Intake(cast(client.ApiClient, api), [assigned_pods()], settings=FAST) as intake:
+        got = await collect(intake, lambda g: len(relists(g)) == 2)
+        hold.set()
+        stream = intake.streams[ASSIGNED_PODS]
+    first, second = relists(got)
+    assert (first.initial, first.paged) == (True, True)
+    assert (second.initial, second.paged, second.items) == (False, True, ())
+    assert second.resource_version == "20"
+    relist_pages = [p for p in pages(got) if p.resource_version == "20"]
+    assert [[o["metadata"]["uid"] for o in p.items] for p in relist_pages] == [["b"], ["c"]]
+    assert [p.first for p in relist_pages] == [True, False]
+    assert got.index(second) > got.index(relist_pages[-1])  # closed after its pages
+    assert (stream.stats.lists, stream.stats.relists) == (1, 1)
+
+
+async def test_a_first_page_supersedes_what_was_pending() -> None:
+    """Events read before a 410 are older than the re-list: they must not be applied after
+    its pages (they would take pods back to an older state)."""
+    buffer = intake_module._Buffer(ASSIGNED_PODS, asyncio.Event(), max_pending=10)
+    buffer.put_events([Event(M, "a", obj("a", 5))], "5")
+    buffer.put_page(Page(ASSIGNED_PODS, (obj("x", 1),), "8"))  # an earlier attempt's page
+    buffer.put_page(Page(ASSIGNED_PODS, (obj("a", 9),), "9", first=True))
+    taken = buffer.take()
+    assert [type(u).__name__ for u in taken] == ["Page"]
+    assert cast(Page, taken[0]).resource_version == "9"
 
 
 async def test_missing_resource_reports_once_counts_as_synced_and_retries() -> None:

@@ -47,7 +47,7 @@ GHOST = "stream-ghost"
 POOL = {"stream-test/pool": "main"}
 """A label of the module's nodes that the ghost lacks: the 410 test's burst cannot land there."""
 GATE = "stream-test/held"
-INTAKE_RELIST_STREAMS = ("pods/pending", "nodes")
+INTAKE_RELIST_STREAMS = ("pods/pending", "pods/assigned", "nodes")
 """Streams whose 410 Gone the 410 test requires in the process's own ``intake_relist``
 lines (the intake logs one per stream that got 410 and re-listed)."""
 LEASE = ("--lease-duration", "60", "--renew-deadline", "45", "--retry-period", "2")
@@ -486,6 +486,13 @@ async def test_watch_resumed_across_a_restart_gets_410_relists_and_reconciles(
         ]
         for stream in INTAKE_RELIST_STREAMS:
             assert any(r.startswith(f"{stream}: 410") for r in relists), (stream, relists)
+        reconciles = [
+            str(ln.get("reason", "")) for ln in sched.lines() if ln.get("event") == "feed_reconcile"
+        ]
+        # The bound pods' re-list came page by page (never held whole), and was applied.
+        assert any(r.startswith("pods/assigned: ") and r.endswith(", paged") for r in reconciles), (
+            reconciles
+        )
         report_line(
             f"410 after an apiserver restart: {gap['pending']} of the burst pending at the stop; "
             f"{len(gap['deleted'])} pods and a node deleted in etcd, down {down_for:.1f}s; "
