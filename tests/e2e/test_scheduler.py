@@ -296,6 +296,12 @@ async def test_500_pods_on_100_nodes(plane: Plane, api: client.ApiClient, ns: st
     lines = sched.lines()
     traced = [ln for ln in lines if ln.get("event") == "pod_bound"]
     assert len(traced) == 500
+    # kopf's start-up (discovery, its first list) is over before the first cycle.
+    said = [ln.get("event") for ln in lines]
+    assert "kopf_slow_to_start" not in said
+    done = said.index("start_up_done")
+    assert str(lines[done]["reason"]).startswith("kopf listed: True; ")
+    assert done < said.index("pod_bound")
     assert all(len(ln["trace_id"]) == 32 for ln in traced)
 
 
