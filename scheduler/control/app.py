@@ -49,7 +49,7 @@ from scheduler.control.kubeconfig import (
     skip_environment_lookups,
     wait_for_api,
 )
-from scheduler.control.kubeio import KubeWriter
+from scheduler.control.kubeio import KubeWriter, keep_connections_open
 from scheduler.control.leader import Elector
 from scheduler.control.ratelimit import TokenBucket
 from scheduler.control.scheduler import Scheduler
@@ -78,6 +78,8 @@ def _api_client(credentials: Credentials) -> client.ApiClient:
     credentials.configuration.connection_pool_maxsize = CONNECTION_POOL
     api = client.ApiClient(configuration=credentials.configuration)
     skip_environment_lookups(api)
+    if not keep_connections_open(api):
+        log.warning("keepalive_not_set", reason="this aiohttp has no connector keep-alive")
     return api
 
 
@@ -198,6 +200,8 @@ class App:
 
     async def _leading(self) -> None:
         """The scheduling loop and the status writers."""
+        opened = await self.scheduler.open_connections()
+        log.info("connections_opened", reason=f"{opened} keep-alive connections for writes")
         self._leading_since = time.monotonic()
         self._spawn(self._status_loop())
         self._spawn(self._gang_status_loop())

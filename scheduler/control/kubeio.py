@@ -10,13 +10,14 @@ values, because each one means something different to the cache and queue.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import enum
 import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import aiohttp
 import orjson
@@ -91,6 +92,10 @@ class KubeWriter:
     def reconfigure(self, qps: float, burst: int) -> None:
         self.limiter.reconfigure(qps, burst)
         self.report_limiter.reconfigure(qps, burst)
+
+    async def open_connections(self, count: int) -> int:
+        """See :meth:`JsonPoster.open_connections`: the writes' pool, opened ahead."""
+        return await self._post.open_connections(count)
 
     async def bind(
         self, pod: PodRef, node: str, annotations: dict[str, str] | None = None
@@ -326,29 +331,33 @@ class JsonPoster:
     def __init__(self, api: client.ApiClient) -> None:
         self._api = api
 
-    async def __call__(self, path: str, body: Mapping[str, Any]) -> None:
+    async def _options(self, content_type: str | None) -> dict[str, Any]:
+        """Headers (credentials refreshed) and the per-request options the client's own
+        calls pass: proxy, its headers, the TLS server name."""
         api = self._api
-        headers: dict[str, str] = {
-            **api.default_headers,
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-        }
+        headers: dict[str, str] = {**api.default_headers, "Accept": "application/json"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         await api.update_params_for_auth(headers, [], ["BearerToken"])
         rest = api.rest_client
-        extra: dict[str, Any] = {}
+        options: dict[str, Any] = {"headers": headers, "timeout": POST_TIMEOUT}
         if rest.proxy:
-            extra["proxy"] = rest.proxy
+            options["proxy"] = rest.proxy
         if rest.proxy_headers:
-            extra["proxy_headers"] = rest.proxy_headers
+            options["proxy_headers"] = rest.proxy_headers
         if rest.server_hostname:
-            extra["server_hostname"] = rest.server_hostname
-        session: aiohttp.ClientSession = rest.pool_manager
-        async with session.post(
-            f"{api.configuration.host}{path}",
-            data=orjson.dumps(body),
-            headers=headers,
-            timeout=POST_TIMEOUT,
-            **extra,
+            options["server_hostname"] = rest.server_hostname
+        return options
+
+    @property
+    def _session(self) -> aiohttp.ClientSession:
+        session: aiohttp.ClientSession = self._api.rest_client.pool_manager
+        return session
+
+    async def __call__(self, path: str, body: Mapping[str, Any]) -> None:
+        options = await self._options("application/json")
+        async with self._session.post(
+            f"{self._api.configuration.host}{path}", data=orjson.dumps(body), **options
         ) as resp:
             data = await resp.read()  # small; read whole so the connection goes back
             if 200 <= resp.status <= 299:
@@ -356,6 +365,41 @@ class JsonPoster:
             exc = client.ApiException(status=resp.status, reason=str(resp.reason))
             exc.body = data
             raise exc
+
+    async def open_connections(self, count: int) -> int:
+        """Open ``count`` keep-alive connections now, with as many concurrent ``GET
+        /version`` (readable by every authenticated client): a burst of bindings then finds
+        them open instead of paying a TLS handshake each, on both sides, while it schedules.
+        Best effort: how many answered; a failure costs only the head start."""
+        url = f"{self._api.configuration.host}/version"
+
+        async def one() -> bool:
+            try:
+                async with self._session.get(url, **await self._options(None)) as resp:
+                    await resp.read()
+                    return 200 <= resp.status <= 299
+            except (aiohttp.ClientError, OSError, TimeoutError):
+                return False
+
+        done = await asyncio.gather(*(one() for _ in range(count)))
+        return sum(done)
+
+
+KEEPALIVE_S: Final = 60.0
+"""How long our idle connections stay open. aiohttp's default, 15 s, closed them between
+two bursts of bindings a few seconds of quiet apart, and each burst opened them again, a
+TLS handshake each on both sides. kube-apiserver closes idle connections at 90 s; below
+that, no request races the server's close."""
+
+
+def keep_connections_open(api: client.ApiClient, seconds: float = KEEPALIVE_S) -> bool:
+    """Set the keep-alive of the client's connection pool (the generated client builds its
+    connector with aiohttp's default); False if this aiohttp has no such setting."""
+    connector = cast(Any, api).rest_client.pool_manager.connector
+    if not hasattr(connector, "_keepalive_timeout"):  # no public setter
+        return False
+    connector._keepalive_timeout = seconds
+    return True
 
 
 async def _release_checked(resp: Any) -> None:

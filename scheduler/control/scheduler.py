@@ -476,6 +476,15 @@ class Scheduler:
         return self.gang_flow.podgroup_keys()
 
     # -- scheduling side ----------------------------------------------------
+    async def open_connections(self) -> int:
+        """As many connections as bindings and reports can have in flight, opened before
+        the first cycle (how many opened; 0 without a writer): a new leader's first burst
+        does not pay their TLS handshakes while it schedules."""
+        if self.writer is None or self.binder is None:
+            return 0
+        wanted = self.binder.concurrency + (self.reporter.in_flight if self.reporter else 0)
+        return await self.writer.open_connections(wanted)
+
     async def run(self) -> None:
         """Schedule until the queue is closed; then wait for in-flight bindings."""
         while True:

@@ -11,7 +11,14 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from scheduler.control.kubeio import BindResult, JsonPoster, KubeWriter, PodRef
+from scheduler.control.kubeio import (
+    KEEPALIVE_S,
+    BindResult,
+    JsonPoster,
+    KubeWriter,
+    PodRef,
+    keep_connections_open,
+)
 from scheduler.control.ratelimit import TokenBucket
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import SettingsError, parse_spec
@@ -182,3 +189,85 @@ async def test_the_poster_sends_json_with_credentials_and_judges_the_status(stat
     assert outcome.result is expected
     if status in (429, 500):
         assert "said so" in outcome.detail
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, runner.addresses[0][1]
+
+
+async def test_connections_are_opened_ahead_and_the_writes_reuse_them() -> None:
+    """A real HTTP server on loopback counts the client's connections (peer ports): the
+    warm-up opens as many as asked, with the token, and a burst of bindings then opens
+    none of its own."""
+    peers: dict[str, set[int]] = {"GET": set(), "POST": set()}
+    auth: set[str] = set()
+
+    async def version(request: web.Request) -> web.Response:
+        peers["GET"].add(request.transport.get_extra_info("peername")[1])  # type: ignore[union-attr]
+        auth.add(request.headers.get("Authorization", ""))
+        await asyncio.sleep(0.05)  # all in flight at once, as the binder's would be
+        return web.json_response({"major": "1", "minor": "34"})
+
+    async def binding(request: web.Request) -> web.Response:
+        peers["POST"].add(request.transport.get_extra_info("peername")[1])  # type: ignore[union-attr]
+        await asyncio.sleep(0.01)
+        return web.json_response({"kind": "Status", "status": "Success"}, status=201)
+
+    app = web.Application()
+    app.router.add_get("/version", version)
+    app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
+    runner, port = await _serve(app)
+    config = client.Configuration(host=f"http://127.0.0.1:{port}")
+    config.api_key = {"BearerToken": "secret-token"}
+    config.api_key_prefix = {"BearerToken": "Bearer"}
+    try:
+        async with client.ApiClient(config) as api:
+            assert keep_connections_open(api)
+            writer = KubeWriter(
+                api, component="lattice", instance="t", limiter=TokenBucket(1000, 1000)
+            )
+            assert await writer.open_connections(8) == 8
+            outcomes = await asyncio.gather(
+                *(writer.bind(PodRef("default", f"p{i}", f"u{i}"), "n1") for i in range(8))
+            )
+    finally:
+        await runner.cleanup()
+    assert len(peers["GET"]) == 8
+    assert auth == {"Bearer secret-token"}
+    assert all(o.result is BindResult.BOUND for o in outcomes)
+    assert peers["POST"] <= peers["GET"]  # no binding opened a connection of its own
+
+
+async def test_opening_connections_is_best_effort() -> None:
+    """Refusals and an unreachable server cost the head start only: how many answered."""
+
+    async def refuse(request: web.Request) -> web.Response:
+        return web.json_response({"kind": "Status"}, status=403)
+
+    app = web.Application()
+    app.router.add_get("/version", refuse)
+    runner, port = await _serve(app)
+    try:
+        async with client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
+            writer = KubeWriter(api, component="lattice", instance="t", limiter=TokenBucket(1, 1))
+            assert await writer.open_connections(3) == 0
+    finally:
+        await runner.cleanup()
+    async with client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
+        writer = KubeWriter(api, component="lattice", instance="t", limiter=TokenBucket(1, 1))
+        assert await writer.open_connections(2) == 0  # nobody listens there any more
+
+
+async def test_idle_connections_outlive_aiohttps_default() -> None:
+    """The generated client's connector keeps idle connections 15 s (aiohttp's default);
+    ours stay below kube-apiserver's 90 s idle timeout, above the gaps between bursts."""
+    async with client.ApiClient() as api:
+        connector = api.rest_client.pool_manager.connector
+        assert connector._keepalive_timeout == 15.0  # the default this changes
+        assert keep_connections_open(api)
+        assert connector._keepalive_timeout == KEEPALIVE_S
+    assert 15.0 < KEEPALIVE_S < 90.0

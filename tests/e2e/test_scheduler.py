@@ -302,6 +302,10 @@ async def test_500_pods_on_100_nodes(plane: Plane, api: client.ApiClient, ns: st
     done = said.index("start_up_done")
     assert str(lines[done]["reason"]).startswith("kopf listed: True; ")
     assert done < said.index("pod_bound")
+    # The writes' connections (64 bindings + 8 reports in flight) were open before it too.
+    opened = said.index("connections_opened")
+    assert lines[opened]["reason"] == "72 keep-alive connections for writes"
+    assert done < opened < said.index("pod_bound")
     assert all(len(ln["trace_id"]) == 32 for ln in traced)
 
 
