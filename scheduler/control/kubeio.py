@@ -321,6 +321,11 @@ POST_TIMEOUT = aiohttp.ClientTimeout(total=60.0)
 """kube-apiserver's own default request timeout: past it the server would have answered."""
 
 
+WARM_UP_TIMEOUT: Final = aiohttp.ClientTimeout(total=5.0)
+"""A slow API server delays the first cycle by this much at most: the head start is not
+worth more."""
+
+
 class JsonPoster:
     """POST a JSON body on the ApiClient's own session (its connection pool, TLS, proxy and
     credentials, refreshed as the generated client refreshes them), without the generated
@@ -374,8 +379,9 @@ class JsonPoster:
         url = f"{self._api.configuration.host}/version"
 
         async def one() -> bool:
+            options = {**await self._options(None), "timeout": WARM_UP_TIMEOUT}
             try:
-                async with self._session.get(url, **await self._options(None)) as resp:
+                async with self._session.get(url, **options) as resp:
                     await resp.read()
                     return 200 <= resp.status <= 299
             except (aiohttp.ClientError, OSError, TimeoutError):

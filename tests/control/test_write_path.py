@@ -7,10 +7,12 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any, cast
 
+import aiohttp
 import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
+from scheduler.control import kubeio
 from scheduler.control.kubeio import (
     KEEPALIVE_S,
     BindResult,
@@ -242,24 +244,40 @@ async def test_connections_are_opened_ahead_and_the_writes_reuse_them() -> None:
     assert peers["POST"] <= peers["GET"]  # no binding opened a connection of its own
 
 
-async def test_opening_connections_is_best_effort() -> None:
-    """Refusals and an unreachable server cost the head start only: how many answered."""
+async def test_opening_connections_is_best_effort(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refusals, a server that does not answer and an unreachable one cost the head start
+    only (a bounded wait): how many answered."""
+    monkeypatch.setattr(kubeio, "WARM_UP_TIMEOUT", aiohttp.ClientTimeout(total=0.5))
 
     async def refuse(request: web.Request) -> web.Response:
         return web.json_response({"kind": "Status"}, status=403)
 
-    app = web.Application()
-    app.router.add_get("/version", refuse)
-    runner, port = await _serve(app)
-    try:
+    answer = asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        await answer.wait()  # until the test is over
+        return web.json_response({})
+
+    async def opened(port: int, count: int) -> int:
         async with client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
             writer = KubeWriter(api, component="lattice", instance="t", limiter=TokenBucket(1, 1))
-            assert await writer.open_connections(3) == 0
+            return await writer.open_connections(count)
+
+    refusing, hanging = web.Application(), web.Application()
+    refusing.router.add_get("/version", refuse)
+    hanging.router.add_get("/version", hang)
+    refuser, refusing_port = await _serve(refusing)
+    hanger, hanging_port = await _serve(hanging)
+    try:
+        assert await opened(refusing_port, 3) == 0
+        started = asyncio.get_running_loop().time()
+        assert await opened(hanging_port, 3) == 0
+        assert asyncio.get_running_loop().time() - started < 10
     finally:
-        await runner.cleanup()
-    async with client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")) as api:
-        writer = KubeWriter(api, component="lattice", instance="t", limiter=TokenBucket(1, 1))
-        assert await writer.open_connections(2) == 0  # nobody listens there any more
+        answer.set()
+        await refuser.cleanup()
+        await hanger.cleanup()
+    assert await opened(refusing_port, 2) == 0  # nobody listens there any more
 
 
 async def test_idle_connections_outlive_aiohttps_default() -> None:
