@@ -336,7 +336,9 @@ class JsonPoster:
     def __init__(self, api: client.ApiClient) -> None:
         self._api = api
 
-    async def _options(self, content_type: str | None) -> dict[str, Any]:
+    async def _options(
+        self, content_type: str | None, limit: aiohttp.ClientTimeout
+    ) -> dict[str, Any]:
         """Headers (credentials refreshed) and the per-request options the client's own
         calls pass: proxy, its headers, the TLS server name."""
         api = self._api
@@ -345,7 +347,7 @@ class JsonPoster:
             headers["Content-Type"] = content_type
         await api.update_params_for_auth(headers, [], ["BearerToken"])
         rest = api.rest_client
-        options: dict[str, Any] = {"headers": headers, "timeout": POST_TIMEOUT}
+        options: dict[str, Any] = {"headers": headers, "timeout": limit}
         if rest.proxy:
             options["proxy"] = rest.proxy
         if rest.proxy_headers:
@@ -360,7 +362,7 @@ class JsonPoster:
         return session
 
     async def __call__(self, path: str, body: Mapping[str, Any]) -> None:
-        options = await self._options("application/json")
+        options = await self._options("application/json", POST_TIMEOUT)
         async with self._session.post(
             f"{self._api.configuration.host}{path}", data=orjson.dumps(body), **options
         ) as resp:
@@ -379,7 +381,7 @@ class JsonPoster:
         url = f"{self._api.configuration.host}/version"
 
         async def one() -> bool:
-            options = {**await self._options(None), "timeout": WARM_UP_TIMEOUT}
+            options = await self._options(None, WARM_UP_TIMEOUT)
             try:
                 async with self._session.get(url, **options) as resp:
                     await resp.read()
