@@ -152,6 +152,7 @@ class Scheduler:
         metrics.precreate_profile(settings.scheduler_name)
         self._graph_seq = 0
         self.cache = SchedulerCache(topology=TopologyState(settings.profile.topology))
+        self.cache.topology.gpu_demand.set_resources(settings.profile.gpu_placement.resources)
         self.load = LoadPredictor(settings.profile.load_aware.predict)
         """Predicted node load, fed by agents' reports and our own placements."""
         self.wall_clock = wall_clock
@@ -233,6 +234,8 @@ class Scheduler:
             self._timed_framework = timed(self.framework, self.plugin_timer)
         if settings.scheduler_name != self.settings.scheduler_name:
             self.metrics.precreate_profile(settings.scheduler_name)
+        if settings.profile.gpu_placement.resources != self.cache.topology.gpu_demand.resources:
+            self.cache.topology.gpu_demand.set_resources(settings.profile.gpu_placement.resources)
         if settings.profile.load_aware.predict != self.load.config:
             self.load.replace_config(settings.profile.load_aware.predict)
         if self.binder is not None:
@@ -294,6 +297,7 @@ class Scheduler:
             )
         if isinstance(queued, Pod):
             self.preemptor.note_nomination(queued)
+            self.cache.topology.gpu_demand.set_pending(key, queued)
         if gang is not None:
             self.gang_flow.member_pending(gang, key, queued)
             return
@@ -341,6 +345,7 @@ class Scheduler:
         info = self.queue.get(key)
         if info is not None and (not uid or info.pod.uid == uid):
             self._drop_from_queue(key)
+        self.cache.topology.gpu_demand.set_pending(key, None)  # a gang member, too
         self.preemptor.forget_pod(ident(body))
         cached = self.cache.cached_pod(key)
         removed = False
@@ -386,6 +391,7 @@ class Scheduler:
         info = self.queue.get(key)
         if info is not None and info.pod.uid == uid:
             self._drop_from_queue(key)
+        self.cache.topology.gpu_demand.set_pending(key, None)
         self.preemptor.end_nomination(ident(body))
         if bound:
             return
@@ -408,6 +414,9 @@ class Scheduler:
                     continue  # kept in step with its members
                 if queued.uid not in live:
                     self.queue.delete(queued)
+                    self.cache.topology.gpu_demand.set_pending(
+                        pod_key(queued.namespace, queued.name), None
+                    )
                     self.forget_reports(queued.uid)
                     self.preemptor.forget_pod(queued.uid or f"{queued.namespace}/{queued.name}")
         for gang in list(self.gang_flow.gangs):
@@ -416,6 +425,7 @@ class Scheduler:
                 self.gang_flow.member_gone(gang.key, key)
 
     def _drop_from_queue(self, key: str) -> None:
+        self.cache.topology.gpu_demand.set_pending(key, None)
         info = self.queue.get(pod_key(*key.split("/", 1)))
         if info is not None:
             self.queue.delete(info.pod)

@@ -14,6 +14,8 @@ from typing import Any
 
 from scheduler.core.profile import (
     DEFAULT_PROFILE,
+    GpuPlacementArgs,
+    GpuPolicy,
     LoadAwareArgs,
     LoadScoreMode,
     Profile,
@@ -86,6 +88,41 @@ def parse_gang(raw: object) -> GangSettings:
     return GangSettings(solver_time_limit_s=float(limit), use_solver=solver == "CPSAT")
 
 
+def parse_gpu_placement(raw: object) -> GpuPlacementArgs:
+    """spec.gpuPlacement into GPUPlacement's arguments; every bad key is reported at once."""
+    if raw is None:
+        return GpuPlacementArgs()
+    if not isinstance(raw, Mapping):
+        raise SettingsError("spec.gpuPlacement must be an object")
+    problems: list[str] = []
+    policy = GpuPlacementArgs().policy
+    resources = GpuPlacementArgs().resources
+    for key, value in raw.items():
+        if key == "policy":
+            try:
+                policy = GpuPolicy(value)
+            except ValueError:
+                known = ", ".join(p.value for p in GpuPolicy)
+                problems.append(f"spec.gpuPlacement.policy: {value!r} is not one of {known}")
+        elif key == "resources":
+            if (
+                not isinstance(value, list)
+                or not value
+                or not all(isinstance(r, str) and "/" in r for r in value)
+            ):
+                problems.append(
+                    f"spec.gpuPlacement.resources: {value!r} is not a non-empty list of"
+                    " extended resource names (domain/name)"
+                )
+            else:
+                resources = tuple(dict.fromkeys(value))
+        else:
+            problems.append(f"spec.gpuPlacement: unknown key {key!r}")
+    if problems:
+        raise SettingsError("; ".join(problems))
+    return GpuPlacementArgs(policy=policy, resources=resources)
+
+
 def default_spec(scheduler_name: str) -> dict[str, Any]:
     """The object `lattice run` creates when none exists."""
     s = SchedulerSettings(scheduler_name=scheduler_name)
@@ -109,6 +146,10 @@ def default_spec(scheduler_name: str) -> dict[str, Any]:
             "memoryPreferBelow": load.memory_prefer_below,
         },
         "gang": {"solver": "CPSAT", "solverTimeLimitSeconds": s.gang.solver_time_limit_s},
+        "gpuPlacement": {
+            "policy": s.profile.gpu_placement.policy.value,
+            "resources": list(s.profile.gpu_placement.resources),
+        },
     }
 
 
@@ -258,6 +299,7 @@ def parse_spec(spec: Mapping[str, Any], scheduler_name: str) -> SchedulerSetting
                 DEFAULT_PROFILE.node_resources_fit, strategy=strategy
             ),
             load_aware=parse_load_aware(spec.get("loadAware")),
+            gpu_placement=parse_gpu_placement(spec.get("gpuPlacement")),
         )
     except ValueError as exc:
         raise SettingsError(str(exc)) from exc

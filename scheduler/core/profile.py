@@ -116,6 +116,36 @@ class LoadAwareArgs:
     and targets (score); the controller hands the same config to its predictor."""
 
 
+class GpuPolicy(StrEnum):
+    """How GPU pods choose among nodes (``LatticeScheduler.spec.gpuPlacement.policy``)."""
+
+    FRAGMENTATION = "Fragmentation"
+    """The node whose free GPUs stay most usable by the request sizes the cluster sees
+    (fragmentation gradient, after FGD, USENIX ATC'23): best fit, judged by demand."""
+    MOST_ALLOCATED = "MostAllocated"
+    """The node with the highest share of its GPUs requested afterwards (plain best fit)."""
+    LEAST_ALLOCATED = "LeastAllocated"
+    """The node with the most free GPUs afterwards (spreading, kube's default for cpu)."""
+
+
+GPU_RESOURCES: Final = ("nvidia.com/gpu", "amd.com/gpu")
+"""Extended resources counted as GPUs unless the profile lists others."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPlacementArgs:
+    policy: GpuPolicy = GpuPolicy.FRAGMENTATION
+    resources: tuple[str, ...] = GPU_RESOURCES
+    """Extended resources that are whole GPUs; a pod's GPU count is the sum of its requests
+    of them (a node normally offers one kind)."""
+
+    def __post_init__(self) -> None:
+        if not self.resources:
+            raise ValueError("GPUPlacement.resources: at least one GPU resource is needed")
+        if len(set(self.resources)) != len(self.resources):
+            raise ValueError("GPUPlacement.resources: duplicate resource names")
+
+
 UNSUPPORTED: Final = "Unsupported"
 NODE_UNSCHEDULABLE: Final = "NodeUnschedulable"
 NODE_NAME: Final = "NodeName"
@@ -132,6 +162,7 @@ INTER_POD_AFFINITY: Final = "InterPodAffinity"
 BALANCED_ALLOCATION: Final = "NodeResourcesBalancedAllocation"
 TOPOLOGY: Final = "Topology"
 LOAD_AWARE: Final = "LoadAware"
+GPU_PLACEMENT: Final = "GPUPlacement"
 
 DEFAULT_FILTERS: Final = (
     UNSUPPORTED,
@@ -159,11 +190,19 @@ DEFAULT_SCORES: Final = (
     (BALANCED_ALLOCATION, 1),
     (TOPOLOGY, 5),
     (LOAD_AWARE, 3),
+    (GPU_PLACEMENT, 5),
 )
 """LoadAware's weight 3 lets a 20-point load difference (a node at 70 % against one at 50 %)
 outweigh the requests-based scores (NodeResourcesFit and BalancedAllocation, weight 1 each),
 which cannot see load placed by others: diluting the load score is how load-aware schedulers
-end up placing on hot nodes."""
+end up placing on hot nodes.
+
+GPUPlacement's weight 5 puts a GPU pod's node choice first (its 0..100 spread over the
+feasible nodes outweighs LeastAllocated and BalancedAllocation together), level with device
+alignment (Topology), which it never contradicts: both fill partly used hardware first."""
+
+LATTICE_PLUGINS: Final = frozenset({TOPOLOGY, LOAD_AWARE, GPU_PLACEMENT})
+"""Lattice's own plugins; without them a profile is kube-scheduler's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +219,7 @@ class Profile:
     inter_pod_affinity: InterPodAffinityArgs = field(default_factory=InterPodAffinityArgs)
     topology: TopologyArgs = field(default_factory=TopologyArgs)
     load_aware: LoadAwareArgs = field(default_factory=LoadAwareArgs)
+    gpu_placement: GpuPlacementArgs = field(default_factory=GpuPlacementArgs)
 
     def __post_init__(self) -> None:
         if len(set(self.filters)) != len(self.filters):
@@ -191,3 +231,19 @@ class Profile:
 
 
 DEFAULT_PROFILE: Final = Profile()
+
+
+def kube_profile(
+    *,
+    name: str = "kube-default",
+    strategy: ScoringStrategy = ScoringStrategy.LEAST_ALLOCATED,
+    resources: tuple[tuple[str, int], ...] = DEFAULT_SCORE_RESOURCES,
+) -> Profile:
+    """kube-scheduler's default profile as the core computes it (Lattice's plugins removed),
+    optionally with a NodeResourcesFit strategy of its own: the peers of `lattice simulate`."""
+    return Profile(
+        name=name,
+        filters=tuple(f for f in DEFAULT_FILTERS if f not in LATTICE_PLUGINS),
+        scores=tuple((s, w) for s, w in DEFAULT_SCORES if s not in LATTICE_PLUGINS),
+        node_resources_fit=NodeResourcesFitArgs(strategy=strategy, resources=resources),
+    )

@@ -22,6 +22,7 @@ from scheduler.core.framework import (
 )
 from scheduler.core.plugins import (
     balanced_allocation,
+    gpu_placement,
     inter_pod_affinity,
     load_aware,
     node_affinity,
@@ -59,6 +60,7 @@ IN_TREE: Final[tuple[tuple[str, PluginFactory], ...]] = (
     (balanced_allocation.NAME, balanced_allocation.new),
     (topology.NAME, topology.new),
     (load_aware.NAME, load_aware.new),
+    (gpu_placement.NAME, gpu_placement.new),
 )
 
 

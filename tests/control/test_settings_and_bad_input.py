@@ -11,7 +11,7 @@ from scheduler.control.queue import QueueName, pod_key
 from scheduler.control.queued import BrokenPod
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import SettingsError, default_spec, parse_spec
-from scheduler.core.profile import ScoringStrategy
+from scheduler.core.profile import GpuPolicy, ScoringStrategy
 from scheduler.obs.metrics import Metrics
 from tests.builders import make_node, make_pod
 
@@ -35,9 +35,40 @@ def test_plugins_are_applied() -> None:
     assert "NodePorts" not in settings.profile.filters
 
 
+def test_gpu_placement_is_applied_live() -> None:
+    default = parse_spec(default_spec("lattice"), "lattice")
+    assert default.profile.gpu_placement.policy is GpuPolicy.FRAGMENTATION
+    spec = {"gpuPlacement": {"policy": "MostAllocated", "resources": ["example.com/xpu"]}}
+    settings = parse_spec(spec, "lattice")
+    assert settings.profile.gpu_placement.policy is GpuPolicy.MOST_ALLOCATED
+    assert settings.profile.gpu_placement.resources == ("example.com/xpu",)
+    sched = Scheduler(default, writer=None, metrics=Metrics.create())
+    assert "nvidia.com/gpu" in sched.cache.topology.gpu_demand.resources
+    sched.apply_settings(settings)
+    assert sched.cache.topology.gpu_demand.resources == ("example.com/xpu",)
+    assert sched.framework.profile.gpu_placement.policy is GpuPolicy.MOST_ALLOCATED
+
+
+def test_pending_gpu_pods_feed_the_request_mix() -> None:
+    sched = Scheduler(parse_spec({}, "lattice"), writer=None, metrics=Metrics.create())
+    body = make_pod("job", cpu="8", resources={"nvidia.com/gpu": "8"}).obj()
+    body["spec"]["schedulerName"] = "lattice"
+    sched.pod_upserted(body)
+    demand = sched.cache.topology.gpu_demand
+    assert demand.arrivals == 1
+    assert {c.gpus: c.share for c in demand.classes()}[8] > 0.5
+    sched.pod_deleted(body)
+    assert {c.gpus: c.share for c in demand.classes()}[8] < 0.5
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
+        pytest.param({"gpuPlacement": {"policy": "Random"}}, "gpuPlacement.policy", id="policy"),
+        pytest.param({"gpuPlacement": {"resources": []}}, "gpuPlacement.resources", id="empty"),
+        pytest.param({"gpuPlacement": {"resources": ["gpu"]}}, "domain/name", id="unqualified"),
+        pytest.param({"gpuPlacement": {"typo": 1}}, "unknown key 'typo'", id="unknown-key"),
+        pytest.param({"gpuPlacement": "Fragmentation"}, "must be an object", id="not-object"),
         pytest.param({"plugins": [{"name": "Nope"}]}, "unknown plugin 'Nope'", id="unknown"),
         pytest.param({"plugins": [{"name": "NodeAffinity", "weight": 500}]}, "weight", id="weight"),
         pytest.param({"bindConcurrency": 0}, "bindConcurrency", id="concurrency"),

@@ -213,10 +213,11 @@ def test_default_profile_order_matches_kube_scheduler() -> None:
     """kube-scheduler's plugins in its order; Lattice's Unsupported (refuses pods with volumes
     or DRA claims it cannot bind yet; a no-op for the others) comes first, Topology (a no-op
     for pods without devices or pinned CPUs) and LoadAware (a no-op without load reports)
-    come last."""
+    come last; GPUPlacement only scores."""
     assert DEFAULT_PROFILE.filters[-2:] == ("Topology", "LoadAware")
     assert dict(DEFAULT_PROFILE.scores)["Topology"] == 5
     assert dict(DEFAULT_PROFILE.scores)["LoadAware"] == 3
+    assert dict(DEFAULT_PROFILE.scores)["GPUPlacement"] == 5
     assert DEFAULT_PROFILE.filters[:-2] == (
         "Unsupported",
         "NodeUnschedulable",
@@ -232,7 +233,8 @@ def test_default_profile_order_matches_kube_scheduler() -> None:
         "PodTopologySpread",
         "InterPodAffinity",
     )
-    assert {k: w for k, w in DEFAULT_PROFILE.scores if k not in ("Topology", "LoadAware")} == {
+    ours = ("Topology", "LoadAware", "GPUPlacement")
+    assert {k: w for k, w in DEFAULT_PROFILE.scores if k not in ours} == {
         "TaintToleration": 3,
         "NodeAffinity": 2,
         "NodeResourcesFit": 1,

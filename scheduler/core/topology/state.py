@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Final
 
+from scheduler.core.gpus import GpuDemand
 from scheduler.core.profile import TopologyArgs
 from scheduler.core.topology.allocate import Choice, FreeState, Level, all_free, choose, free_state
 from scheduler.core.topology.layout import (
@@ -44,6 +45,8 @@ class TopologyState:
     def __init__(self, args: TopologyArgs | None = None) -> None:
         self.args = args or TopologyArgs()
         self.ledger = DeviceLedger(self.args)
+        # The GPU request mix (GPUPlacement's fragmentation score): arrivals and pending pods.
+        self.gpu_demand = GpuDemand()
         self._reports: dict[str, NodeTopology] = {}
         self._nrt: dict[str, NodeResourceTopology] = {}
         self._layouts: dict[str, tuple[NodeLayout, int]] = {}

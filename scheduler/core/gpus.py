@@ -1,0 +1,206 @@
+"""GPU demand and fragmentation: which free GPUs the cluster's requests can still use.
+
+Theory of operation (after FGD, Weng et al., USENIX ATC'23, for whole GPUs):
+
+* :class:`GpuDemand` learns the mix of GPU request sizes the cluster sees. Every arriving
+  pod that asks for GPUs moves an exponentially weighted share towards its size class (1, 2,
+  4, 8, or whatever sizes arrive), and each class keeps the typical cpu and memory its pods
+  ask beside their GPUs. Pods still pending count too: a class that waits is a class the
+  cluster is short of. Before anything arrives the prior is 1/2/4/8 in equal shares.
+* The **fragmentation** of a node is the expected number of its free GPUs that a request
+  drawn from that mix could *not* use: all of them for a size larger than the free count,
+  and all of them when the node's free cpu or memory is below what that size typically
+  brings (a GPU with no CPU beside it is stranded too).
+* A placement is judged by how much it raises the node's fragmentation (the fragmentation
+  gradient): a 1-GPU pod on a whole free 8-GPU node makes seven GPUs useless to 8-GPU
+  requests; on a node with one GPU left it makes nothing worse.
+
+Shares are floats (they are a prediction); capacities stay exact integers. Pure: the
+controller feeds arrivals and pending pods, the core reads the mix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.core.profile import GPU_RESOURCES
+from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
+from scheduler.model.names import CPU, MEMORY
+from scheduler.model.pod import Pod
+
+FloatArray = npt.NDArray[np.float64]
+
+PRIOR_SIZES: Final = (1, 2, 4, 8)
+"""The size classes assumed before any GPU pod arrives (equal shares)."""
+ARRIVAL_ALPHA: Final = 0.01
+"""Share moved per arrival: the mix reflects roughly the last few hundred GPU pods."""
+REQUEST_ALPHA: Final = 0.05
+"""Smoothing of a class's typical cpu and memory request."""
+PENDING_SHARE: Final = 0.5
+"""Weight of the pending pods' sizes in the mix while some GPU pods are pending."""
+_MIN_SHARE: Final = 1e-4
+
+
+@dataclass(frozen=True, slots=True)
+class SizeClass:
+    """One request size of the mix."""
+
+    gpus: int
+    share: float
+    """Probability that a GPU request is of this size (the shares sum to 1)."""
+    cpu_milli: int
+    """Typical cpu (millicores) a pod of this size asks beside its GPUs."""
+    memory: int
+    """Typical memory (bytes) a pod of this size asks."""
+
+
+def gpu_count(requests: Mapping[str, int], resources: Iterable[str]) -> int:
+    """Whole GPUs asked: the sum of the GPU resources' requests."""
+    return sum(requests.get(r, 0) for r in resources)
+
+
+class GpuDemand:
+    """The request mix, learned online (see the module docstring)."""
+
+    def __init__(self, resources: Iterable[str] | None = None) -> None:
+        self.resources: tuple[str, ...] = tuple(resources or GPU_RESOURCES)
+        self._shares: dict[int, float] = {k: 1.0 / len(PRIOR_SIZES) for k in PRIOR_SIZES}
+        self._cpu: dict[int, float] = {}
+        self._memory: dict[int, float] = {}
+        self._pending: dict[str, int] = {}
+        self._arrivals = 0
+        self._classes: tuple[SizeClass, ...] | None = None
+
+    @property
+    def arrivals(self) -> int:
+        """GPU pods observed so far."""
+        return self._arrivals
+
+    def set_resources(self, resources: Iterable[str]) -> None:
+        """The profile's GPU resources changed (new arrivals are counted by these)."""
+        self.resources = tuple(resources)
+
+    def gpus_of(self, pod: Pod) -> int:
+        return gpu_count(pod.resources.requests, self.resources)
+
+    def observe(self, pod: Pod) -> None:
+        """A pod arrived (call once per pod); pods without GPUs do not change the mix."""
+        gpus = self.gpus_of(pod)
+        if gpus <= 0:
+            return
+        requests = pod.resources.requests
+        self._arrivals += 1
+        for k in list(self._shares):
+            share = self._shares[k] * (1.0 - ARRIVAL_ALPHA)
+            if share < _MIN_SHARE and k != gpus:
+                del self._shares[k]
+            else:
+                self._shares[k] = share
+        self._shares[gpus] = self._shares.get(gpus, 0.0) + ARRIVAL_ALPHA
+        for typical, amount in (
+            (self._cpu, requests.get(CPU, 0)),
+            (self._memory, requests.get(MEMORY, 0)),
+        ):
+            old = typical.get(gpus)
+            typical[gpus] = float(amount) if old is None else old + REQUEST_ALPHA * (amount - old)
+        self._classes = None
+
+    def set_pending(self, key: str, pod: Pod | None) -> None:
+        """``pod`` waits to be placed (None: it no longer does). A key seen for the first
+        time is an arrival (:meth:`observe`), so a controller calls only this."""
+        gpus = self.gpus_of(pod) if pod is not None else 0
+        if gpus > 0:
+            if key not in self._pending:
+                assert pod is not None
+                self.observe(pod)
+            if self._pending.get(key) != gpus:
+                self._pending[key] = gpus
+                self._classes = None
+        elif self._pending.pop(key, None) is not None:
+            self._classes = None
+
+    def classes(self) -> tuple[SizeClass, ...]:
+        """The mix, largest share first (ties: smaller size first)."""
+        if self._classes is None:
+            self._classes = self._compute()
+        return self._classes
+
+    def _compute(self) -> tuple[SizeClass, ...]:
+        total = sum(self._shares.values())
+        mix = {k: v / total for k, v in self._shares.items()}
+        if self._pending:
+            counts: dict[int, int] = {}
+            for gpus in self._pending.values():
+                counts[gpus] = counts.get(gpus, 0) + 1
+            n = len(self._pending)
+            mix = {k: (1 - PENDING_SHARE) * mix.get(k, 0.0) for k in mix | counts}
+            for k, c in counts.items():
+                mix[k] += PENDING_SHARE * c / n
+        out = [
+            SizeClass(k, share, round(self._cpu.get(k, 0.0)), round(self._memory.get(k, 0.0)))
+            for k, share in mix.items()
+            if share > 0
+        ]
+        return tuple(sorted(out, key=lambda c: (-c.share, c.gpus)))
+
+
+@dataclass(frozen=True, slots=True)
+class Free:
+    """Free GPUs, cpu and memory per node row (exact integers)."""
+
+    gpus: IntArray
+    cpu: IntArray
+    memory: IntArray
+    capacity: IntArray
+    """Allocatable GPUs per node row."""
+
+    @classmethod
+    def of(cls, snapshot: Snapshot, resources: Iterable[str]) -> Free:
+        n = snapshot.num_nodes
+        alloc, requested = snapshot.allocatable, snapshot.requested
+        gpus = np.zeros(n, dtype=np.int64)
+        capacity = np.zeros(n, dtype=np.int64)
+        for resource in resources:
+            col = snapshot.resource_column(resource)
+            if col is not None:
+                gpus += alloc[col] - requested[col]
+                capacity += alloc[col]
+
+        def free(name: str) -> IntArray:
+            col = snapshot.resource_column(name)
+            if col is None:
+                return np.zeros(n, dtype=np.int64)
+            out: IntArray = alloc[col] - requested[col]
+            return out
+
+        return cls(np.maximum(gpus, 0), free(CPU), free(MEMORY), capacity)
+
+    def minus(self, gpus: int, cpu: int, memory: int) -> Free:
+        """What is free after a pod with these requests lands on each node."""
+        return Free(self.gpus - gpus, self.cpu - cpu, self.memory - memory, self.capacity)
+
+
+def fragmentation(free: Free, classes: Iterable[SizeClass]) -> FloatArray:
+    """Expected free GPUs per node that a request drawn from ``classes`` cannot use."""
+    gpus = np.maximum(free.gpus, 0)
+    out = np.zeros(len(gpus), dtype=np.float64)
+    for c in classes:
+        unusable: BoolArray = (gpus < c.gpus) | (free.cpu < c.cpu_milli) | (free.memory < c.memory)
+        out += np.where(unusable, gpus * c.share, 0.0)
+    return out
+
+
+def stranded(free: Free, classes: Iterable[SizeClass]) -> IntArray:
+    """Free GPUs per node that no size of the mix can use at all (neither by count nor by
+    the cpu and memory beside them)."""
+    gpus = np.maximum(free.gpus, 0)
+    usable = np.zeros(len(gpus), dtype=np.bool_)
+    for c in classes:
+        usable |= (gpus >= c.gpus) & (free.cpu >= c.cpu_milli) & (free.memory >= c.memory)
+    out: IntArray = np.where(usable, 0, gpus)
+    return out

@@ -1,0 +1,209 @@
+"""GPUPlacement and the GPU request mix: big jobs stay placeable, CPU-only pods keep
+kube-scheduler's choice unless they would strand GPUs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.gpus import (
+    PRIOR_SIZES,
+    Free,
+    GpuDemand,
+    SizeClass,
+    fragmentation,
+    stranded,
+)
+from scheduler.core.profile import (
+    DEFAULT_PROFILE,
+    GPU_PLACEMENT,
+    GpuPlacementArgs,
+    GpuPolicy,
+    kube_profile,
+)
+from scheduler.core.schedule import Framework
+from scheduler.core.topology.state import TopologyState
+from scheduler.model.pod import Pod
+from tests.builders import NodeBuilder, cluster, make_node, make_pod
+
+GPU = "nvidia.com/gpu"
+
+
+def gpu_node(name: str, gpus: int, cpu: str = "96", memory: str = "512Gi") -> NodeBuilder:
+    return make_node(name, cpu=cpu, memory=memory).allocatable(**{GPU: gpus})
+
+
+def gpu_pod(name: str, gpus: int, cpu: str = "4", memory: str = "16Gi") -> Pod:
+    return make_pod(name, cpu=cpu, memory=memory, resources={GPU: str(gpus)}).build()
+
+
+def replay(framework: Framework, nodes: list[NodeBuilder], pods: list[Pod]) -> list[str | None]:
+    """Place ``pods`` one after another as the controller would (arrival observed first)."""
+    snapshot, state = cluster(nodes), TopologyState()
+    out: list[str | None] = []
+    for i, pod in enumerate(pods):
+        state.gpu_demand.set_pending(pod.name, pod)
+        decision = framework.schedule(snapshot, pod, seed=i, topology=state)
+        state.gpu_demand.set_pending(pod.name, None)
+        out.append(decision.selected)
+        if decision.selected is not None:
+            snapshot.add_pod(pod, decision.selected)
+    return out
+
+
+def test_one_gpu_pods_fill_partly_used_nodes_and_the_8_gpu_job_fits() -> None:
+    """kube's LeastAllocated spreads the 1-GPU pods over both 8-GPU nodes, so the 8-GPU job
+    finds no whole node; Lattice keeps one whole (and uses the 2-GPU node first)."""
+    nodes = [gpu_node("big0", 8), gpu_node("big1", 8), gpu_node("small", 2, cpu="32")]
+    pods = [gpu_pod(f"p{i}", 1) for i in range(4)] + [gpu_pod("job", 8), gpu_pod("two", 2)]
+    lattice = replay(Framework(DEFAULT_PROFILE), nodes, pods)
+    kube = replay(Framework(kube_profile()), nodes, pods)
+    assert lattice[:2] == ["small", "small"]
+    assert len(set(lattice[2:4])) == 1  # the next two share one big node
+    assert lattice[4] is not None
+    assert lattice[4] != lattice[2]
+    assert None not in lattice
+    assert kube[4] is None  # the peer strands the job: this is the defect being fixed
+
+
+def test_best_fit_by_count_prefers_the_node_the_pod_fills() -> None:
+    nodes = [gpu_node("whole", 8), gpu_node("three-left", 8)]
+    placed = [(gpu_pod(f"u{i}", 1), "three-left") for i in range(5)]
+    snapshot = cluster(nodes, placed)
+    decision = Framework(DEFAULT_PROFILE).schedule(snapshot, gpu_pod("p", 2))
+    assert decision.selected == "three-left"
+    explanation = decision.explanation
+    assert explanation.node("three-left").scores[GPU_PLACEMENT] == 100
+    assert explanation.node("whole").scores[GPU_PLACEMENT] == 0
+
+
+def test_cpu_only_pod_does_not_strand_free_gpus() -> None:
+    """The GPU node has the most free cpu (LeastAllocated picks it), but taking 60 of its
+    cores would leave its 8 GPUs without the cpu that GPU pods bring."""
+    nodes = [gpu_node("gpu", 8, cpu="96"), make_node("cpu", cpu="64", memory="512Gi")]
+    state = TopologyState()
+    for i in range(20):
+        state.gpu_demand.observe(gpu_pod(f"seen{i}", 8, cpu="64"))
+    pod = make_pod("batch", cpu="60", memory="8Gi").build()
+    lattice = Framework(DEFAULT_PROFILE).schedule(cluster(nodes), pod, topology=state)
+    kube = Framework(kube_profile()).schedule(cluster(nodes), pod, topology=state)
+    assert kube.selected == "gpu"
+    assert lattice.selected == "cpu"
+
+
+def test_cpu_only_pods_keep_kube_scoring_where_no_gpu_is_at_stake() -> None:
+    """No GPU node, or GPU nodes with room to spare: the plugin skips, the choice is kube's."""
+    plain = [make_node(f"n{i}", cpu=str(2 + i), memory="8Gi") for i in range(4)]
+    roomy = [*plain, gpu_node("g", 8, cpu="512", memory="4Ti")]
+    pod = make_pod("web", cpu="1", memory="1Gi").build()
+    for nodes in (plain, roomy):
+        lattice = Framework(DEFAULT_PROFILE).schedule(cluster(nodes), pod, seed=3)
+        kube = Framework(kube_profile()).schedule(cluster(nodes), pod, seed=3)
+        assert GPU_PLACEMENT in lattice.explanation.skipped_scores
+        assert lattice.selected == kube.selected
+        assert np.array_equal(lattice.explanation.totals, kube.explanation.totals)
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (GpuPolicy.MOST_ALLOCATED, "three-left"),
+        (GpuPolicy.LEAST_ALLOCATED, "whole"),
+        (GpuPolicy.FRAGMENTATION, "three-left"),
+    ],
+)
+def test_policies(policy: GpuPolicy, expected: str) -> None:
+    profile = dataclasses.replace(DEFAULT_PROFILE, gpu_placement=GpuPlacementArgs(policy=policy))
+    nodes = [gpu_node("whole", 8), gpu_node("three-left", 8)]
+    placed = [(gpu_pod(f"u{i}", 1), "three-left") for i in range(5)]
+    decision = Framework(profile).schedule(cluster(nodes, placed), gpu_pod("p", 1))
+    assert decision.selected == expected
+
+
+def test_listed_resources_are_the_gpus() -> None:
+    """amd.com/gpu by default; another resource only when the profile lists it."""
+    nodes = [
+        make_node("whole", cpu="96", memory="512Gi").allocatable(**{"example.com/xpu": 4}),
+        make_node("one-left", cpu="96", memory="512Gi").allocatable(**{"example.com/xpu": 4}),
+    ]
+    placed = [
+        (make_pod(f"u{i}", cpu="1", resources={"example.com/xpu": "1"}).build(), "one-left")
+        for i in range(3)
+    ]
+    pod = make_pod("p", cpu="1", resources={"example.com/xpu": "1"}).build()
+    unlisted = Framework(DEFAULT_PROFILE).schedule(cluster(nodes, placed), pod)
+    assert GPU_PLACEMENT in unlisted.explanation.skipped_scores
+    args = GpuPlacementArgs(resources=("example.com/xpu",))
+    listed_profile = dataclasses.replace(DEFAULT_PROFILE, gpu_placement=args)
+    state = TopologyState()
+    state.gpu_demand.set_resources(args.resources)
+    listed = Framework(listed_profile).schedule(cluster(nodes, placed), pod, topology=state)
+    assert listed.selected == "one-left"
+
+
+def test_demand_learns_the_mix_from_arrivals_and_pending_pods() -> None:
+    demand = GpuDemand()
+    assert {c.gpus for c in demand.classes()} == set(PRIOR_SIZES)
+    for i in range(500):
+        demand.observe(gpu_pod(f"a{i}", 1, cpu="6"))
+    mix = {c.gpus: c for c in demand.classes()}
+    assert mix[1].share > 0.95
+    assert mix[1].cpu_milli == 6000
+    assert sum(c.share for c in mix.values()) == pytest.approx(1.0)
+    demand.observe(make_pod("cpu-only", cpu="1").build())
+    assert demand.arrivals == 500  # pods without GPUs are not GPU demand
+    demand.set_pending("ns/job", gpu_pod("job", 8, cpu="64"))
+    pending = {c.gpus: c for c in demand.classes()}
+    assert pending[8].share >= 0.5
+    assert pending[8].cpu_milli == 64000
+    assert demand.arrivals == 501  # a new pending key is an arrival
+    demand.set_pending("ns/job", gpu_pod("job", 8, cpu="64"))
+    assert demand.arrivals == 501  # the same pending pod again is not
+    demand.set_pending("ns/job", None)
+    assert {c.gpus: c for c in demand.classes()}[8].share < 0.1
+
+
+def test_fragmentation_and_stranded_by_hand() -> None:
+    free = Free(
+        gpus=np.array([8, 3, 1, 4]),
+        cpu=np.array([96_000, 96_000, 96_000, 1_000]),
+        memory=np.array([1 << 40] * 4),
+        capacity=np.array([8, 8, 8, 8]),
+    )
+    mix = (SizeClass(1, 0.5, 2000, 0), SizeClass(4, 0.25, 8000, 0), SizeClass(8, 0.25, 0, 0))
+    frag = fragmentation(free, mix)
+    # 8 free: nothing lost; 3 free: useless to 4s and 8s; 1: same; 4 free without cpu: all.
+    assert frag.tolist() == pytest.approx([0.0, 1.5, 0.5, 4.0])
+    assert stranded(free, mix).tolist() == [0, 0, 0, 4]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from([0, 1, 2, 4, 8]), min_size=1, max_size=30),
+    st.integers(0, 2**16),
+)
+def test_lattice_never_places_fewer_gpu_pods_than_it_can_fit(sizes: list[int], seed: int) -> None:
+    """Whatever the arrivals, every pod Lattice places fits (the plugin only scores) and a
+    pod that some feasible node holds is never refused."""
+    nodes = [gpu_node("a", 8), gpu_node("b", 4, cpu="48"), make_node("c", cpu="16")]
+    pods = [
+        gpu_pod(f"p{i}", g) if g else make_pod(f"p{i}", cpu="2").build()
+        for i, g in enumerate(sizes)
+    ]
+    lattice = Framework(DEFAULT_PROFILE)
+    kube_filters_only = Framework(
+        dataclasses.replace(kube_profile(), scores=()),
+    )
+    snapshot, state = cluster(nodes), TopologyState()
+    for i, pod in enumerate(pods):
+        state.gpu_demand.observe(pod)
+        decision = lattice.schedule(snapshot, pod, seed=seed + i, topology=state)
+        check = kube_filters_only.schedule(snapshot, pod, seed=seed + i)
+        assert (decision.selected is None) == (check.selected is None)
+        if decision.selected is not None:
+            assert decision.selected in check.feasible
+            snapshot.add_pod(pod, decision.selected)
