@@ -33,9 +33,12 @@ from scheduler.control.kubeconfig import StartupError, load_credentials
 from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL, GangSettings, parse_spec
 from scheduler.core.explain import Decision
+from scheduler.core.framework import Cycle
 from scheduler.core.from_api import as_pending, scheduled_at, snapshot_from_api
+from scheduler.core.gpus import Figures
 from scheduler.core.load import LoadView, load_report
-from scheduler.core.profile import DEFAULT_PROFILE, Profile
+from scheduler.core.plugins.gpu_placement import GpuPlacement
+from scheduler.core.profile import DEFAULT_PROFILE, GPU_PLACEMENT, Profile
 from scheduler.core.schedule import Framework, framework_for, schedule
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
@@ -96,6 +99,8 @@ class Explained:
     load: dict[str, NodeLoadBreakdown]
     skipped: list[str]
     gang: GangExplained | None = None
+    gpus: Figures | None = None
+    """GPUPlacement's per-node figures for the pod (None: it scored nothing)."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,12 +118,17 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         data: dict[str, Any] = {} if decision is None else decision.to_json()
         data["load"] = {name: load_json(b) for name, b in explained.load.items()}
+        if decision is not None and explained.gpus is not None:
+            data["gpus"] = gpu_json(decision, explained.gpus)
         if gang is not None:
             data["gang"] = gang_json(gang)
         print(json.dumps(data, indent=2))
         return 0
     if decision is not None:
         print(render_table(decision))
+        if explained.gpus is not None:
+            print()
+            print(render_gpu_table(decision, explained.gpus))
         if any(b.status.name != "UNKNOWN" for b in explained.load.values()):
             print()
             print(render_load_table(decision, explained.load))
@@ -248,7 +258,9 @@ async def _explain(args: argparse.Namespace) -> Explained:
         storage = volume_state_from_api(**storage_lists, placed_pods=placed_pods)
         built.skipped.extend(storage.skipped)
         volumes = storage.state
+    seed_gpu_demand(topology, profile, pods, args.scheduler_name)
     decision = None
+    gpus = None
     if body:
         pod = Pod.from_api(as_pending(body))
         decision = schedule(
@@ -260,6 +272,8 @@ async def _explain(args: argparse.Namespace) -> Explained:
             load=view,
             volumes=volumes,
         )
+        if GPU_PLACEMENT not in decision.explanation.skipped_scores:
+            gpus = gpu_figures(profile, built.snapshot, pod, topology)
     gang = None
     if group_body is not None:
         gang = explain_gang(
@@ -275,7 +289,98 @@ async def _explain(args: argparse.Namespace) -> Explained:
             use_solver=gang_settings.use_solver,
             volumes=volumes,
         )
-    return Explained(decision, load_breakdowns(predictor, built.snapshot, now), built.skipped, gang)
+    breakdowns = load_breakdowns(predictor, built.snapshot, now)
+    return Explained(decision, breakdowns, built.skipped, gang, gpus)
+
+
+def seed_gpu_demand(
+    topology: TopologyState, profile: Profile, pods: list[dict[str, Any]], scheduler_name: str
+) -> None:
+    """The request mix as the running scheduler learns it, from what the cluster shows: its
+    GPU pods as arrivals in creation order, then ours still pending. (The scheduler's own
+    mix has seen pods that are gone since; this one is an approximation of it.)"""
+    demand = topology.gpu_demand
+    demand.set_resources(profile.gpu_placement.resources)
+    ordered = sorted(
+        pods,
+        key=lambda b: (str((b.get("metadata") or {}).get("creationTimestamp", "")),),
+    )
+    for body in ordered:
+        spec = body.get("spec") or {}
+        try:
+            pod = Pod.from_api(body)
+        except InvalidObjectError:
+            continue
+        if spec.get("nodeName"):
+            demand.observe(pod)
+        elif spec.get("schedulerName") == scheduler_name:
+            demand.set_pending(f"{pod.namespace}/{pod.name}", pod)
+
+
+def gpu_figures(
+    profile: Profile, snapshot: Snapshot, pod: Pod, topology: TopologyState
+) -> Figures | None:
+    """The figures GPUPlacement scored from, by the profile's own plugin instance."""
+    for plugin, _ in framework_for(profile).plugins.scores:
+        if isinstance(plugin, GpuPlacement):
+            return plugin.figures(Cycle(snapshot, pod, topology=topology))
+    return None
+
+
+def gpu_json(decision: Decision, fig: Figures) -> dict[str, Any]:
+    rows = decision.explanation.node_names
+    return {
+        "podGPUs": fig.gpus,
+        "mix": [
+            {
+                "gpus": c.gpus,
+                "share": round(c.share, 4),
+                "cpuMilli": c.cpu_milli,
+                "memory": c.memory,
+            }
+            for c in fig.classes
+        ],
+        "nodes": {
+            rows[i]: {
+                "freeGPUs": int(fig.free.gpus[i]),
+                "allocatableGPUs": int(fig.free.capacity[i]),
+                "fragmentationBefore": int(fig.before_milli[i]) / 1000,
+                "fragmentationAfter": int(fig.after_milli[i]) / 1000,
+            }
+            for i in decision.explanation.feasible_rows.tolist()
+        },
+    }
+
+
+def render_gpu_table(decision: Decision, fig: Figures) -> str:
+    """Per feasible node: free GPUs, and how many of them the request mix could not use
+    before and after the pod (GPUPlacement prefers the smallest increase)."""
+    names = decision.explanation.node_names
+    header = ["", "NODE", "GPUS FREE", "FRAG BEFORE", "FRAG AFTER", "CHANGE"]
+    rows = [header]
+    order = sorted(
+        decision.explanation.feasible_rows.tolist(),
+        key=lambda i: (-int(fig.gain_milli[i]), names[i]),
+    )
+    for i in order:
+        change = -int(fig.gain_milli[i]) / 1000
+        rows.append(
+            [
+                "*" if names[i] == decision.selected else "",
+                names[i],
+                f"{int(fig.free.gpus[i])}/{int(fig.free.capacity[i])}",
+                f"{int(fig.before_milli[i]) / 1000:.2f}",
+                f"{int(fig.after_milli[i]) / 1000:.2f}",
+                f"{change:+.2f}",
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    mix = ", ".join(
+        f"{c.gpus} GPU{'s' if c.gpus != 1 else ''} {100 * c.share:.0f}%" for c in fig.classes
+    )
+    title = f"GPUs (pod asks {fig.gpus}; FRAG = free GPUs the request mix cannot use"
+    return "\n".join([title + (f"; mix: {mix})" if mix else ")"), *lines])
 
 
 def explain_gang(

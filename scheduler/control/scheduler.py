@@ -90,6 +90,7 @@ from scheduler.control.storage import POD_GONE, Kind, Storage
 from scheduler.control.timing import timed
 from scheduler.core.explain import Decision
 from scheduler.core.from_api import scheduled_at
+from scheduler.core.gpus import Free, stranded
 from scheduler.core.load import LoadView
 from scheduler.core.nominated import schedule_with_nominated
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
@@ -895,6 +896,17 @@ class Scheduler:
             # The one scan left here (a node's freshness is a matter of time, not of events):
             # a second between refreshes is plenty for a gauge.
             self.metrics.set_load_nodes(self.load_status_counts())
+            self.set_gpu_gauges()
+
+    def set_gpu_gauges(self) -> None:
+        """The fleet's GPUs: allocatable, free, stranded (by the learned request mix)."""
+        resources = self.settings.profile.gpu_placement.resources
+        free = Free.of(self.cache.snapshot, resources)
+        classes = self.cache.topology.gpu_demand.classes()
+        gauge = self.metrics.gpus
+        gauge.labels(state="allocatable").set(int(free.capacity.sum()))
+        gauge.labels(state="free").set(int(free.gpus.sum()))
+        gauge.labels(state="stranded").set(int(stranded(free, classes).sum()))
 
     def load_status_counts(self) -> dict[str, int]:
         """Cached nodes by load status (fresh/stale/unknown), for metrics and status."""

@@ -57,6 +57,8 @@ class SizeClass:
     """Typical cpu (millicores) a pod of this size asks beside its GPUs."""
     memory: int
     """Typical memory (bytes) a pod of this size asks."""
+    seen: bool = True
+    """Some pod of this size arrived (False: a class of the prior, requests unknown)."""
 
 
 def gpu_count(requests: Mapping[str, int], resources: Iterable[str]) -> int:
@@ -142,7 +144,13 @@ class GpuDemand:
             for k, c in counts.items():
                 mix[k] += PENDING_SHARE * c / n
         out = [
-            SizeClass(k, share, round(self._cpu.get(k, 0.0)), round(self._memory.get(k, 0.0)))
+            SizeClass(
+                k,
+                share,
+                round(self._cpu.get(k, 0.0)),
+                round(self._memory.get(k, 0.0)),
+                k in self._cpu,
+            )
             for k, share in mix.items()
             if share > 0
         ]
@@ -185,6 +193,43 @@ class Free:
         return Free(self.gpus - gpus, self.cpu - cpu, self.memory - memory, self.capacity)
 
 
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """One pod's view of every node row's GPUs: what GPUPlacement scores and explain shows."""
+
+    gpus: int
+    """GPUs the pod asks."""
+    free: Free
+    """Before the pod."""
+    after: Free
+    classes: tuple[SizeClass, ...]
+    before_milli: IntArray
+    """Fragmentation before the pod, in thousandths of a GPU (integers: stable ties)."""
+    after_milli: IntArray
+
+    @property
+    def gain_milli(self) -> IntArray:
+        """How much less fragmented the node is with the pod (negative: more)."""
+        out: IntArray = self.before_milli - self.after_milli
+        return out
+
+
+def figures(
+    snapshot: Snapshot, pod: Pod, resources: Iterable[str], classes: tuple[SizeClass, ...]
+) -> Figures:
+    resources = tuple(resources)
+    requests = pod.resources.requests
+    gpus = gpu_count(requests, resources)
+    free = Free.of(snapshot, resources)
+    after = free.minus(gpus, requests.get(CPU, 0), requests.get(MEMORY, 0))
+
+    def milli(f: Free) -> IntArray:
+        out: IntArray = np.rint(fragmentation(f, classes) * 1000).astype(np.int64)
+        return out
+
+    return Figures(gpus, free, after, classes, milli(free), milli(after))
+
+
 def fragmentation(free: Free, classes: Iterable[SizeClass]) -> FloatArray:
     """Expected free GPUs per node that a request drawn from ``classes`` cannot use."""
     gpus = np.maximum(free.gpus, 0)
@@ -197,10 +242,13 @@ def fragmentation(free: Free, classes: Iterable[SizeClass]) -> FloatArray:
 
 def stranded(free: Free, classes: Iterable[SizeClass]) -> IntArray:
     """Free GPUs per node that no size of the mix can use at all (neither by count nor by
-    the cpu and memory beside them)."""
+    the cpu and memory beside them). Only sizes that arrived count once some have: the
+    prior's classes know no cpu or memory, so they would call every GPU usable."""
+    classes = tuple(classes)
+    seen = tuple(c for c in classes if c.seen)
     gpus = np.maximum(free.gpus, 0)
     usable = np.zeros(len(gpus), dtype=np.bool_)
-    for c in classes:
+    for c in seen or classes:
         usable |= (gpus >= c.gpus) & (free.cpu >= c.cpu_milli) & (free.memory >= c.memory)
     out: IntArray = np.where(usable, 0, gpus)
     return out

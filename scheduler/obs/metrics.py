@@ -193,6 +193,7 @@ class Metrics:
     gang_solve_duration: Histogram
     """One gang's solve (greedy and CP-SAT), off the event loop."""
     gangs_partial: Gauge
+    gpus: Gauge
     """Gangs with members bound but fewer than minMember placed (0 unless a binding failed
     or the scheduler restarted mid-gang)."""
     gang_admit_duration: Histogram
@@ -341,6 +342,15 @@ class Metrics:
                 namespace=NAMESPACE,
                 registry=reg,
                 buckets=_SOLVE_BUCKETS,
+            ),
+            gpus=Gauge(
+                "gpus",
+                "GPUs of the cached nodes: allocatable, free, and stranded (free GPUs that no"
+                " request size of the learned mix can use, by count or by the cpu and memory"
+                " beside them).",
+                ["state"],
+                namespace=NAMESPACE,
+                registry=reg,
             ),
             gangs_partial=Gauge(
                 "gang_partial_gangs",

@@ -101,3 +101,28 @@ def test_unparsable_pod_waits_with_its_error() -> None:
     # An error, not Unschedulable: no cluster event would wake it, so it retries on backoff.
     assert sched.queue.where(pod_key("default", "bad")) is QueueName.BACKOFF
     assert sched.counters.errors == 1
+
+
+def test_gpu_gauges_count_stranded_gpus() -> None:
+    """Two GPUs left on a node whose cpu is gone are stranded; a whole free node is not."""
+    sched = Scheduler(parse_spec({}, "lattice"), writer=None, metrics=Metrics.create())
+    for name in ("full", "whole"):
+        sched.node_upserted(
+            make_node(name, cpu="16", memory="64Gi").allocatable(**{"nvidia.com/gpu": 8}).obj()
+        )
+    hog = make_pod("hog", cpu="16", resources={"nvidia.com/gpu": "6"}).obj()
+    hog["spec"]["nodeName"] = "full"
+    sched.pod_upserted(hog)
+    for i in range(50):  # the mix: 2-GPU pods that bring 4 cores each
+        sched.cache.topology.gpu_demand.observe(
+            make_pod(f"seen{i}", cpu="4", resources={"nvidia.com/gpu": "2"}).build()
+        )
+    sched.set_gpu_gauges()
+    registry = sched.metrics.registry
+
+    def value(state: str) -> float | None:
+        return registry.get_sample_value("lattice_gpus", {"state": state})
+
+    assert value("allocatable") == 16
+    assert value("free") == 10
+    assert value("stranded") == 2

@@ -18,42 +18,23 @@ Policies (``GpuPlacementArgs.policy``):
 
 The last two score only pods that ask for GPUs. Scores are normalised over the feasible
 nodes (best 100, worst 0), so the profile weight decides how GPU placement trades against
-the other scores. The per-node figures are kept in the cycle for ``lattice explain``.
+the other scores. ``lattice explain`` shows the same per-node figures
+(:meth:`GpuPlacement.figures`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
 from scheduler.core.framework import Cycle
-from scheduler.core.gpus import Free, GpuDemand, SizeClass, fragmentation, gpu_count
+from scheduler.core.gpus import Figures, GpuDemand, figures, gpu_count
 from scheduler.core.plugins._normalize import MAX_NODE_SCORE
 from scheduler.core.profile import GPU_PLACEMENT, GpuPlacementArgs, GpuPolicy, Profile
 from scheduler.core.snapshot import BoolArray, IntArray
-from scheduler.model.names import CPU, MEMORY
 
 NAME: Final = GPU_PLACEMENT
-_MILLI: Final = 1000
-"""Fragmentation is compared in thousandths of a GPU: integer scores, stable ties."""
-
-
-@dataclass(frozen=True, slots=True)
-class Figures:
-    """What the score was computed from, per node row (for explanations)."""
-
-    policy: GpuPolicy
-    gpus: int
-    """GPUs the pod asks."""
-    free: IntArray
-    """Free GPUs before the pod."""
-    capacity: IntArray
-    before: IntArray
-    """Fragmentation before, in thousandths of a GPU (Fragmentation policy; else zeros)."""
-    after: IntArray
-    classes: tuple[SizeClass, ...]
 
 
 class GpuPlacement:
@@ -62,37 +43,35 @@ class GpuPlacement:
     def __init__(self, args: GpuPlacementArgs) -> None:
         self.args = args
         self._prior = GpuDemand(args.resources)
+        """The mix when the cycle has no controller state (a bare core call): the prior."""
+
+    def demand(self, cycle: Cycle) -> GpuDemand:
+        return cycle.topology.gpu_demand if cycle.topology is not None else self._prior
+
+    def figures(self, cycle: Cycle) -> Figures:
+        """This pod's GPU figures per node (explain shows the same numbers)."""
+        classes = (
+            self.demand(cycle).classes() if self.args.policy is GpuPolicy.FRAGMENTATION else ()
+        )
+        return figures(cycle.snapshot, cycle.pod, self.args.resources, classes)
 
     def score(self, cycle: Cycle, feasible: BoolArray) -> IntArray | None:
-        requests = cycle.pod.resources.requests
-        gpus = gpu_count(requests, self.args.resources)
         policy = self.args.policy
-        if gpus == 0 and policy is not GpuPolicy.FRAGMENTATION:
+        if policy is not GpuPolicy.FRAGMENTATION and not gpu_count(
+            cycle.pod.resources.requests, self.args.resources
+        ):
             return None
-        free = Free.of(cycle.snapshot, self.args.resources)
-        if not (free.capacity[feasible] > 0).any():
+        fig = self.figures(cycle)
+        capacity = fig.free.capacity
+        if not (capacity[feasible] > 0).any():
             return None  # no feasible GPU node: nothing to keep placeable
-        after = free.minus(gpus, requests.get(CPU, 0), requests.get(MEMORY, 0))
-        zeros = np.zeros(cycle.num_nodes, dtype=np.int64)
-        classes: tuple[SizeClass, ...] = ()
+        raw: IntArray
         if policy is GpuPolicy.FRAGMENTATION:
-            demand = cycle.topology.gpu_demand if cycle.topology is not None else self._prior
-            classes = demand.classes()
-            before_f = np.rint(fragmentation(free, classes) * _MILLI).astype(np.int64)
-            after_f = np.rint(fragmentation(after, classes) * _MILLI).astype(np.int64)
-            raw = before_f - after_f  # higher is better: the placement fragments less
-            cycle.state[NAME] = Figures(
-                policy, gpus, free.gpus, free.capacity, before_f, after_f, classes
-            )
+            raw = fig.gain_milli
         else:
-            capacity = np.maximum(free.capacity, 1)
-            remaining = np.maximum(after.gpus, 0)
-            if policy is GpuPolicy.MOST_ALLOCATED:
-                raw = (free.capacity - remaining) * MAX_NODE_SCORE // capacity
-            else:
-                raw = remaining * MAX_NODE_SCORE // capacity
-            raw = np.where(free.capacity > 0, raw, 0)
-            cycle.state[NAME] = Figures(policy, gpus, free.gpus, free.capacity, zeros, zeros, ())
+            remaining = np.maximum(fig.after.gpus, 0)
+            share = remaining if policy is GpuPolicy.LEAST_ALLOCATED else capacity - remaining
+            raw = np.where(capacity > 0, share * MAX_NODE_SCORE // np.maximum(capacity, 1), 0)
         values = raw[feasible]
         lo, hi = int(values.min()), int(values.max())
         if lo == hi:
