@@ -14,8 +14,9 @@ A gang is placed from one snapshot in two steps.
 2. :func:`solve` (in a worker thread; it reads only the problem) runs greedy in arrival
    order, then one CP-SAT model per domain over integer per-node member counts, seeded with
    greedy's answer, within a time limit. The objective is lexicographic: members placed,
-   members on nodes no preference passes over, total framework score, and finally nodes
-   not left partially free of GPUs. The gang is rejected only when the model proves that
+   members on nodes no preference passes over, total framework score, and finally the GPUs
+   the request mix can still use afterwards (GPUPlacement's fragmentation measure). The
+   gang is rejected only when the model proves that
    ``need`` members cannot be placed, or greedy fell short and the solver found nothing in
    time; greedy's answer is kept when time runs out.
 

@@ -21,7 +21,7 @@ def gpus_used(problem: GangProblem, counts: IntArray) -> IntArray:
 
 
 def whole_nodes(problem: GangProblem, counts: IntArray) -> int:
-    """Fragmentation-counted nodes not left partially free of GPUs."""
+    """Fragmentation-counted nodes not left partially free of GPUs (reported in plans)."""
     if not problem.num_nodes:
         return 0
     after = problem.gpu_free - gpus_used(problem, counts)
@@ -29,8 +29,18 @@ def whole_nodes(problem: GangProblem, counts: IntArray) -> int:
     return int((problem.frag_nodes & ~partial).sum())
 
 
+def kept(problem: GangProblem, counts: IntArray) -> int:
+    """The objective's last tier: GPUs kept usable by the request mix (thousandths),
+    summed over the nodes whose fragmentation counts."""
+    if not problem.num_nodes:
+        return 0
+    width = problem.keep.shape[1]
+    used = np.clip(gpus_used(problem, counts), 0, width - 1)
+    return int(problem.keep[np.arange(problem.num_nodes), used][problem.frag_nodes].sum())
+
+
 def objective(problem: GangProblem, counts: IntArray) -> int:
-    """Placed members, then preferred placements, then score, then whole GPU nodes."""
+    """Placed members, then preferred placements, then score, then GPUs kept usable."""
     w = problem.weights
     placed = int(counts.sum())
     preferred = int((counts * problem.preferred).sum())
@@ -39,7 +49,7 @@ def objective(problem: GangProblem, counts: IntArray) -> int:
         placed * w.placed
         + preferred * w.preferred
         + score * w.score
-        + whole_nodes(problem, counts) * w.whole
+        + kept(problem, counts) * w.whole
     )
 
 

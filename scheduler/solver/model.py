@@ -17,8 +17,9 @@ class alone can use needs no capacity row at all. Rows are added only where they
 * hard spread: the final count per domain is a linear expression; a variable ``low`` is
   below every eligible domain's count, and where the owner class has members
   ``count - low <= maxSkew``;
-* fragmentation: per GPU node, ``full`` (all its free GPUs used) and, for a node that was
-  wholly free, ``empty``; the objective counts ``full + empty`` (not left partially free).
+* fragmentation: per GPU node, the GPUs the gang uses there index the node's row of
+  :attr:`~scheduler.solver.problem.GangProblem.keep` (an element constraint): the GPUs the
+  request mix can still use after the gang, the objective's last tier.
 
 The objective is :func:`scheduler.solver.check.objective` as a linear expression (plus the
 constant of nodes outside the sub-model), so solver, greedy and naive values compare
@@ -255,26 +256,27 @@ class _Builder:
             cp_model.LinearExpr.weighted_sum([self.x[k] for k in keys], coefs)
         ]
         self.magnitude = sum(coef * self.ub(c, n) for coef, (c, n) in zip(coefs, keys, strict=True))
-        self.magnitude += 2 * int(p.frag_nodes.sum()) * w.whole
+        self.magnitude += int(p.keep.max(axis=1).sum()) * w.whole
         constant = 0
         gpu_classes = [c for c in range(p.num_classes) if p.gpus[c] > 0]
         for n in np.flatnonzero(p.frag_nodes).tolist():
             users = [c for c in gpu_classes if (c, n) in self.x]
-            free, alloc = int(p.gpu_free[n]), int(p.gpu_alloc[n])
+            free = max(int(p.gpu_free[n]), 0)
+            row = [int(v) for v in p.keep[n, : free + 1]]
             if not users:
-                constant += int(not 0 < free < alloc)
+                constant += row[0]
                 continue
             used = cp_model.LinearExpr.weighted_sum(
                 [self.x[(c, n)] for c in users], [int(p.gpus[c]) for c in users]
             )
-            used_hint = sum(int(p.gpus[c]) * int(self.hint[c, n]) for c in users)
-            full = self.flag(used_hint >= free)
-            self.model.add(used >= free).only_enforce_if(full)
-            terms.append(full * w.whole)
-            if free >= alloc:
-                empty = self.flag(used_hint == 0)
-                self.model.add(used <= 0).only_enforce_if(empty)
-                terms.append(empty * w.whole)
+            used_hint = min(sum(int(p.gpus[c]) * int(self.hint[c, n]) for c in users), free)
+            index = self.model.new_int_var(0, free, "")
+            self.model.add(index == used)
+            self.model.add_hint(index, used_hint)
+            value = self.model.new_int_var(min(row), max(row), "")
+            self.model.add_element(index, row, value)
+            self.model.add_hint(value, row[used_hint])
+            terms.append(value * w.whole)
         self.model.maximize(cp_model.LinearExpr.sum(terms) + constant * w.whole)
         return constant * w.whole
 

@@ -140,18 +140,22 @@ def solve_naive(
     terms: list[cp_model.LinearExpr] = [
         cp_model.LinearExpr.weighted_sum([x[key] for key in keys], coefs)
     ]
+    constant = 0
     for n in np.flatnonzero(p.frag_nodes).tolist():
-        free, alloc = int(p.gpu_free[n]), int(p.gpu_alloc[n])
+        free = max(int(p.gpu_free[n]), 0)
+        row = [int(v) for v in p.keep[n, : free + 1]]
+        if not on_node[n]:
+            constant += row[0]
+            continue
         used = cp_model.LinearExpr.weighted_sum(
             [x[(i, n)] for i in on_node[n]], [int(p.gpus[cls[i]]) for i in on_node[n]]
         )
-        full = model.new_bool_var("")
-        model.add(used >= free).only_enforce_if(full)
-        terms.append(full * w.whole)
-        if free >= alloc:
-            empty = model.new_bool_var("")
-            model.add(used <= 0).only_enforce_if(empty)
-            terms.append(empty * w.whole)
+        index = model.new_int_var(0, free, "")
+        model.add(index == used)
+        kept = model.new_int_var(min(row), max(row), "")
+        model.add_element(index, row, kept)
+        terms.append(kept * w.whole)
+    terms.append(cp_model.LinearExpr.constant(constant * w.whole))
     model.maximize(cp_model.LinearExpr.sum(terms))
 
     solver = cp_model.CpSolver()

@@ -29,7 +29,11 @@ can run in a worker thread while the loop keeps mutating the cache.
    devices takes one Topology-using class only). Capacity between classes is the model's.
 5. **Objective weights** (:class:`Weights`) make one integer objective lexicographic:
    placed members, then members on nodes no preference passes over, then the total
-   framework score, then nodes not left partially free of GPUs.
+   framework score, then the GPUs kept usable: per GPU node, the fragmentation
+   (:mod:`scheduler.core.gpus`, the request mix GPUPlacement scores single pods by) that
+   the gang's GPUs there leave, as the table :attr:`GangProblem.keep`. The same measure
+   for gangs and single pods, so a gang leaves the cluster as placeable for the next big
+   job as single pods do.
 
 Not modelled: LoadAware *thresholds* between members (off by default; each member is
 checked alone) and preferred (soft) rules between members.
@@ -46,6 +50,7 @@ from typing import Final
 import numpy as np
 
 from scheduler.core.framework import Cycle
+from scheduler.core.gpus import Free, GpuDemand, SizeClass, fragmentation
 from scheduler.core.load import LoadView
 from scheduler.core.plugins import pod_topology_spread as spread_plugin
 from scheduler.core.plugins.inter_pod_affinity import incoming_term_matches, required_state
@@ -196,6 +201,9 @@ class GangProblem:
     gpu_free: IntArray
     frag_nodes: BoolArray
     """Local nodes whose GPU fragmentation the objective counts."""
+    keep: IntArray
+    """(local nodes, most free GPUs + 1): the objective's last tier per node by GPUs the gang
+    uses there, ``max - fragmentation after`` in thousandths of a GPU (0 off frag nodes)."""
     topology_key: str | None
     domain: IntArray
     """Per local node, the value id of ``topology_key`` (-1: absent or no key)."""
@@ -342,14 +350,14 @@ def build_problem(
         gpu_free = gpu_alloc - snapshot.requested[gcol][union]
     gpu_users = (limit > 0) & (gpus[:, None] > 0)
     frag_nodes = (gpu_alloc > 0) & gpu_users.any(axis=0)
+    mix = (topology.gpu_demand if topology is not None else GpuDemand()).classes()
+    keep = keep_table(gpu_free, frag_nodes, mix)
 
     member_class = [0] * len(members)
     for c, group in enumerate(groups):
         for i in group:
             member_class[i] = c
-    weights = _weights(
-        members_best(score, limit, groups), len(members), frag_nodes, preferred, limit
-    )
+    weights = _weights(members_best(score, limit, groups), len(members), keep, preferred, limit)
     reports = tuple(
         MemberReport(
             index=i,
@@ -380,6 +388,7 @@ def build_problem(
         gpu_alloc=gpu_alloc,
         gpu_free=gpu_free,
         frag_nodes=frag_nodes,
+        keep=keep,
         topology_key=gang.topology_key or None,
         domain=domain,
         domain_names=domain_names,
@@ -448,6 +457,7 @@ def _rejected(
         gpu_alloc=empty,
         gpu_free=empty,
         frag_nodes=np.zeros(0, dtype=np.bool_),
+        keep=np.zeros((0, 1), dtype=np.int64),
         topology_key=gang.topology_key or None,
         domain=empty,
         domain_names=(),
@@ -550,11 +560,29 @@ def members_best(score: IntArray, limit: IntArray, groups: Sequence[Sequence[int
     return total
 
 
+def keep_table(gpu_free: IntArray, frag_nodes: BoolArray, mix: Sequence[SizeClass]) -> IntArray:
+    """Per local node and GPUs used there (0..most free), the GPUs kept usable by the mix:
+    ``max over uses - fragmentation after``, in thousandths of a GPU. By count only (the
+    gang's cpu per node depends on the plan); uses beyond the node's free GPUs repeat the
+    last value (the capacity rule forbids them anyway)."""
+    free = np.maximum(gpu_free, 0)
+    width = int(free[frag_nodes].max()) + 1 if frag_nodes.any() else 1
+    used = np.arange(width, dtype=np.int64)
+    left = np.maximum(free[:, None] - used[None, :], 0)
+    flat = left.reshape(-1)
+    unbounded = np.full(len(flat), np.iinfo(np.int64).max // 4, dtype=np.int64)
+    after = Free(flat, unbounded, unbounded, flat)
+    frag = np.rint(fragmentation(after, mix) * 1000).astype(np.int64).reshape(left.shape)
+    keep: IntArray = frag.max(axis=1, keepdims=True) - frag
+    keep[~frag_nodes] = 0
+    return keep
+
+
 def _weights(
-    best_score: int, members: int, frag_nodes: BoolArray, preferred: BoolArray, limit: IntArray
+    best_score: int, members: int, keep: IntArray, preferred: BoolArray, limit: IntArray
 ) -> Weights:
     """Tier weights: each tier's largest possible value stays below the next tier's unit."""
-    score = int(frag_nodes.sum()) + 1
+    score = int(keep.max(axis=1).sum()) + 1 if keep.size else 1
     above_score = score * (best_score + 1)
     if bool(((limit > 0) & ~preferred).any()):
         return Weights(placed=above_score * (members + 1), preferred=above_score, score=score)

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A problem splits into sub-models: one per domain of ``GangSpec.topology_key`` (all members
 must share one; nodes without the label are already out), else one over every node. Each
-has a cheap upper bound (every member on its best nodes, every GPU node left whole).
+has a cheap upper bound (every member on its best nodes, every GPU node at its best use).
 Sub-models are taken best bound first. One whose bound cannot beat the best answer so far
 is skipped, which is also a proof that it holds nothing better; otherwise greedy runs
 (valid by construction; when it meets the bound it is proven optimal) and then CP-SAT,
@@ -46,7 +46,7 @@ from typing import Final
 
 import numpy as np
 
-from scheduler.core.snapshot import BoolArray, IndexArray, IntArray
+from scheduler.core.snapshot import IndexArray, IntArray
 from scheduler.solver.check import objective, whole_nodes
 from scheduler.solver.greedy import GreedyResult, greedy
 from scheduler.solver.model import ModelStatus, solve_counts
@@ -255,17 +255,17 @@ def _subs(p: GangProblem) -> list[_Sub]:
     else:
         ids = np.unique(p.domain[usable & (p.domain >= 0)])
         groups = [(int(d), np.flatnonzero(usable & (p.domain == d))) for d in ids.tolist()]
-    whole_before = p.frag_nodes & ~((p.gpu_free > 0) & (p.gpu_free < p.gpu_alloc))
     out = []
     for domain, nodes in groups:
-        max_placed, max_value = _upper_bound(p, nodes, whole_before)
+        max_placed, max_value = _upper_bound(p, nodes)
         out.append(_Sub(domain, nodes, max_placed, max_value, max_placed < p.need))
     return out
 
 
-def _upper_bound(p: GangProblem, nodes: IndexArray, whole_before: BoolArray) -> tuple[int, int]:
+def _upper_bound(p: GangProblem, nodes: IndexArray) -> tuple[int, int]:
     """Members a sub-model could hold at most, and an objective no placement there beats:
-    every member at its best nodes (limits counted), every GPU node there left whole."""
+    every member at its best nodes (limits counted), every GPU node there at its best use,
+    the others untouched."""
     w = p.weights
     placed = score = 0
     for c, klass in enumerate(p.classes):
@@ -278,8 +278,10 @@ def _upper_bound(p: GangProblem, nodes: IndexArray, whole_before: BoolArray) -> 
         placed += len(top)
         score += int(top.sum())
     placed = min(placed, len(p.members))
-    whole = int(whole_before.sum() - whole_before[nodes].sum() + p.frag_nodes[nodes].sum())
-    return placed, placed * (w.placed + w.preferred) + score * w.score + whole * w.whole
+    untouched = p.keep[:, 0] * p.frag_nodes
+    best = p.keep.max(axis=1) * p.frag_nodes
+    kept = int(untouched.sum() - untouched[nodes].sum() + best[nodes].sum())
+    return placed, placed * (w.placed + w.preferred) + score * w.score + kept * w.whole
 
 
 def _placements(p: GangProblem, best: _Best) -> tuple[tuple[int, str], ...]:

@@ -120,10 +120,11 @@ def plan_for(
     time_limit_s: float = 10.0,
     use_solver: bool = True,
     seed: int = 0,
+    fw: Framework | None = None,
 ) -> tuple[GangProblem, GangPlan]:
     """Build, solve with a generous limit (tests must not depend on speed), validate."""
     pods = built(members)
-    problem = problem_for(snapshot, pods, need=need, spec=spec, topology=topology)
+    problem = problem_for(snapshot, pods, need=need, spec=spec, topology=topology, fw=fw)
     plan = solve(problem, time_limit_s=time_limit_s, use_solver=use_solver, seed=seed)
     assert_valid(snapshot, pods, problem, plan)
     return problem, plan

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from scheduler.core.profile import kube_profile
+from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.model.names import LABEL_HOSTNAME
 from scheduler.model.topology import GPU_RESOURCE
@@ -36,15 +38,20 @@ def joint_only_cluster() -> Snapshot:
 
 
 def test_a_gang_that_fits_only_jointly() -> None:
+    """Under kube's scores (no GPUPlacement) the scores mislead greedy and only the joint
+    solve places the gang; GPUPlacement's best fit sends greedy's 2-GPU members to the
+    2-GPU nodes, so with the default profile greedy places it too."""
     snapshot = joint_only_cluster()
     members = built([member("m0", 2), member("m1", 4), member("m2", 2)])
-    problem = problem_for(snapshot, members)
+    kube = Framework(kube_profile())
+    problem = problem_for(snapshot, members, fw=kube)
     first = greedy(problem)
     assert first.placed == 2
     assert problem.node_names[first.assignment[0] or 0] == "big"
     assert solve(problem, use_solver=False).status is SolveStatus.GREEDY_REJECTED
+    assert greedy(problem_for(snapshot, members)).placed == 3
 
-    problem, plan = plan_for(snapshot, members)
+    problem, plan = plan_for(snapshot, members, fw=kube)
     assert plan.status is SolveStatus.OPTIMAL
     assert plan.admitted
     assert dict(plan.placements) == {0: "small-1", 1: "big", 2: "small-2"} or dict(
@@ -76,7 +83,7 @@ def test_time_limit_keeps_greedy_when_it_fits() -> None:
 def test_time_limit_rejects_when_greedy_fails_and_nothing_is_found() -> None:
     snapshot = joint_only_cluster()
     members = built([member("m0", 2), member("m1", 4), member("m2", 2)])
-    plan = solve(problem_for(snapshot, members), time_limit_s=1e-6)
+    plan = solve(problem_for(snapshot, members, fw=Framework(kube_profile())), time_limit_s=1e-6)
     assert plan.status is SolveStatus.TIMEOUT_REJECTED
     assert not plan.admitted
     assert plan.placements == ()
@@ -299,14 +306,16 @@ def test_solver_objective_matches_the_stated_objective() -> None:
 
 
 def test_fragmentation_breaks_ties_towards_filling_partly_used_nodes() -> None:
-    # Equal scores (the same cpu/memory placed everywhere); n1 already has 6 of 8 GPUs taken.
+    # Equal scores under kube's profile (the same cpu/memory placed everywhere; GPUPlacement,
+    # which would already prefer n1, left out): the objective's last tier decides. n1
+    # already has 6 of 8 GPUs taken.
     placed = [
         (make_pod(f"busy-{i}", cpu="1", memory="1Gi", resources=gpus), f"n{i}")
         for i, gpus in enumerate([None, {GPU_RESOURCE: "6"}, None])
     ]
     snapshot = cluster([gpu_node(f"n{i}", 8) for i in range(3)], placed)
     members = built([member(f"m{i}", 1) for i in range(2)])
-    problem, plan = plan_for(snapshot, members)
+    problem, plan = plan_for(snapshot, members, fw=Framework(kube_profile()))
     assert len(set(problem.score[0].tolist())) == 1
     assert plan.status is SolveStatus.OPTIMAL
     assert {node for _, node in plan.placements} == {"n1"}
