@@ -78,7 +78,7 @@ def test_best_fit_by_count_prefers_the_node_the_pod_fills() -> None:
     assert decision.selected == "three-left"
     explanation = decision.explanation
     assert explanation.node("three-left").scores[GPU_PLACEMENT] == 100
-    assert explanation.node("whole").scores[GPU_PLACEMENT] == 0
+    assert explanation.node("whole").scores[GPU_PLACEMENT] == 50  # the next rank: half
 
 
 def test_cpu_only_pod_does_not_strand_free_gpus() -> None:
@@ -96,16 +96,30 @@ def test_cpu_only_pod_does_not_strand_free_gpus() -> None:
 
 
 def test_cpu_only_pods_keep_kube_scoring_where_no_gpu_is_at_stake() -> None:
-    """No GPU node, or GPU nodes with room to spare: the plugin skips, the choice is kube's."""
+    """No free GPU on any feasible node: the plugin skips, the choice is kube's."""
     plain = [make_node(f"n{i}", cpu=str(2 + i), memory="8Gi") for i in range(4)]
-    roomy = [*plain, gpu_node("g", 8, cpu="512", memory="4Ti")]
+    full = gpu_node("g", 1, cpu="512", memory="4Ti")
+    taken = [(gpu_pod("holder", 1, cpu="1"), "g")]
     pod = make_pod("web", cpu="1", memory="1Gi").build()
-    for nodes in (plain, roomy):
-        lattice = Framework(DEFAULT_PROFILE).schedule(cluster(nodes), pod, seed=3)
-        kube = Framework(kube_profile()).schedule(cluster(nodes), pod, seed=3)
+    for nodes, placed in ((plain, []), ([*plain, full], taken)):
+        lattice = Framework(DEFAULT_PROFILE).schedule(cluster(nodes, placed), pod, seed=3)
+        kube = Framework(kube_profile()).schedule(cluster(nodes, placed), pod, seed=3)
         assert GPU_PLACEMENT in lattice.explanation.skipped_scores
         assert lattice.selected == kube.selected
         assert np.array_equal(lattice.explanation.totals, kube.explanation.totals)
+
+
+def test_cpu_only_pods_stay_off_free_gpus_and_spread_as_kube_among_the_rest() -> None:
+    """A roomy GPU node with free GPUs is kube's favourite (most free cpu); Lattice keeps
+    the pod off it, and among the nodes without free GPUs picks what kube would."""
+    plain = [make_node(f"n{i}", cpu=str(2 + i), memory="8Gi") for i in range(4)]
+    roomy = gpu_node("g", 8, cpu="512", memory="4Ti")
+    pod = make_pod("web", cpu="1", memory="1Gi").build()
+    kube = Framework(kube_profile())
+    lattice = Framework(DEFAULT_PROFILE).schedule(cluster([*plain, roomy]), pod, seed=3)
+    assert kube.schedule(cluster([*plain, roomy]), pod, seed=3).selected == "g"
+    assert lattice.selected == kube.schedule(cluster(plain), pod, seed=3).selected
+    assert lattice.explanation.node("g").scores[GPU_PLACEMENT] == 50
 
 
 @pytest.mark.parametrize(

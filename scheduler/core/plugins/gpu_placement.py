@@ -6,20 +6,22 @@ that leaves about a quarter of the GPUs unallocated while 8-GPU jobs wait.
 
 Policies (``GpuPlacementArgs.policy``):
 
-* **Fragmentation** (default): score each feasible node by how little the placement raises
+* **Fragmentation** (default): rank the feasible nodes by how little the placement raises
   the node's fragmentation, i.e. its free GPUs that the cluster's request mix could not use
-  afterwards (:mod:`scheduler.core.gpus`). Best fit by count, judged against the sizes that
-  actually arrive and wait, and aware that cpu or memory taken beside free GPUs strands
-  them. It scores CPU-only pods too, but only where it sees a difference: on a cluster where
-  no placement of the pod changes any node's fragmentation (no GPU nodes, or GPU nodes with
-  room to spare) it skips, so such pods keep kube-scheduler's scoring exactly.
+  afterwards (:mod:`scheduler.core.gpus`), then by fewest GPUs and cores left free (best
+  fit). Judged against the sizes that actually arrive and wait, and aware that cpu or
+  memory taken beside free GPUs strands them. Pods without GPUs are ranked too, by the
+  fragmentation they cause, then by fewest free GPUs on the node (the cpu of a node whose
+  GPUs are all taken serves nobody else), but only where some feasible node has free GPUs:
+  elsewhere the plugin skips, and among nodes with as many free GPUs the order is kube's,
+  so such pods keep kube-scheduler's scoring on clusters (or parts) without free GPUs.
 * **MostAllocated**: the share of the node's GPUs requested afterwards (plain best fit).
 * **LeastAllocated**: the share left free (spreading, as kube-scheduler does).
 
 The last two score only pods that ask for GPUs. Scores are normalised over the feasible
-nodes (best 100, worst 0), so the profile weight decides how GPU placement trades against
-the other scores. ``lattice explain`` shows the same per-node figures
-(:meth:`GpuPlacement.figures`).
+nodes (best 100, worst 0; Fragmentation by rank, halving per step), so the profile weight
+decides how GPU placement trades against the other scores. ``lattice explain`` shows the
+same per-node figures (:meth:`GpuPlacement.figures`).
 """
 
 from __future__ import annotations
@@ -67,7 +69,18 @@ class GpuPlacement:
             return None  # no feasible GPU node: nothing to keep placeable
         raw: IntArray
         if policy is GpuPolicy.FRAGMENTATION:
-            raw = fig.gain_milli
+            # Lexicographic: fragmentation first (in hundredths of a GPU: finer differences
+            # are noise of the learned mix), then fewest GPUs left free (best fit), which
+            # breaks the ties the measure leaves (with mostly 1-GPU requests, 7, 6 and 5
+            # free GPUs are equally fragmented; spreading over them is what strands 8s).
+            gain = np.floor_divide(fig.gain_milli, 10)
+            if fig.gpus:
+                left = np.clip(fig.after.gpus, 0, None)
+                cores = np.clip(fig.after.cpu // 1000, 0, None)
+                return _ranked_by((gain, -left, -cores), feasible)
+            # A pod without GPUs: off free GPUs first (the cpu of a node whose GPUs are all
+            # taken serves nobody else); among nodes with as many free GPUs, kube's scores.
+            return _ranked_by((gain, -np.clip(fig.free.gpus, 0, None)), feasible)
         else:
             remaining = np.maximum(fig.after.gpus, 0)
             share = remaining if policy is GpuPolicy.LEAST_ALLOCATED else capacity - remaining
@@ -78,6 +91,24 @@ class GpuPlacement:
             return None  # every feasible node is alike to this plugin
         scores: IntArray = (np.clip(raw, lo, hi) - lo) * MAX_NODE_SCORE // (hi - lo)
         return scores
+
+
+def _ranked_by(keys: tuple[IntArray, ...], feasible: BoolArray) -> IntArray | None:
+    """Scores by rank of the lexicographic key (first array first) among the distinct keys
+    of the feasible rows: the best 100, the next 50, then 25, and so on, so a tie-breaker
+    is never lost in the range of the criterion before it. Halving per rank keeps the best
+    GPU node ahead of the cpu-spreading scores (which would scatter GPU pods over partly
+    used nodes), while a pod's own preferences (node affinity, taints) can still outvote
+    it against a near-best node."""
+    rows = np.flatnonzero(feasible)
+    stacked = np.stack([k[rows] for k in keys], axis=1)
+    distinct, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    if len(distinct) < 2:
+        return None
+    below = len(distinct) - 1 - inverse.reshape(-1)
+    scores = np.zeros(len(feasible), dtype=np.int64)
+    scores[rows] = np.right_shift(MAX_NODE_SCORE, np.minimum(below, 62))
+    return scores
 
 
 def new(profile: Profile) -> GpuPlacement:
