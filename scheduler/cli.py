@@ -226,6 +226,88 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--log-level", default="info", choices=("debug", "info", "warning"))
 
 
+def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from scheduler.sim import POLICY_NAMES
+
+    sim = sub.add_parser(
+        "simulate",
+        help="replay a GPU trace through the scheduling core, no API server",
+        description="Replay a trace through the same scheduling core `lattice run` uses, "
+        "once per policy, each on a fresh cluster: Alibaba's GPU trace v2023 (--nodes "
+        "and --tasks) or a `kubectl get nodes,pods -o json` dump (--dump; pods on a node "
+        "are the existing load, pending ones arrive in creation order). Tasks arrive in "
+        "order until the GPUs they ask reach --until-demand percent of the cluster's; a "
+        "task that does not fit fails and is not retried. Prints a table (or -o json) of "
+        "the GPUs left unallocated and the tasks placed per policy.",
+    )
+    sim.add_argument("--nodes", type=Path, help="node list CSV (openb_node_list_gpu_node.csv)")
+    sim.add_argument("--tasks", type=Path, help="task list CSV (openb_pod_list_*.csv)")
+    sim.add_argument("--dump", type=Path, help="`kubectl get nodes,pods -o json` output")
+    sim.add_argument(
+        "--until-demand",
+        type=_POSITIVE,
+        default=100.0,
+        metavar="PCT",
+        help="stop arrivals when the GPUs asked reach PCT%% of the cluster's (default 100)",
+    )
+    sim.add_argument(
+        "--deletions",
+        action="store_true",
+        help="free each task at its deletion_time (default: nothing is deleted)",
+    )
+    sim.add_argument(
+        "--policies",
+        nargs="+",
+        choices=POLICY_NAMES,
+        default=list(POLICY_NAMES),
+        help=f"default: {' '.join(POLICY_NAMES)}",
+    )
+    sim.add_argument("--seed", type=int, default=0, help="tie-breaking seed (default 0)")
+    sim.add_argument("--plot", type=Path, metavar="FILE.png", help="write FGD's figure here")
+    sim.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    sim.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from scheduler.sim import plot
+    from scheduler.sim.replay import ReplayConfig, ReplayError, format_table, replay
+    from scheduler.sim.trace import TraceError, load_alibaba, load_dump
+
+    def refuse(message: str, code: int = 1) -> int:
+        print(f"lattice simulate: {message}", file=sys.stderr)
+        return code
+
+    csv_given = args.nodes is not None or args.tasks is not None
+    if args.dump is not None and csv_given:
+        return refuse("give either --dump or --nodes and --tasks, not both", 2)
+    if args.dump is None and (args.nodes is None or args.tasks is None):
+        return refuse("give --nodes and --tasks (Alibaba CSVs), or --dump FILE.json", 2)
+    if args.plot is not None and not plot.available():
+        return refuse(f"--plot needs matplotlib: {plot.INSTALL_HINT}")
+    try:
+        trace = load_dump(args.dump) if args.dump else load_alibaba(args.nodes, args.tasks)
+        config = ReplayConfig(
+            until_demand=args.until_demand, deletions=args.deletions, seed=args.seed
+        )
+        policies = list(dict.fromkeys(args.policies))
+        progress = not args.no_progress and sys.stderr.isatty()
+        run = replay(trace, policies, config, progress=progress)
+    except (TraceError, ReplayError) as exc:
+        return refuse(str(exc))
+    except KeyboardInterrupt:
+        return 130
+    if args.output == "json":
+        print(json.dumps(run.to_json(), indent=2))
+    else:
+        print(format_table(run))
+    if args.plot is not None:
+        try:
+            plot.plot(run, args.plot)
+        except (OSError, ValueError, plot.PlotError) as exc:  # ValueError: unknown format
+            return refuse(f"cannot write {args.plot}: {exc}")
+    return 0
+
+
 def _event_loop_run(main: Coroutine[Any, Any, int]) -> int:
     """uvloop where it exists (the watch streams and bindings are socket-bound, so the
     loop's own cost is a real share of the CPU per pod); asyncio's loop elsewhere."""
@@ -284,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_agent(sub)
     _add_explain(sub)
     _add_run(sub)
+    _add_simulate(sub)
     from scheduler.graph.cli import add_arguments as graph_arguments
 
     graph_arguments(
@@ -312,6 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from scheduler.control.explain import run as explain
 
         return explain(args)
+    if args.command == "simulate":
+        return _simulate(args)
     if args.command == "agent":
         from scheduler.agent.main import run
 
