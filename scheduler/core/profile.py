@@ -15,8 +15,10 @@ cannot follow; every other pod skips it.
 Lattice adds two plugins of its own, last among the filters. Topology (device and NUMA
 alignment) skips every pod that asks for no GPUs, RDMA NICs or pinned CPUs. LoadAware
 (measured and predicted node load) filters only when a threshold is configured (none is by
-default) and scores only when some node has a fresh load report. Without GPUs and without
-node agents the profile therefore behaves exactly like kube-scheduler's.
+default) and scores only when some node has a fresh load report. GPUPlacement (a score
+only) ranks GPU pods' nodes by fragmentation and keeps pods without GPUs off free GPUs; it
+skips wherever no feasible node has a free GPU. Without free GPUs and without node agents
+the profile therefore behaves exactly like kube-scheduler's.
 """
 
 from __future__ import annotations
