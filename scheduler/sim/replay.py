@@ -241,10 +241,14 @@ def replay_policy(
                 snapshot.remove_pod(gone)
                 topology.pod_removed(gone.key)
                 result.deleted += 1
-        topology.gpu_demand.observe(pod)
+        # As the controller does: a new pending pod is an arrival of the mix.
+        topology.gpu_demand.set_pending(pod.key, pod)
         decision = framework.schedule(snapshot, pod, seed=seed_base + i, topology=topology)
         selected = decision.selected
         if selected is not None:
+            # A pod that does not fit stays pending (nothing here retries it, as in FGD's
+            # replay; live, nothing would help it either), and the mix counts it waiting.
+            topology.gpu_demand.set_pending(pod.key, None)
             snapshot.add_pod(pod, selected)
             topology.pod_placed(pod, selected, decision.annotations)
             if config.deletions and task.deleted is not None:
