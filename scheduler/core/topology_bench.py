@@ -34,11 +34,10 @@ from typing import Final
 
 from scheduler.core.profile import (
     DEFAULT_PROFILE,
-    TOPOLOGY,
-    NodeResourcesFitArgs,
     Profile,
     ScoringStrategy,
 )
+from scheduler.core.profile import kube_profile as core_kube_profile
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology import DEVICES_ANNOTATION, DeviceAssignment, Level, TopologyState
@@ -183,20 +182,16 @@ def run(
 
 
 def kube_profile(*, binpack: bool = False) -> Profile:
-    """kube-scheduler's default profile (no Topology); ``binpack``: NodeResourcesFit with
-    MostAllocated over cpu, memory and GPUs (weight 3), the usual advice for GPU clusters."""
-    fit = DEFAULT_PROFILE.node_resources_fit
+    """kube-scheduler's default profile (none of Lattice's plugins); ``binpack``:
+    NodeResourcesFit with MostAllocated over cpu, memory and GPUs (weight 3), the usual
+    advice for GPU clusters."""
     if binpack:
-        fit = NodeResourcesFitArgs(
+        return core_kube_profile(
+            name="kube-binpack",
             strategy=ScoringStrategy.MOST_ALLOCATED,
             resources=(("cpu", 1), ("memory", 1), ("nvidia.com/gpu", 3)),
         )
-    return Profile(
-        name="kube-binpack" if binpack else "kube",
-        filters=tuple(f for f in DEFAULT_PROFILE.filters if f != TOPOLOGY),
-        scores=tuple((s, w) for s, w in DEFAULT_PROFILE.scores if s != TOPOLOGY),
-        node_resources_fit=fit,
-    )
+    return core_kube_profile(name="kube")
 
 
 def _kubelet_choice(state: TopologyState, node: str, arrival: Arrival) -> str:

@@ -344,7 +344,7 @@ class Metrics:
                 buckets=_SOLVE_BUCKETS,
             ),
             gpus=Gauge(
-                "gpus",
+                "gpu_devices",
                 "GPUs of the cached nodes: allocatable, free, and stranded (free GPUs that no"
                 " request size of the learned mix can use, by count or by the cpu and memory"
                 " beside them).",

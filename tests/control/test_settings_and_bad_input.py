@@ -121,7 +121,7 @@ def test_gpu_gauges_count_stranded_gpus() -> None:
     registry = sched.metrics.registry
 
     def value(state: str) -> float | None:
-        return registry.get_sample_value("lattice_gpus", {"state": state})
+        return registry.get_sample_value("lattice_gpu_devices", {"state": state})
 
     assert value("allocatable") == 16
     assert value("free") == 10

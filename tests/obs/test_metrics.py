@@ -20,12 +20,12 @@ from scheduler.obs.metrics import (
 )
 
 NAME = re.compile(
-    r"^lattice_(scheduling|framework|queue|binding|graph|cache|load|gang|reports)_[a-z0-9_]+$"
+    r"^lattice_(scheduling|framework|queue|binding|graph|cache|load|gang|reports|gpu)_[a-z0-9_]+$"
 )
 UNIT_BY_TYPE = {
     "counter": ("_total",),
     "histogram": ("_seconds",),
-    "gauge": ("_pods", "_nodes", "_gangs"),
+    "gauge": ("_pods", "_nodes", "_gangs", "_devices"),
 }
 
 
@@ -47,7 +47,7 @@ def _ours(metrics: Metrics) -> dict[str, str]:
 
 def test_every_metric_follows_the_naming_convention() -> None:
     families = _ours(Metrics.create())
-    assert len(families) == 16
+    assert len(families) == 17
     for name, kind in families.items():
         assert NAME.match(name), name
         assert name.endswith(UNIT_BY_TYPE[kind]), (name, kind)
@@ -120,6 +120,7 @@ def test_expected_names() -> None:
         "lattice_gang_partial_gangs",
         "lattice_gang_admit_duration_seconds",
         "lattice_reports_dropped_total",
+        "lattice_gpu_devices",
     }
 
 

@@ -33,7 +33,8 @@ import numpy as np
 from scheduler.core.framework import Cycle
 from scheduler.core.gpus import Figures, GpuDemand, figures, gpu_count
 from scheduler.core.plugins._normalize import MAX_NODE_SCORE
-from scheduler.core.profile import GPU_PLACEMENT, GpuPlacementArgs, GpuPolicy, Profile
+from scheduler.core.plugins.topology import NEUTRAL_SCORE
+from scheduler.core.profile import GPU_PLACEMENT, TOPOLOGY, GpuPlacementArgs, GpuPolicy, Profile
 from scheduler.core.snapshot import BoolArray, IntArray
 
 NAME: Final = GPU_PLACEMENT
@@ -77,7 +78,7 @@ class GpuPlacement:
             if fig.gpus:
                 left = np.clip(fig.after.gpus, 0, None)
                 cores = np.clip(fig.after.cpu // 1000, 0, None)
-                return _ranked_by((gain, -left, -cores), feasible)
+                return _ranked_by((*self._alignment(cycle), gain, -left, -cores), feasible)
             # A pod without GPUs: off free GPUs first (the cpu of a node whose GPUs are all
             # taken serves nobody else); among nodes with as many free GPUs, kube's scores.
             return _ranked_by((gain, -np.clip(fig.free.gpus, 0, None)), feasible)
@@ -91,6 +92,19 @@ class GpuPlacement:
             return None  # every feasible node is alike to this plugin
         scores: IntArray = (np.clip(raw, lo, hi) - lo) * MAX_NODE_SCORE // (hi - lo)
         return scores
+
+    def _alignment(self, cycle: Cycle) -> tuple[IntArray, ...]:
+        """Topology's score of its device choice per node, when it made any: alignment
+        comes first, so fragmentation never sends a job to split devices (nodes without a
+        report score Topology's neutral)."""
+        state = cycle.state.get(TOPOLOGY)
+        placements = getattr(state, "placements", None)
+        if not placements:
+            return ()
+        align = np.full(cycle.num_nodes, NEUTRAL_SCORE, dtype=np.int64)
+        for row, placement in placements.items():
+            align[row] = placement.score
+        return (align,)
 
 
 def _ranked_by(keys: tuple[IntArray, ...], feasible: BoolArray) -> IntArray | None:
