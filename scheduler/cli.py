@@ -262,6 +262,13 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=list(POLICY_NAMES),
         help=f"default: {' '.join(POLICY_NAMES)}",
     )
+    sim.add_argument(
+        "--synthetic",
+        type=float,
+        metavar="SHARE",
+        help="replace the tasks by a synthetic mix drawn from them (seeded by --seed): "
+        "SHARE (0..1) of the GPUs asked by 2/4/8-GPU tasks, the rest by 1-GPU tasks",
+    )
     sim.add_argument("--seed", type=int, default=0, help="tie-breaking seed (default 0)")
     sim.add_argument("--plot", type=Path, metavar="FILE.png", help="write FGD's figure here")
     sim.add_argument("-o", "--output", choices=("table", "json"), default="table")
@@ -271,7 +278,7 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _simulate(args: argparse.Namespace) -> int:
     from scheduler.sim import plot
     from scheduler.sim.replay import ReplayConfig, ReplayError, format_table, replay
-    from scheduler.sim.trace import TraceError, load_alibaba, load_dump
+    from scheduler.sim.trace import TraceError, load_alibaba, load_dump, synthetic
 
     def refuse(message: str, code: int = 1) -> int:
         print(f"lattice simulate: {message}", file=sys.stderr)
@@ -284,15 +291,19 @@ def _simulate(args: argparse.Namespace) -> int:
         return refuse("give --nodes and --tasks (Alibaba CSVs), or --dump FILE.json", 2)
     if args.plot is not None and not plot.available():
         return refuse(f"--plot needs matplotlib: {plot.INSTALL_HINT}")
+    if args.synthetic is not None and not 0 <= args.synthetic <= 1:
+        return refuse("--synthetic SHARE must be in 0..1", 2)
     try:
         trace = load_dump(args.dump) if args.dump else load_alibaba(args.nodes, args.tasks)
+        if args.synthetic is not None:
+            trace = synthetic(trace, multi_share=args.synthetic, seed=args.seed)
         config = ReplayConfig(
             until_demand=args.until_demand, deletions=args.deletions, seed=args.seed
         )
         policies = list(dict.fromkeys(args.policies))
         progress = not args.no_progress and sys.stderr.isatty()
         run = replay(trace, policies, config, progress=progress)
-    except (TraceError, ReplayError) as exc:
+    except (TraceError, ReplayError, ValueError) as exc:
         return refuse(str(exc))
     except KeyboardInterrupt:
         return 130

@@ -30,7 +30,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
@@ -70,6 +70,9 @@ class Task:
     created: float | None = None
     deleted: float | None = None
     """When the pod goes away (replays with deletions free its resources then)."""
+    body: Mapping[str, Any] | None = field(default=None, compare=False)
+    """The Pod body it was read from, for a live replay that creates it through an API
+    server (None where the source had none)."""
 
     @property
     def gpus(self) -> int:
@@ -91,6 +94,8 @@ class Trace:
     """Tasks of the source left out as out of scope (GPU sharing)."""
     name: str = ""
     """What the trace is called in reports and plot titles (the file's stem)."""
+    node_bodies: list[dict[str, Any]] = field(default_factory=list, compare=False)
+    """The Node bodies :attr:`nodes` were read from (a live replay creates them)."""
 
     @property
     def gpus(self) -> int:
@@ -240,6 +245,7 @@ def _read(path: Path) -> str:
 def load_alibaba(nodes_csv: Path, tasks_csv: Path) -> Trace:
     """Alibaba GPU trace v2023: a node list and a task list (see the module docstring)."""
     nodes: list[Node] = []
+    bodies: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     rows = _Rows(nodes_csv, _read(nodes_csv), NODE_COLUMNS)
     for row in rows:
@@ -260,6 +266,7 @@ def load_alibaba(nodes_csv: Path, tasks_csv: Path) -> Trace:
             nodes.append(Node.from_api(body))
         except InvalidObjectError as exc:
             raise TraceError(f"{nodes_csv}:{rows.line}: {exc}") from None
+        bodies.append(body)
 
     tasks: list[Task] = []
     skipped = 0
@@ -291,8 +298,8 @@ def load_alibaba(nodes_csv: Path, tasks_csv: Path) -> Trace:
             pod = Pod.from_api(body)
         except InvalidObjectError as exc:
             raise TraceError(f"{tasks_csv}:{rows.line}: {exc}") from None
-        tasks.append(Task(pod, created, deleted))
-    return Trace(nodes, [], tasks, skipped, name=tasks_csv.stem)
+        tasks.append(Task(pod, created, deleted, body))
+    return Trace(nodes, [], tasks, skipped, name=tasks_csv.stem, node_bodies=bodies)
 
 
 # ----------------------------------------------------------------------- kubectl dump
@@ -348,3 +355,60 @@ def load_dump(path: Path) -> Trace:
     pending.sort(key=lambda entry: (entry[0], entry[1]))
     tasks = [Task(pod, None if math.isinf(t) else t, None) for t, _, pod in pending]
     return Trace(nodes, placed, tasks, 0, name=path.stem)
+
+
+# ----------------------------------------------------------------------- synthetic mix
+MULTI_GPU_SIZES: Final = (2, 4, 8)
+
+
+def synthetic(
+    base: Trace, *, multi_share: float, seed: int, demand: float = 110.0, prefix: str = "syn"
+) -> Trace:
+    """A task mix drawn from ``base`` so a placement rule is judged on more than one trace:
+    its nodes, its share of CPU-only tasks, and each task's CPU and memory resampled from
+    ``base``'s tasks of the same GPU count. ``multi_share`` is the share of the requested
+    GPUs that multi-GPU tasks ask (FGD's "multi-GPU 40 %" traces): those ask 2, 4 or 8 GPUs
+    in ``base``'s proportions among them (equal if it has none), the rest ask 1. Tasks are
+    drawn until they ask ``demand`` % of the GPUs. Deterministic for a given seed."""
+    import numpy as np
+
+    if not 0.0 <= multi_share <= 1.0:
+        raise ValueError(f"multi_share must be in [0, 1], got {multi_share}")
+    by_size: dict[int, list[Task]] = {}
+    for task in base.tasks:
+        by_size.setdefault(task.gpus, []).append(task)
+    singles = by_size.get(1, [])
+    if not singles:
+        raise ValueError("the base trace has no 1-GPU task to draw from")
+    counts = np.array([len(by_size.get(g, [])) for g in MULTI_GPU_SIZES], dtype=float)
+    weights = counts / counts.sum() if counts.sum() else np.full(len(MULTI_GPU_SIZES), 1 / 3)
+    cpu_share = len(by_size.get(0, [])) / len(base.tasks)
+    mean_multi = float(np.dot(weights, MULTI_GPU_SIZES))
+    # P(multi) so that multi-GPU tasks ask multi_share of the GPUs in expectation.
+    p_multi = multi_share / (multi_share + mean_multi * (1.0 - multi_share))
+    rng = np.random.default_rng(seed)
+    limit = base.gpus * demand / 100
+    tasks: list[Task] = []
+    asked = 0
+    while asked < limit:
+        if by_size.get(0) and rng.random() < cpu_share:
+            gpus = 0
+        elif rng.random() < p_multi:
+            gpus = int(MULTI_GPU_SIZES[rng.choice(len(MULTI_GPU_SIZES), p=weights)])
+        else:
+            gpus = 1
+        pool = by_size.get(gpus)
+        if pool:
+            like = pool[int(rng.integers(len(pool)))].pod.resources.requests
+            cpu_milli, memory_mib = like.get("cpu", 0), like.get("memory", 0) >> 20
+        else:  # a size the base never asked: its 1-GPU tasks' shape, scaled
+            like = singles[int(rng.integers(len(singles)))].pod.resources.requests
+            cpu_milli, memory_mib = gpus * like.get("cpu", 0), gpus * (like.get("memory", 0) >> 20)
+        name = f"{prefix}-{seed}-{len(tasks):05d}"
+        body = pod_body(
+            name, uid=name, cpu_milli=cpu_milli, memory_mib=max(memory_mib, 1), gpus=gpus
+        )
+        tasks.append(Task(Pod.from_api(body), body=body))
+        asked += gpus
+    name = f"synthetic-{multi_share:g}-seed{seed}"
+    return Trace(base.nodes, [], tasks, 0, name=name, node_bodies=base.node_bodies)
