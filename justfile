@@ -15,7 +15,7 @@ down:
     lattice devcluster down
 
 # Static checks and the whole test suite (starts its own control plane).
-test: lint
+test: lint build
     python -m pytest -q
 
 # ruff, mypy and the import layers, as CI runs them.
@@ -56,6 +56,10 @@ bench-preemption *ARGS:
 # Gangs on 64 gpu-8x kwok nodes under churn: Lattice CP-SAT, greedy-only, kube-scheduler (~8 min).
 bench-gang *ARGS:
     python -m scheduler.benchmarks.gangs {{ARGS}}
+
+# GPU fragmentation, live: the Alibaba GPU trace on 1213 kwok nodes, Lattice vs kube-scheduler default and MostAllocated (~15 min; --synthetic SHARE --seed N for a drawn mix).
+bench-frag *ARGS:
+    python -m scheduler.benchmarks.frag {{ARGS}}
 
 # Render manifests/ from charts/lattice (default values) and copy crds/ into the chart.
 manifests:
