@@ -213,7 +213,9 @@ async def create_pods(
             resp: Any = await core.create_namespaced_pod(
                 ns, cast(client.V1Pod, body), _preload_content=False
             )
-            await resp.read()
+            text = await resp.read()
+            if resp.status >= 400:  # raw answers do not raise: a refused pod must not pass
+                raise RuntimeError(f"creating pod {ns}/{body['metadata']['name']}: {text[:300]!r}")
 
     if rate is None:
         await asyncio.gather(*(one(b) for b in bodies))
