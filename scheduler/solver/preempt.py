@@ -37,10 +37,11 @@ the whole cluster, with the gang solve as the fit check):
    backed by a full placement of ``need`` members with exactly those pods gone.
 
 :func:`problem_without` builds one trial's problem: it takes the pods out of the snapshot
-(and the device ledger), runs :func:`~scheduler.solver.problem.build_problem` and puts
-them back in their original order. The solve reads only the problem, so the caller may run
-it in a worker thread between trials. :func:`preempt_gang` drives the whole search
-synchronously (tests, ``lattice explain``).
+(and the device ledger, and the claims' users), runs
+:func:`~scheduler.solver.problem.build_problem` and puts them back in their original order.
+The solve reads only the problem, so the caller may run it in a worker thread between
+trials. :func:`preempt_gang` drives the whole search synchronously (tests, ``lattice
+explain``).
 """
 
 from __future__ import annotations
@@ -155,10 +156,14 @@ def candidate_units(
 
 @contextmanager
 def without(
-    snapshot: Snapshot, pods: Sequence[Pod], topology: TopologyState | None = None
+    snapshot: Snapshot,
+    pods: Sequence[Pod],
+    topology: TopologyState | None = None,
+    volumes: VolumeState | None = None,
 ) -> Iterator[None]:
-    """``pods`` taken out of the snapshot (and the device ledger) for the ``with`` block,
-    then put back on their nodes in their original order (pod order is observable)."""
+    """``pods`` taken out of the snapshot, the device ledger and the claims' users (so a
+    victim's ReadWriteOncePod claim is free) for the ``with`` block, then put back on their
+    nodes in their original order (pod order is observable)."""
     originals: dict[str, list[Pod]] = {}
     present: list[tuple[Pod, str, bool]] = []
     for pod in pods:
@@ -174,9 +179,15 @@ def without(
         snapshot.remove_pod(pod.key)
         if held and topology is not None:
             topology.pod_removed(pod.key)
+        if volumes is not None:
+            volumes.remove_pod(pod.key)
     try:
         yield
     finally:
+        if volumes is not None:
+            for pod, _, _ in present:
+                if pod.storage_volumes:
+                    volumes.add_pod(pod)
         for node, original in originals.items():
             row = snapshot.index_of(node)
             assert row is not None
@@ -204,7 +215,7 @@ def problem_without(
     volumes: VolumeState | None = None,
 ) -> GangProblem:
     """The gang's problem on the snapshot with ``removed`` gone (restored on return)."""
-    with without(snapshot, removed, topology):
+    with without(snapshot, removed, topology, volumes):
         return build_problem(
             framework,
             snapshot,

@@ -20,6 +20,7 @@ from scheduler.solver.preempt import (
     preempt_gang,
 )
 from tests.builders import cluster, make_node, make_pod
+from tests.core.test_preemption_volumes import claimant, storage
 from tests.solver.support import framework, gang, problem_for
 
 SOLVE = functools.partial(solve, time_limit_s=1.0)
@@ -244,3 +245,20 @@ def test_of_equal_priorities_the_cheaper_of_gang_first_and_singles_first_wins() 
     assert one is not None
     assert len(one.victims) == 2
     assert all(v.name.startswith("s-") for v in one.victims)
+
+
+def test_a_lower_priority_holder_of_a_members_read_write_once_pod_claim_is_a_victim() -> None:
+    # hi-0 mounts the ReadWriteOncePod claim "solo" that lo (priority 1) holds on n0; the
+    # nodes have room, so only the claim stands in the way.
+    holder = claimant("lo", 1, "solo")
+    placed = [(holder, "n0"), (pod("s-0", "1", 1), "n0"), (pod("s-1", "1", 1), "n1")]
+    snapshot = cluster([make_node("n0", cpu="4"), make_node("n1", cpu="4")], placed)
+    volumes = storage(placed)
+    gm = [claimant("hi-0", 100, "solo"), pod("hi-1", "1", 100)]
+    found = run(snapshot, gm, Inputs(volumes=volumes))
+    assert victims(found) == ["lo"]
+    assert volumes.claim_in_use("default", "solo")  # the search put the holder back
+    # A holder of the gang's priority keeps its claim: nothing helps.
+    higher = [(claimant("lo", 100, "solo"), "n0"), *placed[1:]]
+    snapshot = cluster([make_node("n0", cpu="4"), make_node("n1", cpu="4")], higher)
+    assert run(snapshot, gm, Inputs(volumes=storage(higher))) is None
