@@ -21,12 +21,13 @@ Theory of operation (one asyncio loop; see the table in :mod:`scheduler.control.
   be; otherwise it rejoins its gang, which is then partial and ranked first.
 * A gang that does not fit may preempt (:mod:`scheduler.solver.preempt`): the victim
   search runs one trial at a time, each trial's problem built on the loop on the snapshot
-  without the trial's pods and solved in the worker thread. Only when a trial places the
-  whole gang are its victims evicted, through :meth:`Host.preempt_for` (the path of
-  single-pod preemption): the members are nominated to the plan's nodes and the gang
-  waits, unschedulable, for the deletions; it does not preempt again while a victim of
-  its last preemption is still in the cache, and its commit ignores its own members'
-  nominations (its plan replaces them).
+  without the trial's pods, checked against the plan in hand and, only if that does not
+  fit, solved in the worker thread (with the gang's own time limit). Only when a plan
+  places the whole gang with exactly the victims gone are they evicted, through
+  :meth:`Host.preempt_for` (the path of single-pod preemption): the members are nominated
+  to the plan's nodes and the gang waits, unschedulable, for the deletions; it does not
+  preempt again while a victim of its last preemption is still in the cache, and its
+  commit ignores its own members' nominations (its plan replaces them).
 * PodGroup statuses are written by :meth:`GangFlow.write_statuses` (the app's status
   loop), only for gangs marked dirty and only when the status changed.
 """
@@ -37,7 +38,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from scheduler.control.cache import SchedulerCache
 from scheduler.control.gangs import Gang, GangBook, GangEntry, GangPhase, entry_key, gang_of
@@ -75,11 +76,6 @@ from scheduler.solver.preempt import (
 )
 
 Body = Mapping[str, Any]
-
-REPRIEVE_TIME_LIMIT_S: Final = 0.25
-"""Solver time limit of each reprieve trial of a gang's preemption (the first trial, with
-every candidate victim gone, gets the configured limit); a trial that runs out without a
-plan keeps its victim: more evictions, never a wrong one."""
 
 
 class Host(Protocol):
@@ -535,12 +531,18 @@ class GangFlow:
                 seed=seed,
                 volumes=self._cache.volumes,
             )
-            limit = cfg.solver_time_limit_s
-            if search.trials:
-                limit = min(limit, REPRIEVE_TIME_LIMIT_S)
+            if not search.needs_solve(trial):
+                await asyncio.sleep(0)  # the plan in hand decided: let the loop run between
+                continue
+            # Every trial gets the gang's own limit: a shorter one only times out big gangs,
+            # and a timeout spares its unit (the search never evicts on one).
             async with self._solve_slot:
                 plan = await asyncio.to_thread(
-                    solve, trial, time_limit_s=limit, seed=seed, use_solver=cfg.use_solver
+                    solve,
+                    trial,
+                    time_limit_s=cfg.solver_time_limit_s,
+                    seed=seed,
+                    use_solver=cfg.use_solver,
                 )
             search.tell(plan)
         found = search.result()
@@ -583,8 +585,8 @@ class GangFlow:
         self._victims[gang.key] = {(pod_key(v.namespace, v.name), v.uid) for v in victims}
         log.info(
             "gang_preempting",
-            reason=f"{len(victims)} victims ({found.units} units, {found.trials} solves): "
-            + ", ".join(f"{v.namespace}/{v.name}" for v in victims),
+            reason=f"{len(victims)} victims ({found.units} units, {found.trials} solves, "
+            f"{found.checks} checks): " + ", ".join(f"{v.namespace}/{v.name}" for v in victims),
         )
         self._host.preempt_for(f"PodGroup {gang.key}", nominations, victims, log)
         nodes = found.nodes

@@ -17,10 +17,12 @@ Theory of operation, following ``pkg/scheduler/framework/preemption`` and
    survivors are simulated.
 4. **Dry run** (``SelectVictimsOnNode``) per survivor, from a seeded offset (kube draws it at
    random) until ``max(10 %, 100)`` candidates are found: remove every lower-priority pod
-   from the snapshot, check the pod passes *all* filters, then reprieve victims one by one -
-   PDB-violating first, then the others, each group most important first (higher priority,
-   then earlier start) - keeping a pod back whenever the pod still fits with it. The
-   snapshot (and the device ledger) is restored exactly afterwards, pods in their old order.
+   from the snapshot (and the device ledger, and the users of claims: a victim's
+   ReadWriteOncePod claim is free for the pod, as kube's RemovePod makes it), check the pod
+   passes *all* filters, then reprieve victims one by one - PDB-violating first, then the
+   others, each group most important first (higher priority, then earlier start) - keeping
+   a pod back whenever the pod still fits with it. The snapshot, the ledger and the claims'
+   users are restored exactly afterwards, pods in their old order.
    When only counts can change as pods leave (:func:`counted_path`: requests and pod
    slots, and the pod's own required anti-affinity; no ports, hard spread, required
    affinity, devices or load thresholds in play), the same loop runs on integer sums
@@ -326,7 +328,9 @@ def select_victims(
 
 
 class _Simulation:
-    """Removes and restores pods of one node in the snapshot (and the device ledger)."""
+    """Removes and restores pods of one node in the snapshot, the device ledger and the
+    claims' users (kube's RemovePod/AddPod: VolumeRestrictions then sees a victim's
+    ReadWriteOncePod claim free)."""
 
     def __init__(self, framework: Framework, snapshot: Snapshot, pod: Pod, inputs: Inputs):
         self.framework = framework
@@ -336,6 +340,8 @@ class _Simulation:
         self.nominated: dict[str, list[Pod]] = {}
         self.unledgered: dict[str, Pod] = {}
         """Pods taken out of the device ledger, to put back on restore."""
+        self.unclaimed: dict[str, Pod] = {}
+        """Pods taken out of the claims' users, to put back on restore."""
         for other, node in inputs.nominated:
             if other.priority >= pod.priority and other.key != pod.key:
                 self.nominated.setdefault(node, []).append(other)
@@ -345,12 +351,17 @@ class _Simulation:
         if self.inputs.topology is not None:
             self.inputs.topology.pod_removed(pod.key)
             self.unledgered[pod.key] = pod
+        if self.inputs.volumes is not None and pod.storage_volumes:
+            self.inputs.volumes.remove_pod(pod.key)
+            self.unclaimed[pod.key] = pod
 
     def add(self, pod: Pod, node: str) -> None:
         self.snapshot.add_pod(pod, node)
         if self.inputs.topology is not None:
             self.inputs.topology.pod_placed(pod, node, pod.annotations)
             self.unledgered.pop(pod.key, None)
+        if self.unclaimed.pop(pod.key, None) is not None and self.inputs.volumes is not None:
+            self.inputs.volumes.add_pod(pod)
 
     def restore(self, node: str, original: Sequence[Pod]) -> None:
         """Put the node's pods back in their original order (pod order is observable)."""
@@ -364,6 +375,10 @@ class _Simulation:
             for pod in self.unledgered.values():
                 self.inputs.topology.pod_placed(pod, node, pod.annotations)
         self.unledgered.clear()
+        if self.inputs.volumes is not None:
+            for pod in self.unclaimed.values():
+                self.inputs.volumes.add_pod(pod)
+        self.unclaimed.clear()
 
     def failure(self, node: str) -> tuple[str, ...] | None:
         """``RunFilterPluginsWithNominatedPods`` on one node of the current snapshot: None

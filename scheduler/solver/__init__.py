@@ -21,8 +21,10 @@ A gang is placed from one snapshot in two steps.
    time; greedy's answer is kept when time runs out.
 
 A gang that does not fit may preempt (:mod:`scheduler.solver.preempt`): lower-priority
-pods (a placed gang whole) are evicted only when a solve without them places ``need``
-members; the search puts victims back one at a time while the gang still fits.
+pods (a placed gang whole) are evicted only when a plan with exactly them gone places
+``need`` members, and only with a pod on a node of that plan; the search puts victims back
+one at a time while the gang still fits (the plan in hand, else a solve, decides; a
+timeout spares the victim).
 
 Counting members per node instead of one boolean per member and node keeps the model small
 enough for thousands of nodes (:mod:`scheduler.solver.naive` is the boolean reference the

@@ -1,7 +1,7 @@
 """Gang preemption: which lower-priority pods to evict so that a whole gang then fits.
 
 Theory of operation (kube's ``SelectVictimsOnNode`` reprieve loop, lifted from one node to
-the whole cluster, with the gang solve as the fit check):
+the nodes of the gang's plan, with the plan, else the gang solve, as the fit check):
 
 1. **Eligibility** (:func:`ineligible_reason`): no member may have ``preemptionPolicy:
    Never``; a gang with a member nominated to a node where a lower-priority pod is
@@ -14,33 +14,46 @@ the whole cluster, with the gang solve as the fit check):
    grouped into units (a placed gang is one unit, its members on every node; see
    :mod:`scheduler.core.preemption`). The preempting gang's own members are never victims.
 4. **Search** (:class:`VictimSearch`, a state machine: it names the units to remove, the
-   caller builds and solves the gang's problem on the snapshot without them and reports
-   the plan):
+   caller builds the gang's problem on the snapshot without them; the plan in hand is
+   checked against that problem first (:func:`plan_fits`: its members on its nodes break
+   no rule of the model), and only when it does not fit does the caller solve, with the
+   configured time limit):
 
-   a. remove every candidate unit: if the gang does not fit even then, nothing is evicted;
+   a. remove every candidate unit and solve: if the gang does not fit even then, or the
+      solve runs out of time, nothing is evicted;
    b. only when there are more units than :data:`MAX_REPRIEVE_TRIALS`: keep those with a
-      pod on a node of that plan (if the gang still fits without them alone), so that the
-      reprieves go to the units that matter;
+      pod on a node of that plan (step d), so that the reprieves go to the units that
+      matter; when no plan fits with victims on its own nodes only, nothing is evicted;
    c. reprieve, most important first (units whose eviction would violate a
       PodDisruptionBudget first, then the others; each group by the unit's highest
-      priority, then earliest start): put the unit back, solve again, and keep it if the
-      gang still fits. Among units of equal priority a gang may be tried before or after
-      the single pods, and neither is always better (keeping a gang of four may cost eight
+      priority, then earliest start): put the unit back; if the plan in hand still fits,
+      the unit is spared without a solve (the plan found with the victims removed is the
+      fit check), else solve: a plan spares the unit, a proof that the gang does not fit
+      keeps it a victim, and a solve that runs out of time spares it (never an eviction
+      on a timeout). Among units of equal priority a gang may be tried before or after the
+      single pods, and neither is always better (keeping a gang of four may cost eight
       singles, or the reverse), so with gangs among the units two passes run, larger units
       first and smaller first, from the same start, and the better result by kube's
       candidate criteria wins (fewest PDB violations, lowest highest victim priority,
       smallest priority sum, fewest victims). After :data:`MAX_REPRIEVE_TRIALS` solves in
-      a pass, the units not yet tried stay victims (the least important ones): more
-      evictions, never a wrong one.
+      a pass, a unit is spared only if the plan in hand fits without it;
+   d. settle each pass's result, as kube evicts only on the node it nominates: the
+      victims with no pod on a node of the plan go back if the plan holds without them
+      (a check, else one solve with just the others removed, whose plan settles again),
+      and a plan left unconfirmed by a timeout is confirmed the same way. A pass whose
+      result does not settle (a proof, or a timeout) yields nothing.
 
-   The answer is the victims and the plan of the last fitting solve: every eviction is
-   backed by a full placement of ``need`` members with exactly those pods gone.
+   The answer is the victims and a plan that fits with exactly those pods gone; every
+   victim unit has a pod on a node of the plan (a victim gang still goes whole, its
+   members wherever they run). More evictions than needed happen only on the plan's
+   nodes (units past the solve budget), never off them and never because of a timeout.
 
 :func:`problem_without` builds one trial's problem: it takes the pods out of the snapshot
-(and the device ledger), runs :func:`~scheduler.solver.problem.build_problem` and puts
-them back in their original order. The solve reads only the problem, so the caller may run
-it in a worker thread between trials. :func:`preempt_gang` drives the whole search
-synchronously (tests, ``lattice explain``).
+(and the device ledger, and the claims' users), runs
+:func:`~scheduler.solver.problem.build_problem` and puts them back in their original order.
+The solve reads only the problem, so the caller may run it in a worker thread between
+trials. :func:`preempt_gang` drives the whole search synchronously (tests, ``lattice
+explain``).
 """
 
 from __future__ import annotations
@@ -50,6 +63,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
+
+import numpy as np
 
 from scheduler.core.framework import Code
 from scheduler.core.load import LoadView
@@ -70,13 +85,25 @@ from scheduler.core.volumes import VolumeState
 from scheduler.model.gang import GangSpec
 from scheduler.model.pod import Pod
 from scheduler.model.pod_facts import PreemptionPolicy
+from scheduler.solver.check import violations
 from scheduler.solver.problem import GangProblem, build_problem
-from scheduler.solver.solve import GangPlan
+from scheduler.solver.solve import GangPlan, SolveStatus
 
 MAX_REPRIEVE_TRIALS: Final = 32
-"""Solves one reprieve pass may spend putting victims back; the units not tried by then
-stay victims."""
+"""Solves one reprieve pass may spend putting victims back; after them, a unit is spared
+only when the plan in hand fits without it (a check, no solve)."""
 NOT_HELPFUL_MESSAGE: Final = "the gang does not fit even with every lower-priority pod evicted"
+TIMED_OUT_MESSAGE: Final = (
+    "no placement of the gang was found in time with the lower-priority pods evicted "
+    "(nothing is evicted on a timeout)"
+)
+OFF_PLAN_MESSAGE: Final = (
+    "the gang fits only with lower-priority pods evicted on nodes it would not use"
+)
+UNCONFIRMED_MESSAGE: Final = (
+    "no placement was confirmed in time with only the pods the reprieves left as victims "
+    "(nothing is evicted on a timeout)"
+)
 
 
 def gang_priority(members: Sequence[Pod]) -> int:
@@ -155,10 +182,14 @@ def candidate_units(
 
 @contextmanager
 def without(
-    snapshot: Snapshot, pods: Sequence[Pod], topology: TopologyState | None = None
+    snapshot: Snapshot,
+    pods: Sequence[Pod],
+    topology: TopologyState | None = None,
+    volumes: VolumeState | None = None,
 ) -> Iterator[None]:
-    """``pods`` taken out of the snapshot (and the device ledger) for the ``with`` block,
-    then put back on their nodes in their original order (pod order is observable)."""
+    """``pods`` taken out of the snapshot, the device ledger and the claims' users (so a
+    victim's ReadWriteOncePod claim is free) for the ``with`` block, then put back on their
+    nodes in their original order (pod order is observable)."""
     originals: dict[str, list[Pod]] = {}
     present: list[tuple[Pod, str, bool]] = []
     for pod in pods:
@@ -174,9 +205,15 @@ def without(
         snapshot.remove_pod(pod.key)
         if held and topology is not None:
             topology.pod_removed(pod.key)
+        if volumes is not None:
+            volumes.remove_pod(pod.key)
     try:
         yield
     finally:
+        if volumes is not None:
+            for pod, _, _ in present:
+                if pod.storage_volumes:
+                    volumes.add_pod(pod)
         for node, original in originals.items():
             row = snapshot.index_of(node)
             assert row is not None
@@ -204,7 +241,7 @@ def problem_without(
     volumes: VolumeState | None = None,
 ) -> GangProblem:
     """The gang's problem on the snapshot with ``removed`` gone (restored on return)."""
-    with without(snapshot, removed, topology):
+    with without(snapshot, removed, topology, volumes):
         return build_problem(
             framework,
             snapshot,
@@ -230,6 +267,8 @@ class GangPreemption:
     pdb_violations: int
     trials: int
     """Solves the search ran."""
+    checks: int = 0
+    """Trials the plan in hand decided without a solve."""
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -239,14 +278,33 @@ class GangPreemption:
 
 class _Stage(enum.Enum):
     ALL = "all"
-    NARROW = "narrow"
+    SETTLE = "settle"
     REPRIEVE = "reprieve"
     DONE = "done"
 
 
+def plan_fits(plan: GangPlan, problem: GangProblem) -> bool:
+    """Whether ``plan`` (its members on its nodes) is a placement of at least ``need``
+    members in ``problem``: every node still there and every rule of the model kept
+    (:func:`~scheduler.solver.check.violations`). A trial this plan survives needs no
+    solve, so it cannot time out."""
+    if problem.rejection is not None or not plan.admitted:
+        return False
+    index = {name: n for n, name in enumerate(problem.node_names)}
+    counts = np.zeros((problem.num_classes, problem.num_nodes), dtype=np.int64)
+    for member, node in plan.placements:
+        n = index.get(node)
+        if n is None or member >= len(problem.member_class):
+            return False
+        counts[problem.member_class[member], n] += 1
+    return int(counts.sum()) >= problem.need and not violations(problem, counts)
+
+
 class VictimSearch:
     """The search of the module docstring, one trial at a time: :meth:`trial` names the
-    pods to remove (None once done), :meth:`tell` takes the plan solved without them."""
+    pods to remove (None once done); the caller builds the problem without them and asks
+    :meth:`needs_solve`; only if it says so, the caller solves and :meth:`tell`\\ s the plan.
+    """
 
     def __init__(
         self,
@@ -262,50 +320,144 @@ class VictimSearch:
         self._max_trials = max_trials
         self._stage = _Stage.ALL if self._units else _Stage.DONE
         self._current: set[int] = set(range(len(self._units)))
-        """Indices of the units removed in the best fitting trial so far."""
+        """Indices of the units removed now."""
         self._plan: GangPlan | None = None
+        self._confirmed = False
+        """:attr:`_plan` fits with exactly :attr:`_current` removed (a timeout that spared
+        a unit leaves it unconfirmed)."""
         self._pending: set[int] = set(self._current)
         """The removal the last :meth:`trial` named."""
+        self._check: GangPlan | None = None
+        """The plan :meth:`needs_solve` checks the trial's problem against first."""
+        self._starting = True
+        """Settling the first plan (else a pass's result)."""
+        self._settle_solves = 0
+        self._start: tuple[set[int], GangPlan | None] = (set(), None)
+        self._orders: list[list[int]] = []
         self._order: list[int] = []
+        self._results: list[tuple[set[int], GangPlan]] = []
+        self._pass = 0
         self._next = 0
+        self._pass_solves = 0
         self.trials = 0
+        """Solves told."""
+        self.checks = 0
+        """Trials the plan in hand decided without a solve."""
         self.reprieve_trials = 0
+        self.timeouts = 0
+        """Reprieve solves that ran out of time (each spared its unit)."""
         self.message = NO_VICTIMS_MESSAGE if not self._units else ""
 
+    # ------------------------------------------------------------------ protocol
     def trial(self) -> list[Pod] | None:
-        """The pods to remove for the next solve, or None when the search is over."""
+        """The pods to remove for the next problem, or None when the search is over."""
         if self._stage is _Stage.DONE:
             return None
         return [p for i in sorted(self._pending) for p in self._units[i]]
 
+    def needs_solve(self, problem: GangProblem) -> bool:
+        """Whether :meth:`trial`'s problem must be solved (then :meth:`tell` the plan).
+        False when the plan in hand fits it (the removal is taken), or when a reprieve pass
+        is out of solves (the unit stays a victim)."""
+        if self._check is not None and plan_fits(self._check, problem):
+            self.checks += 1
+            self._current, self._plan, self._confirmed = set(self._pending), self._check, True
+            if self._stage is _Stage.SETTLE:
+                self._settle()
+            else:
+                self._advance()
+            return False
+        if self._stage is _Stage.REPRIEVE:
+            if self._pass_solves >= self._max_trials:
+                self.checks += 1
+                self._advance()  # out of solves: the unit stays a victim
+                return False
+            self._pass_solves += 1
+            self.reprieve_trials += 1
+        elif self._stage is _Stage.SETTLE:
+            self._settle_solves += 1
+        return True
+
     def tell(self, plan: GangPlan) -> None:
-        """The gang's plan solved without :meth:`trial`'s pods."""
+        """The plan solved for the problem :meth:`needs_solve` asked to solve."""
         self.trials += 1
+        timed_out = plan.status is SolveStatus.TIMEOUT_REJECTED
         stage = self._stage
-        if stage is _Stage.ALL:
-            if not plan.admitted:
-                self._stage = _Stage.DONE
-                self.message = NOT_HELPFUL_MESSAGE
-                return
-            self._plan = plan
-            nodes = {node for _, node in plan.placements}
-            narrow = {
-                i for i in self._current if any(self._node_of(p) in nodes for p in self._units[i])
-            }
-            many = len(self._current) > self._max_trials
-            if many and narrow and narrow != self._current:
-                self._pending = narrow
-                self._stage = _Stage.NARROW
-                return
-            self._start_reprieve()
-            return
         if plan.admitted:
-            self._current = set(self._pending)
-            self._plan = plan
-        if stage is _Stage.NARROW:
+            self._current, self._plan, self._confirmed = set(self._pending), plan, True
+            if stage is _Stage.REPRIEVE:
+                self._advance()
+            elif stage is _Stage.ALL and len(self._current) <= self._max_trials:
+                self._starting = False  # few enough to try each: the passes settle at the end
+                self._start_reprieve()
+            else:
+                self._settle()
+        elif stage is _Stage.ALL:
+            self._give_up(TIMED_OUT_MESSAGE if timed_out else NOT_HELPFUL_MESSAGE)
+        elif stage is _Stage.SETTLE:
+            if timed_out:
+                message = TIMED_OUT_MESSAGE
+            elif self._pending != self._current:
+                message = OFF_PLAN_MESSAGE
+            else:
+                message = UNCONFIRMED_MESSAGE
+            self._unsettled(message)
+        elif timed_out:
+            # Never evict on a timeout: the unit is spared; the pass's end confirms a plan.
+            self.timeouts += 1
+            self._current, self._confirmed = set(self._pending), False
+            self._advance()
+        else:
+            self._advance()  # proven (or greedy alone fell short): the unit stays a victim
+
+    # ------------------------------------------------------------------ stages
+    def _touches(self, i: int, nodes: set[str]) -> bool:
+        return any(self._node_of(p) in nodes for p in self._units[i])
+
+    def _settle(self) -> None:
+        """Make the victims those of a plan that fits with exactly them removed, all with a
+        pod on its nodes (kube evicts only on the node it nominates): drop the others if the
+        plan holds without them (a check, else a solve; a new plan settles again)."""
+        if self._plan is None:
+            self._unsettled(UNCONFIRMED_MESSAGE)
+            return
+        if self._confirmed:
+            nodes = {node for _, node in self._plan.placements}
+            narrow = {i for i in self._current if self._touches(i, nodes)}
+            if narrow == self._current:
+                self._settled()
+                return
+            if not narrow:
+                self._unsettled(OFF_PLAN_MESSAGE)
+                return
+        else:
+            narrow = set(self._current)  # first a plan for exactly these, then its nodes
+        if self._settle_solves >= self._max_trials:
+            self._unsettled(UNCONFIRMED_MESSAGE)
+            return
+        self._pending, self._check = narrow, self._plan
+        self._stage = _Stage.SETTLE
+
+    def _settled(self) -> None:
+        if self._starting:
+            self._starting = False
             self._start_reprieve()
             return
-        self._advance()
+        assert self._plan is not None
+        self._results.append((set(self._current), self._plan))
+        self._end_pass()
+
+    def _unsettled(self, message: str) -> None:
+        self.message = message
+        if self._starting:
+            self._give_up(message)
+            return
+        self._end_pass()
+
+    def _give_up(self, message: str) -> None:
+        self._plan = None
+        self.message = message
+        self._stage = _Stage.DONE
 
     def _start_reprieve(self) -> None:
         """One reprieve pass per order (two when gangs are among the units), each from the
@@ -316,8 +468,7 @@ class VictimSearch:
         if smaller != orders[0]:
             orders.append(smaller)
         self._orders = orders
-        self._results: list[tuple[set[int], GangPlan | None]] = []
-        self._stage = _Stage.REPRIEVE
+        self._results = []
         self._begin_pass(0)
 
     def _reprieve_order(self, *, larger_first: bool) -> list[int]:
@@ -337,28 +488,37 @@ class VictimSearch:
         return [index[id(u)] for u, _ in violating] + [index[id(u)] for u in fine]
 
     def _begin_pass(self, k: int) -> None:
-        self._current, self._plan = set(self._start[0]), self._start[1]
+        current, self._plan = self._start
+        self._current, self._confirmed = set(current), True
         self._pass = k
         self._order = self._orders[k]
         self._next = 0
-        self._pass_trials = 0
+        self._pass_solves = 0
+        self._settle_solves = 0
+        self._stage = _Stage.REPRIEVE
         self._advance()
 
     def _advance(self) -> None:
-        """Name the next unit to put back, or end the pass (and maybe the search)."""
-        while self._next < len(self._order) and self._pass_trials < self._max_trials:
+        """Name the next unit to put back, or settle the pass's result."""
+        while self._next < len(self._order):
             i = self._order[self._next]
             self._next += 1
             if len(self._current) == 1:
                 break  # the last unit: without it the gang did not fit before
             self._pending = self._current - {i}
-            self._pass_trials += 1
-            self.reprieve_trials += 1
+            self._check = self._plan
+            self._stage = _Stage.REPRIEVE
             return
-        self._results.append((set(self._current), self._plan))
+        self._settle()
+
+    def _end_pass(self) -> None:
         if self._pass + 1 < len(self._orders):
             self._begin_pass(self._pass + 1)
             return
+        if not self._results:
+            self._give_up(self.message or UNCONFIRMED_MESSAGE)
+            return
+        # The best by kube's criteria (the first pass wins ties).
         self._current, self._plan = min(self._results, key=lambda r: self._cost(r[0]))
         self._stage = _Stage.DONE
 
@@ -384,7 +544,7 @@ class VictimSearch:
         return self._stage is _Stage.DONE
 
     def result(self) -> GangPreemption | None:
-        """The victims and their plan once done (None: no eviction lets the gang fit)."""
+        """The victims and their plan once done (None: no eviction is backed by a plan)."""
         if self._stage is not _Stage.DONE or self._plan is None:
             return None
         units = self._ordered(self._current)
@@ -394,6 +554,7 @@ class VictimSearch:
             plan=self._plan,
             pdb_violations=self._cost(self._current)[0],
             trials=self.trials,
+            checks=self.checks,
         )
 
 
@@ -428,7 +589,8 @@ def preempt_gang(
             seed=seed,
             volumes=inputs.volumes,
         )
-        search.tell(solve_fn(problem))
+        if search.needs_solve(problem):
+            search.tell(solve_fn(problem))
     return search.result()
 
 

@@ -8,9 +8,15 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
+
+from scheduler.control import gang_flow
 from scheduler.control.gangs import entry_key
 from scheduler.control.queue import ClusterEvent, ClusterEventType, QueueName, pod_key
 from scheduler.control.scheduler import Scheduler
+from scheduler.control.settings import parse_spec
+from scheduler.solver import GangPlan, GangProblem, solve
+from scheduler.solver.solve import SolveStatus
 from tests.builders import make_pod
 from tests.control.test_gangs import LABEL, FakeWriter, podgroup, run_one, scheduler
 
@@ -185,3 +191,38 @@ async def test_nominations_end_when_no_eviction_can_help_any_more() -> None:
     assert not sched.preemptor.nominations
     cleared = {c[0] for c in writer.conditions if c[3] == ""}
     assert cleared == {f"hi-{i}" for i in range(4)}
+
+
+async def test_only_pods_on_the_plans_nodes_are_evicted_when_short_solves_time_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 50 nodes of 4 cpu, each full with two 2-cpu pods of priority 1 (100 victim units);
+    # a gang of 4 x 4 cpu needs 4 whole nodes. Solves given less than the gang's own limit
+    # run out of time, as a 9-16-member solve does in 0.25 s.
+    limit = parse_spec({}, "lattice").gang.solver_time_limit_s
+
+    def slow_solve(problem: GangProblem, *, time_limit_s: float, **kw: Any) -> GangPlan:
+        if time_limit_s < limit:
+            return GangPlan(
+                status=SolveStatus.TIMEOUT_REJECTED,
+                placements=(),
+                admitted=False,
+                message="timed out",
+                solve_time_s=time_limit_s,
+                members=problem.reports,
+                need=problem.need,
+            )
+        return solve(problem, time_limit_s=time_limit_s, **kw)
+
+    monkeypatch.setattr(gang_flow, "solve", slow_solve)
+    sched, writer = scheduler(50, "4")
+    on: dict[str, list[str]] = {}
+    for n in range(50):
+        for j in range(2):
+            sched.pod_upserted(bound(f"p{n}-{j}", f"n{n}", "2", 1))
+            on.setdefault(f"n{n}", []).append(f"p{n}-{j}")
+    high_gang(sched, 4, cpu="4")
+    await run_one(sched)
+    nominated = {node for _, node in sched.preemptor.nominations.values()}
+    assert len(nominated) == 4
+    assert sorted(writer.deletes) == sorted(p for node in nominated for p in on[node])

@@ -1,5 +1,7 @@
 """Differential test of preemption: Lattice's evaluator against kube-scheduler's
-DefaultPreemption, on random clusters with priorities, budgets and full nodes.
+DefaultPreemption, on random clusters with priorities, budgets, full nodes and claims
+(ReadWriteOncePod claims held by pods of lower or higher priority than the preemptor that
+mounts them).
 
 For every case kube-scheduler meets one high-priority pod on a pool of full nodes; Lattice's
 evaluator then runs on the objects read back *before* that pod was created (plus the pod as
@@ -27,7 +29,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from scheduler.core.explain import Decision
-from scheduler.core.from_api import as_pending, snapshot_from_api
+from scheduler.core.from_api import as_pending, counts_on_node, snapshot_from_api
 from scheduler.core.preemption import (
     Inputs,
     Preemption,
@@ -35,6 +37,7 @@ from scheduler.core.preemption import (
     preempt,
 )
 from scheduler.core.schedule import Framework
+from scheduler.core.volumes import volume_state_from_api
 from scheduler.devcluster.kube import api_client
 from scheduler.model.pdb import PodDisruptionBudget
 from scheduler.model.pod import Pod
@@ -74,11 +77,23 @@ def lattice_preempts(before: Before, stored: Body) -> Ours:
     pod = Pod.from_api(as_pending(stored))
     facts = {Pod.from_api(b).key: PodFacts.from_api(b) for b in before.pods}
     facts[pod.key] = PodFacts.from_api(stored)
+    storage = volume_state_from_api(
+        pvs=before.pvs,
+        pvcs=before.pvcs,
+        classes=before.classes,
+        placed_pods=[Pod.from_api(p) for p in before.pods if counts_on_node(p)],
+    )
+    assert not storage.skipped
+    volumes = storage.state
     framework = Framework()
-    decision = framework.schedule(built.snapshot, pod, seed=0)
+    decision = framework.schedule(built.snapshot, pod, seed=0, volumes=volumes)
     if decision.selected is not None:
         return Ours(decision, None)
-    inputs = Inputs(pdbs=[PodDisruptionBudget.from_api(b) for b in before.pdbs], facts=facts)
+    inputs = Inputs(
+        pdbs=[PodDisruptionBudget.from_api(b) for b in before.pdbs],
+        facts=facts,
+        volumes=volumes,
+    )
     found = preempt(framework, built.snapshot, decision, inputs)
     if found is not None:
         return Ours(decision, found)
@@ -117,6 +132,13 @@ def describe(case: str, kube: KubePreemption, ours: Ours, stored: Body) -> str:
     )
 
 
+def _mounts(pod: Body, claim: str) -> bool:
+    return any(
+        (v.get("persistentVolumeClaim") or {}).get("claimName") == claim
+        for v in pod["spec"].get("volumes", [])
+    )
+
+
 async def test_preemption_agrees_with_kube_scheduler(
     preempt_api: client.ApiClient, request: pytest.FixtureRequest
 ) -> None:
@@ -129,6 +151,7 @@ async def test_preemption_agrees_with_kube_scheduler(
     disagreements: list[str] = []
     done = preempted = bound = 0
     victims_total = ties = 0
+    claimed = rwop_preempted = 0
     round_index = 0
     while done < cases:
         batch = [gen.case(round_index, i) for i in range(min(CASES_PER_ROUND, cases - done))]
@@ -142,6 +165,14 @@ async def test_preemption_agrees_with_kube_scheduler(
             victims_total += len(verdict.victims)
             p = ours.preemption
             ties += p is not None and len(p.tied) > 1
+            wanted = set(case.preemptor_claims)
+            claimed += bool(wanted)
+            rwop_preempted += any(
+                c in case.rwop_claims and _mounts(v, c)
+                for c in wanted
+                for v in case.pods
+                if v["metadata"]["name"] in verdict.victims
+            )
             if not agree(verdict, ours):
                 disagreements.append(describe(f"seed {seed} {case.namespace}", verdict, ours, body))
         await kube.teardown(batch)
@@ -151,8 +182,12 @@ async def test_preemption_agrees_with_kube_scheduler(
     report_line(
         f"preemption differential vs kube-scheduler: {done} cases (seed {seed}, {preempted} "
         f"preempted with {victims_total} victims, {bound} bound without preemption, "
-        f"{done - preempted - bound} not helped; {ties} with nodes tied at every criterion), "
+        f"{done - preempted - bound} not helped; {ties} with nodes tied at every criterion; "
+        f"{claimed} preemptors with a claim, {rwop_preempted} of them evicting the holder "
+        "of its ReadWriteOncePod claim), "
         f"{agreed} agree ({100.0 * agreed / done:.1f}%), {elapsed:.0f} s"
     )
     assert done == cases
     assert not disagreements, "\n".join(disagreements[:20])
+    # The volume cases are not vacuous: some preemptions free a ReadWriteOncePod claim.
+    assert cases < 50 or rwop_preempted > 0

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from scheduler.core.preemption import NEVER_MESSAGE, TERMINATING_MESSAGE, Inputs
 from scheduler.core.snapshot import Snapshot
 from scheduler.model.pdb import PodDisruptionBudget
 from scheduler.model.pod import Pod
 from scheduler.model.pod_facts import PodFacts, PreemptionPolicy
-from scheduler.solver import GangPlan, solve
+from scheduler.solver import GangPlan, GangProblem, solve
 from scheduler.solver.preempt import (
     GangPreemption,
     VictimSearch,
@@ -19,7 +19,9 @@ from scheduler.solver.preempt import (
     node_lookup,
     preempt_gang,
 )
+from scheduler.solver.solve import SolveStatus
 from tests.builders import cluster, make_node, make_pod
+from tests.core.test_preemption_volumes import claimant, storage
 from tests.solver.support import framework, gang, problem_for
 
 SOLVE = functools.partial(solve, time_limit_s=1.0)
@@ -191,9 +193,11 @@ def test_only_the_plans_nodes_lose_pods_and_the_search_is_bounded() -> None:
     snapshot = cluster([make_node(f"n{i}", cpu="4") for i in range(8)], placed)
     found = run(snapshot, members(2, cpu="4"), Inputs())
     assert found is not None
-    assert len(found.victims) == 8
-    assert {snapshot.node_of_pod(v.key) for v in found.victims} == set(found.nodes)
-    # A tiny trial budget: still correct (a fitting plan), possibly more victims.
+    assert len(found.nodes) == 2
+    on_plan = sorted(p.name for p, node in placed if node in found.nodes)
+    assert victims(found) == on_plan
+    # A tiny trial budget: still correct (a fitting plan), possibly more victims, but only
+    # on the plan's nodes.
     capped = preempt_gang(
         framework(),
         snapshot,
@@ -207,6 +211,7 @@ def test_only_the_plans_nodes_lose_pods_and_the_search_is_bounded() -> None:
     assert capped is not None
     assert capped.plan.admitted
     assert len(capped.victims) >= 8
+    assert {snapshot.node_of_pod(v.key) for v in capped.victims} <= set(capped.nodes)
 
 
 def test_the_search_as_a_state_machine() -> None:
@@ -244,3 +249,80 @@ def test_of_equal_priorities_the_cheaper_of_gang_first_and_singles_first_wins() 
     assert one is not None
     assert len(one.victims) == 2
     assert all(v.name.startswith("s-") for v in one.victims)
+
+
+def test_a_lower_priority_holder_of_a_members_read_write_once_pod_claim_is_a_victim() -> None:
+    # hi-0 mounts the ReadWriteOncePod claim "solo" that lo (priority 1) holds on n0; the
+    # nodes have room, so only the claim stands in the way.
+    holder = claimant("lo", 1, "solo")
+    placed = [(holder, "n0"), (pod("s-0", "1", 1), "n0"), (pod("s-1", "1", 1), "n1")]
+    snapshot = cluster([make_node("n0", cpu="4"), make_node("n1", cpu="4")], placed)
+    volumes = storage(placed)
+    gm = [claimant("hi-0", 100, "solo"), pod("hi-1", "1", 100)]
+    found = run(snapshot, gm, Inputs(volumes=volumes))
+    assert victims(found) == ["lo"]
+    assert volumes.claim_in_use("default", "solo")  # the search put the holder back
+    # A holder of the gang's priority keeps its claim: nothing helps.
+    higher = [(claimant("lo", 100, "solo"), "n0"), *placed[1:]]
+    snapshot = cluster([make_node("n0", cpu="4"), make_node("n1", cpu="4")], higher)
+    assert run(snapshot, gm, Inputs(volumes=storage(higher))) is None
+
+
+def timing_out(
+    when: Callable[[int], bool],
+) -> tuple[Callable[[GangProblem], GangPlan], list[int]]:
+    """:data:`SOLVE`, except that the calls ``when`` picks (counted from 1) run out of time
+    (``TIMEOUT_REJECTED``, no plan), as a big gang's solve does under a short limit. Also
+    returns the list of calls that timed out."""
+    calls: list[int] = []
+    timed_out: list[int] = []
+
+    def solve_fn(problem: GangProblem) -> GangPlan:
+        calls.append(1)
+        if not when(len(calls)):
+            return SOLVE(problem)
+        timed_out.append(len(calls))
+        return GangPlan(
+            status=SolveStatus.TIMEOUT_REJECTED,
+            placements=(),
+            admitted=False,
+            message="timed out",
+            solve_time_s=1.0,
+            members=problem.reports,
+            need=problem.need,
+        )
+
+    return solve_fn, timed_out
+
+
+def two_small_or_one_big() -> Snapshot:
+    """n0 (2 cpu) holds x and y (1 cpu each), n1 (2 cpu) holds z (2 cpu), all priority 1:
+    a 2-cpu member needs x and y gone, or z alone (fewer victims)."""
+    placed = [(pod("x", "1", 1), "n0"), (pod("y", "1", 1), "n0"), (pod("z", "2", 1), "n1")]
+    return cluster([make_node("n0", cpu="2"), make_node("n1", cpu="2")], placed)
+
+
+def test_a_reprieve_that_times_out_spares_its_unit() -> None:
+    snapshot = two_small_or_one_big()
+    solve_fn, timed_out = timing_out(lambda call: call == 2)
+    found = preempt_gang(
+        framework(), snapshot, gang(), members(1), Inputs(), need=1, solve_fn=solve_fn
+    )
+    # The plan with everything gone uses n0; putting x back needs a solve, which times out:
+    # x is spared (it is not needed: z's node will do), and a later solve settles on n1.
+    assert timed_out == [2]
+    assert victims(found) == ["z"]
+    assert found is not None
+    assert found.nodes == ("n1",)
+
+
+def test_when_every_reprieve_times_out_nothing_is_evicted() -> None:
+    snapshot = two_small_or_one_big()
+    solve_fn, timed_out = timing_out(lambda call: call > 1)
+    found = preempt_gang(
+        framework(), snapshot, gang(), members(1), Inputs(), need=1, solve_fn=solve_fn
+    )
+    # Every solve after the first runs out: each spares its unit, and no plan for what is
+    # left is found in time, so nothing is evicted (never x, y and z for want of time).
+    assert len(timed_out) >= 2
+    assert found is None

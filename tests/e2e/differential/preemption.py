@@ -2,12 +2,14 @@
 
 One round runs many cases at once (one namespace and node pool each, see
 ``preemption_gen``): create nodes and wait until they are Ready and untainted, create the
-low-priority pods bound to them and wait until kwok runs them (their ``startTime`` is one of
-preemption's criteria), create the budgets and wait until the disruption controller has
-counted every pod, read the whole cluster back, and only then create the preemptors. For
-each preemptor kube-scheduler either nominates a node and deletes victims (patching the
-``DisruptionTarget`` condition first; kwok then removes them and the preemptor binds), or
-reports why preemption does not help in its FailedScheduling condition.
+low-priority pods' pre-bound volumes and claims and wait until the PV controller has bound
+every pair, create the pods bound to the nodes and wait until kwok runs them (their
+``startTime`` is one of preemption's criteria), create the budgets and wait until the
+disruption controller has counted every pod, read the whole cluster back, and only then
+create the preemptors. For each preemptor kube-scheduler either nominates a node and
+deletes victims (patching the ``DisruptionTarget`` condition first; kwok then removes them
+and the preemptor binds), or reports why preemption does not help in its FailedScheduling
+condition.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, TypeVar, cast
 from kubernetes_asyncio import client
 
 from scheduler.devcluster.kube import poll
-from tests.e2e.differential.preemption_gen import Body, Case, priority_classes
+from tests.e2e.differential.preemption_gen import Body, Case, priority_classes, static_class
 
 T = TypeVar("T")
 _CONCURRENCY = 32
@@ -49,6 +51,9 @@ class Before:
     pods: list[Body]
     namespaces: list[Body]
     pdbs: list[Body]
+    pvs: list[Body]
+    pvcs: list[Body]
+    classes: list[Body]
 
 
 async def _bounded(jobs: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
@@ -67,14 +72,21 @@ class PreemptionKubeSide:
         self.core = client.CoreV1Api(api)
         self.policy = client.PolicyV1Api(api)
         self.scheduling = client.SchedulingV1Api(api)
+        self.storage = client.StorageV1Api(api)
 
     async def install_priority_classes(self) -> None:
+        """The PriorityClasses and the StorageClass every case uses."""
         for body in priority_classes():
             try:
                 await self.scheduling.create_priority_class(cast(client.V1PriorityClass, body))
             except client.ApiException as exc:
                 if exc.status != 409:
                     raise
+        try:
+            await self.storage.create_storage_class(cast(client.V1StorageClass, static_class()))
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
 
     async def prepare(self, cases: Sequence[Case]) -> Before:
         await _bounded(
@@ -89,6 +101,7 @@ class PreemptionKubeSide:
         nodes = [n for c in cases for n in c.nodes]
         await _bounded([partial(self.core.create_node, cast(client.V1Node, n)) for n in nodes])
         await self._nodes_ready({n["metadata"]["name"] for n in nodes})
+        await self._volumes(cases)
         pods = [p for c in cases for p in c.pods]
         await _bounded(
             [
@@ -117,6 +130,58 @@ class PreemptionKubeSide:
         # sentinel like pods do, so give them a moment.
         await asyncio.sleep(1.0)
         return await self._read()
+
+    async def _volumes(self, cases: Sequence[Case]) -> None:
+        """The cases' pre-bound pairs, bound by the PV controller before any pod exists."""
+        pvs = [v for c in cases for v in c.pvs]
+        if not pvs:
+            return
+        await _bounded(
+            [
+                partial(self.core.create_persistent_volume, cast(client.V1PersistentVolume, v))
+                for v in pvs
+            ]
+        )
+        names = {v["metadata"]["name"] for v in pvs}
+
+        async def phase_of_pvs() -> dict[str, str]:
+            items = await self._raw(self.core.list_persistent_volume)
+            return {
+                v["metadata"]["name"]: (v.get("status") or {}).get("phase", "")
+                for v in items
+                if v["metadata"]["name"] in names
+            }
+
+        # Claims only once every PV has its first phase: a claim bound while the controller
+        # writes that status conflicts, and the retry waits for its 15 s resync.
+        async def phased() -> bool:
+            phases = await phase_of_pvs()
+            return len(phases) == len(names) and all(phases.values())
+
+        await poll(phased, within=60, interval=0.2)
+        await _bounded(
+            [
+                partial(
+                    self.core.create_namespaced_persistent_volume_claim,
+                    c.namespace,
+                    cast(client.V1PersistentVolumeClaim, claim),
+                )
+                for c in cases
+                for claim in c.pvcs
+            ]
+        )
+        want = {(c.namespace, claim["metadata"]["name"]) for c in cases for claim in c.pvcs}
+
+        async def bound() -> bool:
+            items = await self._raw(self.core.list_persistent_volume_claim_for_all_namespaces)
+            done = {
+                (b["metadata"]["namespace"], b["metadata"]["name"])
+                for b in items
+                if (b.get("status") or {}).get("phase") == "Bound"
+            }
+            return want <= done
+
+        await poll(bound, within=90, interval=0.25)
 
     async def _nodes_ready(self, names: set[str]) -> None:
         async def ready() -> bool:
@@ -178,13 +243,16 @@ class PreemptionKubeSide:
         return items
 
     async def _read(self) -> Before:
-        nodes, pods, namespaces, pdbs = await asyncio.gather(
+        nodes, pods, namespaces, pdbs, pvs, pvcs, classes = await asyncio.gather(
             self._raw(self.core.list_node),
             self._raw(self.core.list_pod_for_all_namespaces),
             self._raw(self.core.list_namespace),
             self._raw(self.policy.list_pod_disruption_budget_for_all_namespaces),
+            self._raw(self.core.list_persistent_volume),
+            self._raw(self.core.list_persistent_volume_claim_for_all_namespaces),
+            self._raw(self.storage.list_storage_class),
         )
-        return Before(nodes, pods, namespaces, pdbs)
+        return Before(nodes, pods, namespaces, pdbs, pvs, pvcs, classes)
 
     async def preempt(self, cases: Sequence[Case]) -> tuple[list[Body], list[KubePreemption]]:
         """Create every preemptor; return them as stored (after admission) and the verdicts."""
@@ -261,3 +329,10 @@ class PreemptionKubeSide:
             [partial(self.core.delete_node, n["metadata"]["name"]) for c in cases for n in c.nodes]
         )
         await _bounded([partial(self.core.delete_namespace, c.namespace) for c in cases])
+        await _bounded(
+            [
+                partial(self.core.delete_persistent_volume, v["metadata"]["name"])
+                for c in cases
+                for v in c.pvs
+            ]
+        )

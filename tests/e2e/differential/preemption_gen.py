@@ -12,6 +12,14 @@ sort, so two pods of equal priority and equal start second could be reprieved in
 order. Across nodes they may repeat, so the sum, count and start-time criteria are reached.
 Budgets use integer ``minAvailable`` only: the disruption controller computes
 ``maxUnavailable`` and percentages only for pods with a scalable owner.
+
+Volumes: some low-priority pods mount a claim of their own (a pre-bound pair with a CSI
+volume: no node affinity, and no CSINode, so no attach limit), most of them
+ReadWriteOncePod, and a share of the preemptors mount one of those claims: the holder,
+when its priority is lower, must be among the victims (VolumeRestrictions counts the
+claim's users as the dry run removes pods), and when it is not, nothing helps. Volumes are
+drawn from a generator of their own, so a seed's cases are otherwise what they were
+without them.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+from tests.e2e.differential.volumes_objects import claim_volume, pv, pvc, storage_class
 
 Body = dict[str, Any]
 
@@ -29,6 +39,10 @@ LOW_PRIORITIES: Final = tuple(range(-3, 31))
 HIGH: Final = ("diff-high", 1000, "PreemptLowerPriority")
 MID: Final = ("diff-mid", 15, "PreemptLowerPriority")
 NEVER: Final = ("diff-never", 1000, "Never")
+STATIC_CLASS: Final = "diff-pre-static"
+"""The StorageClass of every case's pre-bound volumes (cluster-scoped, created once)."""
+DRIVER: Final = "csi.lattice.dev"
+RWOP: Final = "ReadWriteOncePod"
 
 
 def low_class(value: int) -> str:
@@ -59,6 +73,10 @@ def priority_classes() -> list[Body]:
     return out
 
 
+def static_class() -> Body:
+    return storage_class(STATIC_CLASS)
+
+
 @dataclass
 class Case:
     namespace: str
@@ -66,6 +84,17 @@ class Case:
     pods: list[Body] = field(default_factory=list)
     pdbs: list[Body] = field(default_factory=list)
     preemptor: Body = field(default_factory=dict)
+    pvs: list[Body] = field(default_factory=list)
+    """Cluster-scoped, named after the case's namespace."""
+    pvcs: list[Body] = field(default_factory=list)
+    rwop_claims: set[str] = field(default_factory=set)
+
+    @property
+    def preemptor_claims(self) -> list[str]:
+        return [
+            v["persistentVolumeClaim"]["claimName"]
+            for v in self.preemptor["spec"].get("volumes", [])
+        ]
 
 
 def _container(cpu: str, memory: str, port: int | None = None) -> Body:
@@ -92,6 +121,7 @@ class PreemptionGenerator:
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
+        self.volume_rng = random.Random(seed * 7919 + 23)
         self.seed = seed
 
     def case(self, round_index: int, index: int) -> Case:
@@ -104,7 +134,47 @@ class PreemptionGenerator:
             self._fill(case, node)
         self._budgets(case)
         case.preemptor = self._preemptor(case)
+        self._volumes(case)
         return case
+
+    def _volumes(self, case: Case) -> None:
+        """Claims for some low-priority pods (each its own); the preemptor may mount one."""
+        r, ns = self.volume_rng, case.namespace
+        for body in case.pods:
+            if r.random() >= 0.25:
+                continue
+            claim = f"c-{body['metadata']['name']}"
+            modes = [RWOP] if r.random() < 0.75 else ["ReadWriteOnce"]
+            volume = f"{ns}-{claim}"
+            case.pvs.append(
+                pv(
+                    volume,
+                    "1Gi",
+                    storage_class=STATIC_CLASS,
+                    claim=(ns, claim),
+                    modes=modes,
+                    csi=(DRIVER, volume),
+                    phase=None,
+                )
+            )
+            case.pvcs.append(
+                pvc(
+                    claim,
+                    "1Gi",
+                    namespace=ns,
+                    storage_class=STATIC_CLASS,
+                    modes=modes,
+                    volume_name=volume,
+                )
+            )
+            if modes == [RWOP]:
+                case.rwop_claims.add(claim)
+            body["spec"]["volumes"] = [claim_volume("data", claim)]
+        if case.pvcs and r.random() < 0.4:
+            claims = [c["metadata"]["name"] for c in case.pvcs]
+            held = sorted(case.rwop_claims)
+            claim = r.choice(held) if held and r.random() < 0.8 else r.choice(claims)
+            case.preemptor["spec"]["volumes"] = [claim_volume("data", claim)]
 
     def _node(self, name: str, pool: str, i: int) -> Body:
         r = self.rng
