@@ -50,6 +50,7 @@ from scheduler.core.snapshot import IndexArray, IntArray
 from scheduler.solver.check import objective, whole_nodes
 from scheduler.solver.greedy import GreedyResult, greedy
 from scheduler.solver.model import ModelStatus, solve_counts
+from scheduler.solver.order import commit_order
 from scheduler.solver.problem import GangProblem, MemberReport
 
 
@@ -75,7 +76,8 @@ ADMITTED: Final = frozenset(
 class GangPlan:
     status: SolveStatus
     placements: tuple[tuple[int, str], ...]
-    """(member index, node name); empty unless admitted."""
+    """(member index, node name); empty unless admitted. In commit order: each member
+    passes kube's one-pod checks once those before it are placed (spread needs it)."""
     admitted: bool
     message: str
     solve_time_s: float
@@ -285,17 +287,12 @@ def _upper_bound(p: GangProblem, nodes: IndexArray) -> tuple[int, int]:
 
 
 def _placements(p: GangProblem, best: _Best) -> tuple[tuple[int, str], ...]:
+    """In an order the commit can re-check one member at a time: greedy's own (it placed
+    them so), else :func:`~scheduler.solver.order.commit_order`."""
     names = p.node_names
     if best.assignment is not None:
         return tuple((i, names[n]) for i, n in enumerate(best.assignment) if n is not None)
-    out: list[tuple[int, str]] = []
-    for c, klass in enumerate(p.classes):
-        row = best.counts[c]
-        nodes = np.flatnonzero(row > 0)
-        nodes = nodes[np.lexsort((nodes, -p.score[c, nodes]))]
-        slots = [int(n) for n in nodes.tolist() for _ in range(int(row[n]))]
-        out.extend((i, names[n]) for i, n in zip(klass.members, slots, strict=False))
-    return tuple(sorted(out))
+    return tuple((i, names[n]) for i, n in commit_order(p, best.counts))
 
 
 def _domain_name(p: GangProblem, domain: int | None) -> str | None:

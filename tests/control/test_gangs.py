@@ -306,3 +306,24 @@ async def test_a_finishing_gang_with_nobody_waiting_is_not_partial() -> None:
     assert gang.need == 1
     assert not gang.partial
     assert sched.queue.get(entry_key("default/g")) is None
+
+
+async def test_a_valid_spread_plan_is_committed_as_planned() -> None:
+    """a1 holds two small members or one large one, b1 two large ones: the one valid plan
+    (small+small on a1, large+large on b1, maxSkew 1 over zones) must commit as it stands.
+    Re-checked in member order, the second small member failed on a1 (skew 2), moved to b1,
+    and the second large member then found no room: the gang retried the same plan forever."""
+    sched, writer = scheduler(nodes=0)
+    sched.node_upserted(make_node("a1", cpu="2", memory="16Gi").label("zone", "a").obj())
+    sched.node_upserted(make_node("b1", cpu="4", memory="16Gi").label("zone", "b").obj())
+    sched.podgroup_upserted(podgroup("g", 4))
+    for name, cpu in (("y0", "1"), ("y1", "1"), ("x0", "2"), ("x1", "2")):
+        body = make_pod(name, cpu).label(LABEL, "g").label("app", "g")
+        body.spread(1, "zone", {"app": "g"})
+        obj = body.obj()
+        obj["spec"]["schedulerName"] = "lattice"
+        sched.pod_upserted(obj)
+    await run_one(sched)
+    assert dict(writer.binds) == {"y0": "a1", "y1": "a1", "x0": "b1", "x1": "b1"}
+    assert sched.gang_flow.last_plans["default/g"].status.value == "optimal"
+    assert sched.queue.where(entry_key("default/g")) is None
