@@ -56,6 +56,8 @@ def commit_order(problem: GangProblem, counts: IntArray) -> tuple[tuple[int, int
     ]
     self_match = [int(s.cls in s.matched) for s in p.spreads]
     taken = [0] * p.num_classes
+    upcoming = np.array([m[0] if m else 0 for m in members], dtype=np.int64)
+    """Per class, its next member's index (ties go to the earliest member)."""
     out = []
     while left.any():
         ok = left > 0
@@ -73,12 +75,13 @@ def commit_order(problem: GangProblem, counts: IntArray) -> tuple[tuple[int, int
             above = np.maximum(above, np.where(counts_here[s], here - low, -1))
         if not ok.any():
             break  # cornered: the rest in member order (the commit falls back per member)
-        first = np.array([members[c][taken[c]] if taken[c] < len(members[c]) else 0 for c in cls])
+        first = upcoming[cls]
         candidates = np.flatnonzero(ok)
         pick = int(candidates[np.lexsort((first[candidates], above[candidates]))[0]])
         c, n = cells[pick]
         out.append((members[c][taken[c]], n))
         taken[c] += 1
+        upcoming[c] = members[c][taken[c]] if taken[c] < len(members[c]) else 0
         left[pick] -= 1
         for s in range(len(p.spreads)):
             if counts_here[s][pick]:
