@@ -65,7 +65,7 @@ from scheduler.model.podgroup import (
 from scheduler.obs.logging import new_trace_id
 from scheduler.obs.metrics import AttemptResult, Metrics
 from scheduler.predict import LoadPredictor
-from scheduler.solver import GangPlan, GangProblem, build_problem, solve
+from scheduler.solver import GangPlan, GangProblem, SolveStatus, build_problem, solve
 from scheduler.solver.preempt import (
     GangPreemption,
     VictimSearch,
@@ -439,10 +439,15 @@ class GangFlow:
             return
         self._metrics.gang_attempts.labels(outcome=plan.status.value).inc()
         self._metrics.gang_solve_duration.observe(plan.solve_time_s)
+        self._note_invalid(plan, log)
         self.last_plans[gkey] = plan
         gang = self.gangs.get(gkey)
         if gang is None:
             self._queue.done(info)
+            return
+        if plan.status is SolveStatus.INVALID:
+            # Our bug, not the cluster's answer: no preemption on its word; retry (backoff).
+            self._failed(info, gang, plan.message, log, unschedulable=False)
             return
         if not plan.admitted:
             try:
@@ -457,6 +462,17 @@ class GangFlow:
             return
         self._victims.pop(gkey, None)
         self._commit(info, gang, members, plan, log, trace_id)
+
+    def _note_invalid(self, plan: GangPlan, log: Any) -> None:
+        """A plan that broke its own problem's rules (``solve`` replaced it or admitted
+        nothing): logged with its gang (bound in ``log``) and counted."""
+        if not plan.rejected:
+            return
+        self._metrics.gang_invalid_plans.inc()
+        log.warning(
+            "gang_plan_invalid",
+            reason=f"{plan.status.value}: " + "; ".join(plan.rejected[:5]),
+        )
 
     def _victims_left(self, gkey: str) -> int:
         """Pods the gang's last preemption evicted that the cache still holds."""
@@ -544,6 +560,7 @@ class GangFlow:
                     seed=seed,
                     use_solver=cfg.use_solver,
                 )
+            self._note_invalid(plan, log)
             search.tell(plan)
         found = search.result()
         gang = self.gangs.get(gkey)

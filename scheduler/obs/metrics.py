@@ -95,9 +95,12 @@ GANG_OUTCOMES: Final = (
     "timeout_rejected",
     "greedy",
     "greedy_rejected",
+    "invalid_greedy",
+    "invalid",
 )
-"""Values of ``outcome`` on gang attempts: the solver's verdicts (``SolveStatus``; the last
-two when ``spec.gang.solver`` is Greedy, which proves nothing when it fails)."""
+"""Values of ``outcome`` on gang attempts: the solver's verdicts (``SolveStatus``; greedy and
+greedy_rejected when ``spec.gang.solver`` is Greedy, which proves nothing when it fails;
+the invalid ones when the best plan broke a rule, see ``gang_invalid_plans``)."""
 """Values of ``state`` on the cached-pods gauge (the cache lifecycle's counted states)."""
 
 
@@ -192,6 +195,9 @@ class Metrics:
     """Joint placements of a gang by ``outcome`` (:data:`GANG_OUTCOMES`)."""
     gang_solve_duration: Histogram
     """One gang's solve (greedy and CP-SAT), off the event loop."""
+    gang_invalid_plans: Counter
+    """Plans that broke a rule of their own problem (a solver bug), caught before the commit:
+    replaced by greedy's, or the gang retried. Anything above 0 deserves a bug report."""
     gangs_partial: Gauge
     gpus: Gauge
     """Gangs with members bound but fewer than minMember placed (0 unless a binding failed
@@ -342,6 +348,12 @@ class Metrics:
                 namespace=NAMESPACE,
                 registry=reg,
                 buckets=_SOLVE_BUCKETS,
+            ),
+            gang_invalid_plans=Counter(
+                "gang_invalid_plans",
+                "Gang plans that broke a rule of their own problem, caught before the commit.",
+                namespace=NAMESPACE,
+                registry=reg,
             ),
             gpus=Gauge(
                 "gpu_devices",

@@ -13,7 +13,8 @@ class alone can use needs no capacity row at all. Rows are added only where they
 * anti-affinity per domain: with ``mine`` the term owner's members there and ``others``
   the selected ones, ``others <= U * (1 - mine)`` when the owner selects itself (then
   ``mine <= 1``), else through one boolean;
-* affinity groups: one boolean per domain, at most one set;
+* affinity groups: no variable on a node without the group's key (kube: such a node
+  satisfies no required affinity term), one boolean per domain, at most one set;
 * hard spread: the final count per domain is a linear expression; a variable ``low`` is
   below every eligible domain's count, and where the owner class has members
   ``count - low <= maxSkew``;
@@ -42,7 +43,7 @@ from ortools.sat.python import cp_model
 
 from scheduler.core.snapshot import BoolArray, IndexArray, IntArray
 from scheduler.solver.check import objective
-from scheduler.solver.problem import GangProblem
+from scheduler.solver.problem import GangProblem, outside_groups
 
 
 class ModelStatus(StrEnum):
@@ -114,8 +115,10 @@ class _Builder:
     def build(self) -> int:
         """Add everything; return the objective's constant part."""
         p = self.p
+        # An affinity group's classes never use nodes without its key, whatever the limits.
+        open_ = (p.limit > 0) & ~outside_groups(p.together, p.num_classes, p.num_nodes)
         for c in range(p.num_classes):
-            for n in self.nodes[p.limit[c, self.nodes] > 0].tolist():
+            for n in self.nodes[open_[c, self.nodes]].tolist():
                 self.x[(c, n)] = self.var(self.ub(c, n), int(self.hint[c, n]))
                 self.by_node[n].append(c)
                 self.by_class[c].append(n)

@@ -20,7 +20,7 @@ from ortools.sat.python import cp_model
 from scheduler.core.snapshot import IntArray
 from scheduler.solver.check import objective
 from scheduler.solver.model import _STATUS, ModelStatus, configure
-from scheduler.solver.problem import GangProblem
+from scheduler.solver.problem import GangProblem, outside_groups
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -43,8 +43,9 @@ def solve_naive(
     x: dict[tuple[int, int], cp_model.IntVar] = {}
     on_node: dict[int, list[int]] = defaultdict(list)
     of_member: dict[int, list[int]] = defaultdict(list)
+    closed = outside_groups(p.together, p.num_classes, k)  # affinity groups: labelled only
     for i, c in enumerate(p.member_class):
-        for n in np.flatnonzero(p.limit[c] > 0).tolist():
+        for n in np.flatnonzero((p.limit[c] > 0) & ~closed[c]).tolist():
             x[(i, n)] = model.new_bool_var("")
             on_node[n].append(i)
             of_member[i].append(n)

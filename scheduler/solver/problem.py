@@ -130,7 +130,8 @@ class AntiAffinity:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Together:
-    """Placed members of ``classes`` all in one domain of ``key``."""
+    """Placed members of ``classes`` all in one domain of ``key``, never on a node without
+    ``key`` (kube: such a node satisfies no required affinity term, nor counts as a match)."""
 
     classes: tuple[int, ...]
     key: str
@@ -325,9 +326,7 @@ def build_problem(
 
     anti = _anti_affinity(snapshot, reps, groups, union)
     together = _together(snapshot, reps, groups, union)
-    for rule in together:
-        for c in rule.classes:
-            limit[c, rule.domain < 0] = 0
+    limit[outside_groups(together, c_count, k)] = 0  # bounds and sub-models see it too
     spreads = _spreads(snapshot, reps, union, topology, load)
     port_conflicts = _port_conflicts(reps)
 
@@ -718,6 +717,16 @@ def _together(
     return tuple(out)
 
 
+def outside_groups(together: Sequence[Together], classes: int, nodes: int) -> BoolArray:
+    """(classes, local nodes) cells an affinity group closes: its classes on nodes without
+    its key. One rule for build_problem, CP-SAT and the naive model (greedy and
+    :func:`~scheduler.solver.check.violations` state it again, independently)."""
+    out = np.zeros((classes, nodes), dtype=np.bool_)
+    for rule in together:
+        out[list(rule.classes)] |= (rule.domain < 0)[None, :]
+    return out
+
+
 def _spreads(
     snapshot: Snapshot,
     reps: Sequence[Pod],
@@ -798,5 +807,6 @@ __all__ = [
     "Weights",
     "build_problem",
     "member_signature",
+    "outside_groups",
     "referenced_label_keys",
 ]

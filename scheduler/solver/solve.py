@@ -27,7 +27,15 @@ Statuses (the values are Prometheus labels):
 ``timeout_rejected``      greedy fell short and the solver found nothing in time
 ``greedy``                admitted by greedy alone (``use_solver=False``)
 ``greedy_rejected``       greedy alone fell short (``use_solver=False``); nothing proven
+``invalid_greedy``        admitted with greedy's answer: the solver's broke a rule
+``invalid``               the best answer broke a rule and no valid one admits: retried
 ========================  ============================================================
+
+Every answer that would be committed is held to
+:func:`~scheduler.solver.check.violations` first (cheap: numpy over the final counts). A
+solver answer that breaks a rule is a bug in the model; it is replaced by greedy's best
+when that admits and is valid, and :attr:`GangPlan.rejected` says what it broke, so the
+caller can log and count it.
 
 Extra members: when more members fit than ``need``, they are placed too (the top tier of
 the objective is the placed count), so a gang whose every pending member fits starts whole.
@@ -47,9 +55,10 @@ from typing import Final
 import numpy as np
 
 from scheduler.core.snapshot import IndexArray, IntArray
-from scheduler.solver.check import objective, whole_nodes
+from scheduler.solver.check import objective, violations, whole_nodes
 from scheduler.solver.greedy import GreedyResult, greedy
 from scheduler.solver.model import ModelStatus, solve_counts
+from scheduler.solver.order import commit_order
 from scheduler.solver.problem import GangProblem, MemberReport
 
 
@@ -61,13 +70,21 @@ class SolveStatus(StrEnum):
     TIMEOUT_REJECTED = "timeout_rejected"
     GREEDY = "greedy"
     GREEDY_REJECTED = "greedy_rejected"
+    INVALID_GREEDY = "invalid_greedy"
+    INVALID = "invalid"
 
 
 MIN_SHARE_S: Final = 0.05
 """Least time a sub-model gets while time is left: CP-SAT needs some to presolve."""
 
 ADMITTED: Final = frozenset(
-    {SolveStatus.OPTIMAL, SolveStatus.FEASIBLE, SolveStatus.TIMEOUT_GREEDY, SolveStatus.GREEDY}
+    {
+        SolveStatus.OPTIMAL,
+        SolveStatus.FEASIBLE,
+        SolveStatus.TIMEOUT_GREEDY,
+        SolveStatus.GREEDY,
+        SolveStatus.INVALID_GREEDY,
+    }
 )
 
 
@@ -75,7 +92,8 @@ ADMITTED: Final = frozenset(
 class GangPlan:
     status: SolveStatus
     placements: tuple[tuple[int, str], ...]
-    """(member index, node name); empty unless admitted."""
+    """(member index, node name); empty unless admitted. In commit order: each member
+    passes kube's one-pod checks once those before it are placed (spread needs it)."""
     admitted: bool
     message: str
     solve_time_s: float
@@ -96,6 +114,9 @@ class GangPlan:
     domain: str | None = None
     """The ``topology_key`` value chosen."""
     build_time_s: float = 0.0
+    rejected: tuple[str, ...] = ()
+    """Rules the best answer broke (:func:`~scheduler.solver.check.violations`): it was
+    replaced by greedy's (``invalid_greedy``) or nothing is admitted (``invalid``)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -147,6 +168,7 @@ def solve(
     # Most promising first: good answers early let the bound skip the rest.
     subs.sort(key=lambda s: (-s.max_objective, s.domain or 0))
     best: _Best | None = None
+    best_greedy: _Best | None = None
     greedy_best = -1
     variables = constraints = 0
     deadline = started + time_limit_s
@@ -160,8 +182,10 @@ def solve(
         s.greedy = greedy(p, s.nodes, seed=seed)
         value = objective(p, s.greedy.counts)
         greedy_best = max(greedy_best, value)
+        if best_greedy is None or value > best_greedy.value:
+            best_greedy = _Best(value, s.greedy.counts, s, s.greedy.assignment)
         if best is None or value > best.value:
-            best = _Best(value, s.greedy.counts, s, s.greedy.assignment)
+            best = best_greedy
         if value >= s.max_objective:
             s.resolved = True  # greedy met the bound
             continue
@@ -191,9 +215,22 @@ def solve(
         if outcome.bound is not None and outcome.bound < p.need * p.weights.placed:
             s.no_fit = True
     assert best is not None
+    rejected: tuple[str, ...] = ()
+    valid = True
+    if best.placed >= p.need and (broken := violations(p, best.counts)):
+        rejected, valid = tuple(broken), False
+        fallback = best_greedy if best_greedy is not best else None
+        if (
+            fallback is not None
+            and fallback.placed >= p.need
+            and not violations(p, fallback.counts)
+        ):
+            best, valid = fallback, True
     placed = best.placed
-    admitted = placed >= p.need
-    if admitted:
+    admitted = placed >= p.need and valid
+    if rejected:
+        status = SolveStatus.INVALID_GREEDY if admitted else SolveStatus.INVALID
+    elif admitted:
         if not use_solver:
             status = SolveStatus.GREEDY
         elif all(s.resolved for s in subs):
@@ -219,7 +256,9 @@ def solve(
         )
     else:
         placements = ()
-        if status is SolveStatus.INFEASIBLE:
+        if status is SolveStatus.INVALID:
+            head = f"no valid plan: the best one broke a rule ({rejected[0]}); retrying"
+        elif status is SolveStatus.INFEASIBLE:
             head = f"{placed}/{p.need} members fit"
         elif status is SolveStatus.TIMEOUT_REJECTED:
             head = (
@@ -228,7 +267,7 @@ def solve(
             )
         else:
             head = f"greedy placed {greedy_placed}/{p.need} members"
-        why = _why(p, subs, best, proven=status is SolveStatus.INFEASIBLE)
+        why = "" if rejected else _why(p, subs, best, proven=status is SolveStatus.INFEASIBLE)
         message = f"gang {p.gang}: {head}" + (f": {why}" if why else "")
     return _plan(
         p,
@@ -243,6 +282,7 @@ def solve(
         constraints=constraints,
         greedy_placed=greedy_placed,
         domain=domain if admitted else None,
+        rejected=rejected,
     )
 
 
@@ -285,17 +325,12 @@ def _upper_bound(p: GangProblem, nodes: IndexArray) -> tuple[int, int]:
 
 
 def _placements(p: GangProblem, best: _Best) -> tuple[tuple[int, str], ...]:
+    """In an order the commit can re-check one member at a time: greedy's own (it placed
+    them so), else :func:`~scheduler.solver.order.commit_order`."""
     names = p.node_names
     if best.assignment is not None:
         return tuple((i, names[n]) for i, n in enumerate(best.assignment) if n is not None)
-    out: list[tuple[int, str]] = []
-    for c, klass in enumerate(p.classes):
-        row = best.counts[c]
-        nodes = np.flatnonzero(row > 0)
-        nodes = nodes[np.lexsort((nodes, -p.score[c, nodes]))]
-        slots = [int(n) for n in nodes.tolist() for _ in range(int(row[n]))]
-        out.extend((i, names[n]) for i, n in zip(klass.members, slots, strict=False))
-    return tuple(sorted(out))
+    return tuple((i, names[n]) for i, n in commit_order(p, best.counts))
 
 
 def _domain_name(p: GangProblem, domain: int | None) -> str | None:
@@ -380,6 +415,7 @@ def _plan(
     constraints: int = 0,
     greedy_placed: int = 0,
     domain: str | None = None,
+    rejected: tuple[str, ...] = (),
 ) -> GangPlan:
     chosen = dict(placements)
     index = {name: n for n, name in enumerate(p.node_names)}
@@ -415,4 +451,5 @@ def _plan(
         greedy_placed=greedy_placed,
         domain=domain,
         build_time_s=p.build_time_s,
+        rejected=rejected,
     )

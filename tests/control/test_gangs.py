@@ -4,8 +4,13 @@ a failed binding is re-placed or makes the gang partial and first in line."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, cast
+
+import numpy as np
+import pytest
+from structlog.testing import capture_logs
 
 from scheduler.control.gangs import PARTIAL_BOOST, GangEntry, entry_key
 from scheduler.control.kubeio import BindOutcome, BindResult, KubeWriter, PodRef
@@ -13,7 +18,10 @@ from scheduler.control.queue import QueueName, pod_key
 from scheduler.control.ratelimit import TokenBucket
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import parse_spec
+from scheduler.model.gang import GANG_TOPOLOGY_ANNOTATION
 from scheduler.obs.metrics import Metrics
+from scheduler.solver.model import ModelOutcome, ModelStatus
+from scheduler.solver.problem import GangProblem
 from tests.builders import make_node, make_pod
 
 NOW = 1_800_000_000.0
@@ -306,3 +314,81 @@ async def test_a_finishing_gang_with_nobody_waiting_is_not_partial() -> None:
     assert gang.need == 1
     assert not gang.partial
     assert sched.queue.get(entry_key("default/g")) is None
+
+
+async def test_a_valid_spread_plan_is_committed_as_planned() -> None:
+    """a1 holds two small members or one large one, b1 two large ones: the one valid plan
+    (small+small on a1, large+large on b1, maxSkew 1 over zones) must commit as it stands.
+    Re-checked in member order, the second small member failed on a1 (skew 2), moved to b1,
+    and the second large member then found no room: the gang retried the same plan forever."""
+    sched, writer = scheduler(nodes=0)
+    sched.node_upserted(make_node("a1", cpu="2", memory="16Gi").label("zone", "a").obj())
+    sched.node_upserted(make_node("b1", cpu="4", memory="16Gi").label("zone", "b").obj())
+    sched.podgroup_upserted(podgroup("g", 4))
+    for name, cpu in (("y0", "1"), ("y1", "1"), ("x0", "2"), ("x1", "2")):
+        body = make_pod(name, cpu).label(LABEL, "g").label("app", "g")
+        body.spread(1, "zone", {"app": "g"})
+        obj = body.obj()
+        obj["spec"]["schedulerName"] = "lattice"
+        sched.pod_upserted(obj)
+    await run_one(sched)
+    assert dict(writer.binds) == {"y0": "a1", "y1": "a1", "x0": "b1", "x1": "b1"}
+    assert sched.gang_flow.last_plans["default/g"].status.value == "optimal"
+    assert sched.queue.where(entry_key("default/g")) is None
+
+
+def spanning_solver(
+    monkeypatch: pytest.MonkeyPatch, sched: Scheduler, a2_cpu: str, cpus: tuple[str, str]
+) -> None:
+    """Nodes a1 (8 CPU), a2 in zone a, b1 (8 CPU) in zone b; a two-member gang that must
+    share a zone. CP-SAT is replaced by an answer putting member 0 on a1 and member 1 on b1
+    (two zones), with an objective no valid answer reaches: what a model bug does. Both
+    members score best on a1, which holds one: greedy stays below the bound, the solver
+    runs."""
+
+    def fake(problem: GangProblem, nodes: Any, hint: Any, **_: Any) -> ModelOutcome:
+        counts = np.zeros_like(problem.limit)
+        counts[problem.member_class[0], problem.node_names.index("a1")] = 1
+        counts[problem.member_class[1], problem.node_names.index("b1")] = 1
+        return ModelOutcome(ModelStatus.FEASIBLE, counts, 10**15, None, 0, 0, 0.0)
+
+    monkeypatch.setattr(importlib.import_module("scheduler.solver.solve"), "solve_counts", fake)
+    sched.node_upserted(make_node("a1", cpu="8", memory="16Gi").label("zone", "a").obj())
+    sched.node_upserted(make_node("a2", cpu=a2_cpu, memory="16Gi").label("zone", "a").obj())
+    sched.node_upserted(make_node("b1", cpu="8", memory="16Gi").label("zone", "b").obj())
+    sched.podgroup_upserted(podgroup("g", 2, **{GANG_TOPOLOGY_ANNOTATION: "zone"}))
+    for name, cpu in zip("ab", cpus, strict=True):
+        sched.pod_upserted(member(name, "g", cpu=cpu))
+
+
+async def test_an_invalid_plan_is_counted_and_greedys_is_committed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Greedy puts the members on a1 and a2 (5 + 4 CPUs). The solver's plan fits every node
+    it names, so the commit's one-pod re-check alone would bind it, across two zones."""
+    sched, writer = scheduler(nodes=0)
+    spanning_solver(monkeypatch, sched, "6", ("5", "4"))
+    with capture_logs() as logs:
+        await run_one(sched)
+    assert dict(writer.binds) == {"a": "a1", "b": "a2"}
+    assert sched.metrics.gang_invalid_plans._value.get() == 1
+    assert sched.gang_flow.last_plans["default/g"].status.value == "invalid_greedy"
+    invalid = [e for e in logs if e["event"] == "gang_plan_invalid"]
+    assert len(invalid) == 1
+    assert invalid[0]["gang"] == "default/g"
+    assert "members span 2 domains of zone" in invalid[0]["reason"]
+
+
+async def test_an_invalid_plan_without_a_valid_greedy_one_retries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """7 and 6 CPUs, a2 has 5: zone a holds one member (greedy places 1 of 2), and only the
+    invalid two-zone plan places both. Nothing is bound or evicted; the gang backs off."""
+    sched, writer = scheduler(nodes=0)
+    spanning_solver(monkeypatch, sched, "5", ("7", "6"))
+    await run_one(sched)
+    assert writer.binds == []
+    assert writer.deletes == []
+    assert sched.metrics.gang_invalid_plans._value.get() == 1
+    assert sched.queue.where(entry_key("default/g")) is QueueName.BACKOFF
+    assert sched.cache.snapshot.pod_counts.sum() == 0

@@ -214,6 +214,63 @@ async def test_a_gang_that_never_fits_blocks_no_small_pod(
     assert "solver: infeasible" in table
 
 
+async def test_a_spread_gang_commits_the_plan_only_an_interleaved_order_allows(
+    plane: Plane, api: client.ApiClient, ns: str, sched: LatticeProcess
+) -> None:
+    """Two tainted nodes of our own, zones a (2 CPU) and b (4 CPU); four members spread
+    over zones with maxSkew 1: two of 1 CPU, then two of 2. The only valid plan is both
+    small ones on a, both large ones on b. Re-checked in member order, the second small
+    member failed on a (skew 2) and moved to b, leaving no room for the second large one:
+    the gang retried the same plan forever. It must bind as planned."""
+    key, taint = "lattice.test/spread-zone", "lattice.test/spread"
+    names = {"a": f"kwok-spread-a-{ns}"[:63], "b": f"kwok-spread-b-{ns}"[:63]}
+    bodies = []
+    for zone, cpu in (("a", "2"), ("b", "4")):
+        body = get_profile("small").node_body(names[zone], 0)
+        body["metadata"]["labels"][key] = zone
+        body["status"]["capacity"]["cpu"] = body["status"]["allocatable"]["cpu"] = cpu
+        body["spec"]["taints"] = [{"key": taint, "value": "x", "effect": "NoSchedule"}]
+        bodies.append(body)
+    core = client.CoreV1Api(api)
+    await create_nodes(api, bodies)
+    try:
+        await create_group(api, ns, "spread", 4)
+        spread = {
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "spread"}},
+        }
+        toleration = {"key": taint, "operator": "Exists", "effect": "NoSchedule"}
+        exists = {"matchExpressions": [{"key": key, "operator": "Exists"}]}
+        ours = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [exists]}
+            }
+        }
+        for name, cpu in (("y0", "1"), ("y1", "1"), ("x0", "2"), ("x1", "2")):
+            body = member(
+                name,
+                "spread",
+                cpu=cpu,
+                topologySpreadConstraints=[spread],
+                tolerations=[toleration],
+                affinity=ours,
+            )
+            await create_pods(api, ns, [body])  # one by one: the members' order is the bug's
+        await wait_names_bound(api, ns, {"y0", "y1", "x0", "x1"}, within=60)
+        where = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in await list_pods(api, ns)}
+        assert where == {"y0": names["a"], "y1": names["a"], "x0": names["b"], "x1": names["b"]}
+        assert not [
+            e for e in await events_of(api, ns, "FailedScheduling") if "no longer fits" in e.message
+        ], "a commit of the valid plan failed"
+    finally:
+        for p in await list_pods(api, ns):
+            await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        for name in names.values():
+            await core.delete_node(name)
+
+
 KUBEFLOW_PODGROUP = """
 apiVersion: scheduling.x-k8s.io/v1alpha1
 kind: PodGroup

@@ -47,7 +47,7 @@ def _ours(metrics: Metrics) -> dict[str, str]:
 
 def test_every_metric_follows_the_naming_convention() -> None:
     families = _ours(Metrics.create())
-    assert len(families) == 17
+    assert len(families) == 18
     for name, kind in families.items():
         assert NAME.match(name), name
         assert name.endswith(UNIT_BY_TYPE[kind]), (name, kind)
@@ -117,6 +117,7 @@ def test_expected_names() -> None:
         "lattice_load_nodes",
         "lattice_gang_attempts_total",
         "lattice_gang_solve_duration_seconds",
+        "lattice_gang_invalid_plans_total",
         "lattice_gang_partial_gangs",
         "lattice_gang_admit_duration_seconds",
         "lattice_reports_dropped_total",

@@ -128,3 +128,30 @@ def plan_for(
     plan = solve(problem, time_limit_s=time_limit_s, use_solver=use_solver, seed=seed)
     assert_valid(snapshot, pods, problem, plan)
     return problem, plan
+
+
+def replay(
+    snapshot: Snapshot,
+    members: Sequence[Pod],
+    placements: GangPlan | Sequence[tuple[int, str]],
+    fw: Framework | None = None,
+) -> list[str]:
+    """The commit's re-check without a cache: each member in ``placements`` order must
+    find its planned node feasible (every filter, the members before it placed). Returns the
+    members that did not, with the framework's summary; the snapshot is left as it was."""
+    fw = fw or framework()
+    failures: list[str] = []
+    placed: list[Pod] = []
+    try:
+        steps = placements.placements if isinstance(placements, GangPlan) else placements
+        for i, node in steps:
+            pod = members[i]
+            decision = fw.schedule(snapshot, pod, restrict_to=frozenset({node}))
+            if decision.selected != node:
+                failures.append(f"{pod.name} on {node}: {decision.summary}")
+            snapshot.add_pod(pod, node)
+            placed.append(pod)
+    finally:
+        for pod in placed:
+            snapshot.remove_pod(pod)
+    return failures

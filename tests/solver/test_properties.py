@@ -1,11 +1,15 @@
-"""Per-node counts over merged classes give the same answer as the naive boolean model.
+"""Gang plans against two references on random small cases.
 
 Random small clusters (a few node shapes repeated: GPUs, zones, a taint, placed load) and
 gangs (a few member shapes, an unread per-member index label, optional anti-affinity,
-spread and one-domain key). The
-count model solves the merged problem; the naive model (one boolean per member and node,
-no merging, no domain split) solves the unmerged one. Both must agree on admission and on
-the optimal objective, and both placements must be valid.
+affinity group, spread and one-domain key).
+
+* The brute-force reference (:mod:`tests.solver.reference`) reads only the raw nodes and
+  pods, never the built problem: the plan must break none of its rules, place as many
+  members as its exhaustive search does, and commit member by member through the
+  framework in the plan's order. Mistakes in classes, limits or joint rules show here.
+* The naive model (one boolean per member and node, no merging, no domain split) solves
+  the unmerged problem: same admission and optimal objective as the count model.
 """
 
 from __future__ import annotations
@@ -23,7 +27,16 @@ from scheduler.solver import SolveStatus, objective, solve, violations
 from scheduler.solver.model import ModelStatus
 from scheduler.solver.naive import solve_naive
 from tests.builders import NodeBuilder, PodBuilder, cluster, make_pod
-from tests.solver.support import assert_valid, gang, gpu_node, member, problem_for
+from tests.solver.reference import Reference
+from tests.solver.support import (
+    assert_valid,
+    framework,
+    gang,
+    gpu_node,
+    member,
+    problem_for,
+    replay,
+)
 
 Case = tuple[list[NodeBuilder], list[tuple[PodBuilder, str]], list[Pod], int, str | None]
 """Nodes, placed pods, members, need, the gang's topology key."""
@@ -33,18 +46,21 @@ Case = tuple[list[NodeBuilder], list[tuple[PodBuilder, str]], list[Pod], int, st
 class Shape:
     gpus: int
     cpu: str
-    anti: bool
+    anti: str
+    """Required anti-affinity per hostname with members of its own role, of team x, or none."""
     spread: bool
     tolerates: bool
+    affinity: bool
 
 
 shapes = st.builds(
     Shape,
     gpus=st.sampled_from([0, 1, 2, 4]),
     cpu=st.sampled_from(["500m", "2", "6"]),
-    anti=st.booleans(),
+    anti=st.sampled_from(["", "role", "team"]),
     spread=st.booleans(),
     tolerates=st.booleans(),
+    affinity=st.integers(0, 3).map(lambda i: i == 0),
 )
 
 
@@ -91,17 +107,24 @@ def cases(draw: st.DrawFn, max_nodes: int = 7, max_members: int = 5) -> Case:
             load = make_pod(f"load-{i}", cpu=shape.load_cpu or "100m", resources=resources)
             placed.append((load.label("app", "other"), f"n{i}"))
     kinds = draw(st.lists(shapes, min_size=1, max_size=3))
+    twin = len(kinds) if len(kinds) < 3 and draw(st.booleans()) else None
+    if twin is not None:
+        kinds.append(kinds[0])  # told apart only by its labels: team y and its role
     n_members = draw(st.integers(1, max_members))
     members: list[Pod] = []
     for i in range(n_members):
-        kind = kinds[draw(st.integers(0, len(kinds) - 1))]
+        k = draw(st.integers(0, len(kinds) - 1))
+        kind = kinds[k]
         pod = member(f"m{i}", kind.gpus, cpu=kind.cpu).label("index", str(i))
-        role = f"r{kinds.index(kind)}"
-        pod.label("role", role)
+        role = f"r{k}"
+        pod.label("role", role).label("team", "y" if k == twin else "x")
         if kind.anti:
-            pod.pod_anti_affinity(LABEL_HOSTNAME, {"role": role})
+            selector = {"role": role} if kind.anti == "role" else {"team": "x"}
+            pod.pod_anti_affinity(LABEL_HOSTNAME, selector)
         if kind.spread:
             pod.spread(1, "zone", {"app": "train"})
+        if kind.affinity:
+            pod.pod_affinity("zone", {"app": "train"})  # members starting their group
         if kind.tolerates:
             pod.toleration("dedicated", "x", "NoSchedule")
         members.append(pod.build())
@@ -117,7 +140,7 @@ def cases(draw: st.DrawFn, max_nodes: int = 7, max_members: int = 5) -> Case:
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(cases())
-def test_count_model_agrees_with_the_naive_model(case: Case) -> None:
+def test_plans_hold_against_the_raw_reference_and_the_naive_model(case: Case) -> None:
     nodes, placed, members, need, key = case
     snapshot = cluster(nodes, placed)
     spec = gang(min_member=need, topology_key=key)
@@ -128,11 +151,34 @@ def test_count_model_agrees_with_the_naive_model(case: Case) -> None:
     plan = solve(merged, time_limit_s=30.0, workers=1)
     event(f"status {plan.status.value}, {plan.placed} placed")
     event(f"{merged.num_classes} of {unmerged.num_classes} classes")
-    for name, rules in (("anti", merged.anti), ("spread", merged.spreads)):
+    for name, rules in (
+        ("anti", merged.anti),
+        ("spread", merged.spreads),
+        ("affinity", merged.together),
+    ):
         if rules:
             event(f"with {name}")
     assert plan.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE)
     assert_valid(snapshot, members, merged, plan)
+
+    # Independent of the built problem: the raw rules, an exhaustive count, the commit.
+    raw = Reference.of(
+        framework(),
+        snapshot,
+        [n.build() for n in nodes],
+        [(p.build(), n) for p, n in placed],
+        members,
+        key,
+    )
+    assignment: list[str | None] = [None] * len(members)
+    for i, node in plan.placements:
+        assignment[i] = node
+    if plan.admitted:
+        assert raw.violations(assignment) == []
+        assert replay(snapshot, members, plan) == []
+    most = raw.most_placed()
+    assert plan.admitted == (most >= need)
+    assert plan.placed == most
 
     naive = solve_naive(unmerged, time_limit_s=30.0, workers=1)
     assert naive.status is ModelStatus.OPTIMAL

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -10,8 +12,9 @@ from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.model.names import LABEL_HOSTNAME
 from scheduler.model.topology import GPU_RESOURCE
-from scheduler.solver import SolveStatus, greedy, objective, solve
-from scheduler.solver.model import solve_counts
+from scheduler.solver import SolveStatus, greedy, objective, solve, violations
+from scheduler.solver.model import ModelStatus, solve_counts
+from scheduler.solver.naive import solve_naive
 from tests.builders import PodBuilder, cluster, make_node, make_pod
 from tests.solver.support import (
     assert_valid,
@@ -333,3 +336,43 @@ def test_same_seed_same_plan(seed: int) -> None:
     assert len({p.status for p in plans}) == 1
     again = solve(problem_for(snapshot, members), seed=seed)
     assert again.placements == plans[0].placements
+
+
+def test_no_solver_puts_an_affinity_group_on_a_node_without_its_key() -> None:
+    """The rule is the model's own, not only the limits build_problem zeroes: with the
+    unlabelled node left open to the member without the term (as the framework alone
+    would), CP-SAT, the naive model, greedy and violations() still keep the group off it.
+    Before, CP-SAT and the naive model dropped unlabelled nodes from the group's rule and
+    sent that member to the roomy node."""
+    snapshot = cluster(
+        [
+            make_node("a1", cpu="8", memory="32Gi").label("zone", "a"),
+            make_node("b1", cpu="8", memory="32Gi").label("zone", "b"),
+            make_node("u1", cpu="64", memory="256Gi"),
+        ]
+    )
+    starters = [member(f"s{i}").pod_affinity("zone", {"app": "train"}) for i in range(2)]
+    members = built([*starters, member("joiner")])
+    problem = problem_for(snapshot, members)
+    assert len(problem.together) == 1
+    joiner = problem.member_class[2]
+    u1 = problem.node_names.index("u1")
+    assert problem.limit[joiner, u1] == 0, "build_problem closes it"
+    limit = problem.limit.copy()
+    limit[joiner, u1] = 1
+    opened = dataclasses.replace(problem, limit=limit)
+    wrong = np.zeros_like(limit)
+    wrong[joiner, u1] = 1
+    assert violations(opened, wrong) != []
+
+    hint = greedy(opened)
+    assert violations(opened, hint.counts) == []
+    outcome = solve_counts(opened, np.arange(opened.num_nodes), hint.counts, time_limit_s=10.0)
+    assert outcome.status is ModelStatus.OPTIMAL
+    assert outcome.counts is not None
+    assert outcome.counts.sum() == 3
+    assert violations(opened, outcome.counts) == []
+    naive = solve_naive(opened, time_limit_s=10.0)
+    assert naive.counts is not None
+    assert violations(opened, naive.counts) == []
+    assert naive.objective == outcome.objective
