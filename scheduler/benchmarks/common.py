@@ -257,7 +257,7 @@ def apply_crds(cluster: DevCluster, state: ClusterState) -> None:
     )
 
 
-def start_lattice(cluster: DevCluster) -> int:
+def start_lattice(cluster: DevCluster, log_level: str = "warning") -> int:
     """`lattice run` on the cluster as the only replica, quiet, metrics on a free port; its pid."""
     return cluster.start_process(
         "lattice",
@@ -270,7 +270,7 @@ def start_lattice(cluster: DevCluster) -> int:
             "--no-leader-elect",
             "--metrics-host=127.0.0.1",
             "--metrics-port=0",
-            "--log-level=warning",
+            f"--log-level={log_level}",
         ],
         marker="scheduler.cli",
     )

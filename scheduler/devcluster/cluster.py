@@ -66,6 +66,9 @@ class ClusterConfig:
     kube_scheduler_burst: int = 1000
     percentage_of_nodes_to_score: int | None = None
     """Passed to kube-scheduler; None keeps its adaptive default."""
+    kube_scheduler_profiles: tuple[dict[str, Any], ...] = ()
+    """KubeSchedulerConfiguration ``profiles`` (one kube-scheduler serving several
+    schedulerNames); empty keeps its single default profile."""
     node_ready_timeout: float = 120.0
     """Base of the readiness budget; :attr:`node_ready_per_node` is added per node."""
     node_ready_per_node: float = 0.1
@@ -579,6 +582,8 @@ class DevCluster:
         }
         if config.percentage_of_nodes_to_score is not None:
             sched_cfg["percentageOfNodesToScore"] = config.percentage_of_nodes_to_score
+        if config.kube_scheduler_profiles:
+            sched_cfg["profiles"] = list(config.kube_scheduler_profiles)
         cfg_path = self.state_dir / "kube-scheduler.yaml"
         cfg_path.write_text(yaml.safe_dump(sched_cfg))
         self._start(
@@ -655,6 +660,17 @@ class DevCluster:
         doc = yaml.safe_load(self.kubeconfig_for(user).read_text())
         token: str = doc["users"][0]["user"]["token"]
         return token
+
+    async def add_nodes(
+        self, bodies: list[dict[str, Any]], progress: Progress | None = None
+    ) -> None:
+        """Create nodes of one's own (a trace's, with kwok's annotation) on a cluster
+        started with none, and wait until all are Ready as :meth:`up` waits for its own."""
+        from scheduler.devcluster.kube import api_client, create_nodes
+
+        async with api_client(self.kubeconfig) as api:
+            await create_nodes(api, bodies)
+        await self._wait_nodes_ready(ClusterConfig(nodes=len(bodies)), progress)
 
     async def _create_nodes(self, config: ClusterConfig) -> None:
         from scheduler.devcluster.kube import api_client, create_nodes
