@@ -256,6 +256,12 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="free each task at its deletion_time (default: nothing is deleted)",
     )
     sim.add_argument(
+        "--wait",
+        action="store_true",
+        help="with --deletions: a task that does not fit waits and is retried after each "
+        "deletion (prints multi-GPU waiting times and GPUs allocated over time)",
+    )
+    sim.add_argument(
         "--policies",
         nargs="+",
         choices=POLICY_NAMES,
@@ -298,7 +304,10 @@ def _simulate(args: argparse.Namespace) -> int:
         if args.synthetic is not None:
             trace = synthetic(trace, multi_share=args.synthetic, seed=args.seed)
         config = ReplayConfig(
-            until_demand=args.until_demand, deletions=args.deletions, seed=args.seed
+            until_demand=args.until_demand,
+            deletions=args.deletions,
+            seed=args.seed,
+            wait=args.wait,
         )
         policies = list(dict.fromkeys(args.policies))
         progress = not args.no_progress and sys.stderr.isatty()

@@ -17,6 +17,13 @@ Theory of operation (FGD's replay, Weng et al., USENIX ATC'23):
   that does not fit fails and is dropped, never retried.
 * With ``deletions``, before a task arriving at time *t* every placed task whose deletion
   time is <= *t* leaves (a heap by deletion time); without it nothing leaves.
+* With ``wait`` (needs ``deletions``), a task that does not fit waits, as a pending pod
+  does, instead of failing: after each deletion the waiting tasks are tried again in
+  arrival order (those asking more GPUs, cpu or memory than any node has free are
+  skipped without a cycle), and a task placed so has waited from its creation to that
+  deletion; after the last arrival the running tasks keep ending until no task waits. The
+  figures add each size's waiting times and the time-weighted share of the GPUs allocated
+  from the first arrival to the last.
 * At every whole percent of arrived GPU demand the cluster's unallocated GPUs are recorded,
   as (total - allocated) / total x 100 (FGD's figure).
 
@@ -81,10 +88,14 @@ class ReplayConfig:
     """Free each placed task at its deletion time (tasks need creation times)."""
     seed: int = 0
     """Tie-breaking among equally scored nodes; task ``i`` uses ``seed * 2**32 + i``."""
+    wait: bool = False
+    """A task that does not fit waits and is retried after deletions (needs deletions)."""
 
     def __post_init__(self) -> None:
         if not self.until_demand > 0:
             raise ValueError(f"until_demand must be > 0, got {self.until_demand}")
+        if self.wait and not self.deletions:
+            raise ValueError("wait needs deletions (nothing else frees room for a waiting task)")
 
 
 @dataclass(slots=True)
@@ -116,6 +127,17 @@ class PolicyResult:
     """Unallocated GPUs at the end, % of the cluster's (None: the cluster has no GPUs)."""
     seconds: float = 0.0
     """Wall time of the replay (scheduling and bookkeeping)."""
+    waits: dict[int, list[float]] = field(default_factory=dict)
+    """With ``wait``: GPUs asked -> trace seconds each placed task of that size waited
+    (0 for a task placed on arrival)."""
+    still_waiting: dict[int, int] = field(default_factory=dict)
+    """With ``wait``: GPUs asked -> tasks still waiting when the trace ends."""
+    allocated_gpu_pct_time: float | None = None
+    """With ``deletions``: GPUs allocated, % of the cluster's, averaged over trace time."""
+
+    def multi_gpu_waits(self) -> list[float]:
+        """Waiting times of the placed multi-GPU tasks (``wait`` replays)."""
+        return [w for gpus, ws in self.waits.items() if gpus > 1 for w in ws]
 
     @property
     def tasks(self) -> int:
@@ -136,6 +158,9 @@ class PolicyResult:
             "seconds": round(self.seconds, 3),
             "msPerTask": round(self.ms_per_task, 3),
             "curve": [[x, round(y, 3)] for x, y in self.curve],
+            "waits": {str(k): [round(w, 3) for w in v] for k, v in sorted(self.waits.items())},
+            "stillWaiting": {str(k): v for k, v in sorted(self.still_waiting.items())},
+            "allocatedGpuPercentOverTime": _rounded(self.allocated_gpu_pct_time),
         }
 
 
@@ -167,6 +192,7 @@ class Replay:
             "arrivedGpus": self.arrived_gpus,
             "untilDemandPercent": self.config.until_demand,
             "deletions": self.config.deletions,
+            "wait": self.config.wait,
             "seed": self.config.seed,
             "policies": [r.to_json() for r in self.results],
         }
@@ -201,6 +227,30 @@ def unallocated_gpus(snapshot: Snapshot, resources: Iterable[str] = GPU_RESOURCE
     return free
 
 
+class _AllocationClock:
+    """Allocated GPUs integrated over trace time, from the first event it is moved to."""
+
+    def __init__(self, allocated: int) -> None:
+        self.allocated = allocated
+        self.start: float | None = None
+        self.last = 0.0
+        self.area = 0.0
+
+    def move(self, now: float, delta: int) -> None:
+        if self.start is None:
+            self.start = self.last = now
+        now = max(now, self.last)
+        self.area += self.allocated * (now - self.last)
+        self.last = now
+        self.allocated += delta
+
+    def mean(self, end: float) -> float:
+        if self.start is None or end <= self.start:
+            return float(self.allocated)
+        self.move(end, 0)
+        return self.area / (end - self.start)
+
+
 def replay_policy(
     trace: Trace,
     profile: Profile,
@@ -225,43 +275,101 @@ def replay_policy(
 
     result = PolicyResult(profile.name)
     leaving: list[tuple[float, int, Pod]] = []
+    waiting: dict[int, Task] = {}  # arrival index -> task (insertion order = arrival order)
     asked = 0
     mark = 1
     started = time.perf_counter()
     if total > 0:
         result.curve.append((0.0, 100 * unallocated_gpus(snapshot) / total))
     seed_base = config.seed * _SEED_STRIDE
-    for i, task in enumerate(tasks):
-        pod = task.pod
-        if config.deletions:
-            now = task.created
-            assert now is not None  # checked above
-            while leaving and leaving[0][0] <= now:
-                _, _, gone = heapq.heappop(leaving)
-                snapshot.remove_pod(gone)
-                topology.pod_removed(gone.key)
-                result.deleted += 1
-        # As the controller does: a new pending pod is an arrival of the mix.
-        topology.gpu_demand.set_pending(pod.key, pod)
-        decision = framework.schedule(snapshot, pod, seed=seed_base + i, topology=topology)
-        selected = decision.selected
-        if selected is not None:
-            # A pod that does not fit stays pending (nothing here retries it, as in FGD's
-            # replay; live, nothing would help it either), and the mix counts it waiting.
-            topology.gpu_demand.set_pending(pod.key, None)
-            snapshot.add_pod(pod, selected)
-            topology.pod_placed(pod, selected, decision.annotations)
-            if config.deletions and task.deleted is not None:
-                heapq.heappush(leaving, (task.deleted, i, pod))
+    clock = _AllocationClock(total - unallocated_gpus(snapshot))
+    gpu_col = snapshot.resource_column(GPU_RESOURCE)
+
+    def count(task: Task, placed: bool) -> None:
         gpus = task.gpus
-        placed = selected is not None
         if gpus > 0:
             result.gpu_tasks.add(placed)
             if gpus > 1:
                 result.multi_gpu_tasks.add(placed)
         else:
             result.cpu_tasks.add(placed)
-        asked += gpus
+
+    def place(i: int, task: Task, now: float | None, attempt: int = 0) -> bool:
+        pod = task.pod
+        seed = seed_base + i + attempt * len(tasks)
+        decision = framework.schedule(snapshot, pod, seed=seed, topology=topology)
+        selected = decision.selected
+        if selected is None:
+            return False
+        # A pod that does not fit stays pending (without ``wait`` nothing retries it, as in
+        # FGD's replay), and the mix counts it waiting.
+        topology.gpu_demand.set_pending(pod.key, None)
+        snapshot.add_pod(pod, selected)
+        topology.pod_placed(pod, selected, decision.annotations)
+        if now is not None:
+            clock.move(now, task.gpus)
+        if config.deletions and task.deleted is not None:
+            # A task that waited runs as long as it ran in the trace, from its placement.
+            end = task.deleted
+            if now is not None and task.created is not None:
+                end = now + max(task.deleted - task.created, 0.0)
+            heapq.heappush(leaving, (end, i, pod))
+        return True
+
+    def fits_somewhere(task: Task) -> bool:
+        """Cheap necessary condition: some node has the GPUs, cpu and memory free."""
+        requests = task.pod.resources.requests
+        left = snapshot.allocatable - snapshot.requested
+        ok = np.ones(snapshot.num_nodes, dtype=bool)
+        for name, amount in (
+            (GPU_RESOURCE, task.gpus),
+            (CPU, requests.get(CPU, 0)),
+            (MEMORY, requests.get(MEMORY, 0)),
+        ):
+            col = gpu_col if name == GPU_RESOURCE else snapshot.resource_column(name)
+            if amount > 0:
+                if col is None:
+                    return False
+                ok &= left[col] >= amount
+        return bool(ok.any())
+
+    attempts = 0
+
+    def free_until(now: float) -> None:
+        """Deletions up to ``now``, each followed by a retry of the waiting tasks."""
+        nonlocal attempts
+        while leaving and leaving[0][0] <= now:
+            when, _, gone = heapq.heappop(leaving)
+            snapshot.remove_pod(gone)
+            topology.pod_removed(gone.key)
+            clock.move(when, -sum(gone.resources.requests.get(r, 0) for r in GPU_RESOURCES))
+            result.deleted += 1
+            if config.wait and waiting:
+                attempts += 1
+                for j, waiter in list(waiting.items()):
+                    if fits_somewhere(waiter) and place(j, waiter, when, attempts):
+                        del waiting[j]
+                        assert waiter.created is not None
+                        result.waits.setdefault(waiter.gpus, []).append(when - waiter.created)
+                        count(waiter, True)
+
+    for i, task in enumerate(tasks):
+        pod = task.pod
+        if config.deletions:
+            assert task.created is not None  # checked above
+            free_until(task.created)
+        # As the controller does: a new pending pod is an arrival of the mix.
+        topology.gpu_demand.set_pending(pod.key, pod)
+        placed = place(i, task, task.created if config.deletions else None)
+        if config.wait:
+            if placed:
+                result.waits.setdefault(task.gpus, []).append(0.0)
+                count(task, True)
+            else:
+                waiting[i] = task
+        else:
+            count(task, placed)
+        asked += task.gpus
         if total > 0 and asked * 100 >= mark * total:
             unallocated = 100 * unallocated_gpus(snapshot) / total
             while asked * 100 >= mark * total:
@@ -269,6 +377,20 @@ def replay_policy(
                 mark += 1
         if on_task is not None:
             on_task()
+    if config.deletions and tasks:
+        end = tasks[-1].created
+        assert end is not None
+        mean_allocated = clock.mean(end)
+        if config.wait:
+            # After the last arrival the running tasks end in turn; each end gives the
+            # waiting ones another try, until none waits or nothing is left to end.
+            while waiting and leaving:
+                free_until(leaving[0][0])
+        if total > 0:
+            result.allocated_gpu_pct_time = 100 * mean_allocated / total
+    for task in waiting.values():
+        count(task, False)
+        result.still_waiting[task.gpus] = result.still_waiting.get(task.gpus, 0) + 1
     result.seconds = time.perf_counter() - started
     if total > 0:
         result.unallocated_gpu_pct = 100 * unallocated_gpus(snapshot) / total
@@ -317,22 +439,42 @@ def format_table(run: Replay) -> str:
         f"{run.arrived} of {run.tasks} tasks arrived ({run.arrived_gpus} GPUs asked, "
         f"until {run.config.until_demand:g}% of the GPUs"
         + (", with deletions" if run.config.deletions else "")
+        + (", tasks that do not fit wait" if run.config.wait else "")
         + f"); {run.skipped} GPU-sharing tasks skipped"
     )
-    columns = ("policy", "unallocated GPU %", "GPU tasks", "multi-GPU", "CPU-only", "ms/task")
+    columns: tuple[str, ...] = (
+        "policy",
+        "unallocated GPU %",
+        "GPU tasks",
+        "multi-GPU",
+        "CPU-only",
+        "ms/task",
+    )
+    if run.config.deletions:
+        columns += ("GPUs allocated % (time avg)",)
+    if run.config.wait:
+        columns += ("multi-GPU wait mean/p95 s", "still waiting")
     rows = [columns]
     for r in run.results:
         pct = "-" if r.unallocated_gpu_pct is None else f"{r.unallocated_gpu_pct:.2f}"
-        rows.append(
-            (
-                r.policy,
-                pct,
-                f"{r.gpu_tasks.placed}/{r.gpu_tasks.arrived}",
-                f"{r.multi_gpu_tasks.placed}/{r.multi_gpu_tasks.arrived}",
-                f"{r.cpu_tasks.placed}/{r.cpu_tasks.arrived}",
-                f"{r.ms_per_task:.2f}",
-            )
+        row: tuple[str, ...] = (
+            r.policy,
+            pct,
+            f"{r.gpu_tasks.placed}/{r.gpu_tasks.arrived}",
+            f"{r.multi_gpu_tasks.placed}/{r.multi_gpu_tasks.arrived}",
+            f"{r.cpu_tasks.placed}/{r.cpu_tasks.arrived}",
+            f"{r.ms_per_task:.2f}",
         )
+        if run.config.deletions:
+            avg = r.allocated_gpu_pct_time
+            row += ("-" if avg is None else f"{avg:.2f}",)
+        if run.config.wait:
+            waits = r.multi_gpu_waits()
+            row += (
+                f"{np.mean(waits):.0f}/{np.percentile(waits, 95):.0f}" if waits else "-",
+                str(sum(r.still_waiting.values())),
+            )
+        rows.append(row)
     widths = [max(len(row[c]) for row in rows) for c in range(len(columns))]
     lines = [header]
     for row in rows:

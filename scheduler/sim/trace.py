@@ -27,6 +27,7 @@ Bad input raises :class:`TraceError`, one line naming the file, the line (CSV) o
 
 from __future__ import annotations
 
+import copy
 import csv
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -412,3 +413,62 @@ def synthetic(
         asked += gpus
     name = f"synthetic-{multi_share:g}-seed{seed}"
     return Trace(base.nodes, [], tasks, 0, name=name, node_bodies=base.node_bodies)
+
+
+def with_churn(
+    trace: Trace, durations: Sequence[float], *, load: float, seed: int, repeat: int = 1
+) -> Trace:
+    """``trace``'s tasks, in order, given times so the cluster sees churn: Poisson arrivals
+    at the rate where the GPU time asked is ``load`` times what the cluster has (above 1,
+    work waits), each task running a duration drawn from ``durations`` (e.g. the default
+    task list's deletion - creation, clipped at its 95th percentile). With ``repeat`` > 1
+    the task list is cycled that many times (names suffixed ``-rN``): arrivals span about
+    ``repeat`` mean run times, so the cluster reaches a steady state rather than only
+    filling up. Deterministic for a given seed."""
+    import numpy as np
+
+    pool = np.array([d for d in durations if d > 0], dtype=float)
+    if not len(pool) or not load > 0 or trace.gpus <= 0:
+        raise ValueError("churn needs positive durations, load > 0 and a cluster with GPUs")
+    # The trace's run times are heavy-tailed (mean 50x the median): a few week-long tasks
+    # would set the arrival rate and leave the cluster idle between them. Clipped at p95.
+    pool = np.minimum(pool, np.percentile(pool, 95))
+    if repeat < 1:
+        raise ValueError("repeat must be >= 1")
+    source = list(trace.tasks)
+    for r in range(1, repeat):
+        for t in trace.tasks:
+            body = copy.deepcopy(dict(t.body)) if t.body is not None else None
+            if body is None:
+                raise ValueError("repeat needs the tasks' Pod bodies")
+            body["metadata"]["name"] = f"{t.pod.name}-r{r}"
+            body["metadata"]["uid"] = f"{body['metadata'].get('uid', t.pod.name)}-r{r}"
+            source.append(Task(Pod.from_api(body), body=body))
+    rng = np.random.default_rng(seed)
+    runs = rng.choice(pool, size=len(source))
+    gpu_seconds = sum(t.gpus * r for t, r in zip(source, runs, strict=True))
+    # n tasks over a span T ask gpu_seconds; load = gpu_seconds / (gpus * T).
+    span = gpu_seconds / (trace.gpus * load)
+    gaps = rng.exponential(span / len(source), size=len(source))
+    starts = np.cumsum(gaps)
+    tasks = [
+        Task(t.pod, float(start), float(start + run), t.body)
+        for t, start, run in zip(source, starts, runs, strict=True)
+    ]
+    return Trace(
+        trace.nodes,
+        trace.placed,
+        tasks,
+        trace.skipped,
+        name=f"{trace.name}-churn{load:g}",
+        node_bodies=trace.node_bodies,
+    )
+
+
+def durations_of(trace: Trace) -> list[float]:
+    """Run times (deletion - creation) of the tasks that have both."""
+    return [
+        t.deleted - t.created
+        for t in trace.tasks
+        if t.created is not None and t.deleted is not None and t.deleted > t.created
+    ]

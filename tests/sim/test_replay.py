@@ -192,3 +192,44 @@ def test_a_slice_of_the_real_trace_lattice_strands_least() -> None:
         assert peer.unallocated_gpu_pct is not None
         assert lattice.unallocated_gpu_pct * 2 <= peer.unallocated_gpu_pct
         assert lattice.multi_gpu_tasks.placed >= peer.multi_gpu_tasks.placed
+
+
+def test_with_wait_a_task_that_does_not_fit_waits_for_a_deletion_and_runs_its_length() -> None:
+    # One 8-GPU node: "a" holds 6 GPUs from t=0 to t=100; "b" (4 GPUs) arrives at 10 and
+    # fits once "a" leaves, then runs its trace length (50 s) from 100; "c" (8 GPUs)
+    # arrives at 20, behind "b", and gets the node when b leaves at 150.
+    tasks = [task("a", 6, 0, 100), task("b", 4, 10, 60), task("c", 8, 20, 400)]
+    trace = Trace([gpu_node("n1")], [], tasks, 0)
+    run = replay(trace, [KUBE_DEFAULT], ReplayConfig(deletions=True, wait=True, until_demand=1e6))
+    (r,) = run.results
+    assert r.waits == {6: [0.0], 4: [90.0], 8: [130.0]}
+    assert r.multi_gpu_waits() == [0.0, 90.0, 130.0]  # all three ask more than one GPU
+    assert r.still_waiting == {}
+    assert (r.gpu_tasks.placed, r.gpu_tasks.arrived) == (3, 3)
+    assert r.deleted == 2  # a, then b; c's end is never needed
+    # Allocated GPUs over the arrivals, [0, 20]: a's 6 the whole time.
+    assert r.allocated_gpu_pct_time == pytest.approx(100 * 6 / 8)
+    assert "multi-GPU wait mean/p95 s" in format_table(run)
+
+
+def test_a_task_larger_than_any_node_waits_to_the_end() -> None:
+    tasks = [task("a", 6, 0, 100), task("huge", 8, 10, 60)]
+    (r,) = replay(
+        Trace([gpu_node("n1", gpus=4), gpu_node("n2", gpus=6)], [], tasks, 0),
+        [KUBE_DEFAULT],
+        ReplayConfig(deletions=True, wait=True, until_demand=1e6),
+    ).results
+    assert r.still_waiting == {8: 1}
+    assert r.waits == {6: [0.0]}
+    assert (r.multi_gpu_tasks.placed, r.multi_gpu_tasks.arrived) == (1, 2)
+
+
+def test_without_wait_a_task_that_does_not_fit_fails_and_wait_needs_deletions() -> None:
+    tasks = [task("a", 6, 0, 100), task("b", 4, 10, 60), task("c", 0, 200, 300)]
+    (r,) = replay(
+        Trace([gpu_node("n1")], [], tasks, 0), [KUBE_DEFAULT], ReplayConfig(deletions=True)
+    ).results
+    assert (r.gpu_tasks.placed, r.gpu_tasks.arrived) == (1, 2)
+    assert r.waits == {}
+    with pytest.raises(ValueError, match="wait needs deletions"):
+        ReplayConfig(wait=True)

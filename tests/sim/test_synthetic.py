@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.sim.trace import MULTI_GPU_SIZES, Trace, load_alibaba, synthetic
+from scheduler.sim.trace import MULTI_GPU_SIZES, Trace, load_alibaba, synthetic, with_churn
 from tests.sim.traces import tiny
 
 TRACE_DIR = Path(__file__).resolve().parents[2] / "e2e" / "traces" / "alibaba-gpu-v2023"
@@ -81,3 +81,22 @@ def test_a_share_out_of_range_or_a_base_without_single_gpu_tasks_is_refused(
     no_singles = Trace(tiny_trace.nodes, [], [t for t in tiny_trace.tasks if t.gpus != 1], 0)
     with pytest.raises(ValueError, match="1-GPU"):
         synthetic(no_singles, multi_share=0.4, seed=0)
+
+
+def test_churn_times_give_the_offered_load_asked_and_repeat_cycles_the_tasks(base: Trace) -> None:
+    durations = [60.0, 600.0, 3600.0, 10**6]  # the long tail is clipped at p95
+    churned = with_churn(base, durations, load=1.2, seed=5, repeat=2)
+    assert len(churned.tasks) == 2 * len(base.tasks)
+    assert churned.tasks[len(base.tasks)].pod.name == f"{base.tasks[0].pod.name}-r1"
+    assert len({t.pod.key for t in churned.tasks}) == len(churned.tasks)
+    starts = [t.created or 0.0 for t in churned.tasks]
+    ends = [t.deleted or 0.0 for t in churned.tasks]
+    assert all(t.created is not None and t.deleted is not None for t in churned.tasks)
+    assert starts == sorted(starts)
+    gpu_seconds = sum(t.gpus * (e - s) for t, s, e in zip(churned.tasks, starts, ends, strict=True))
+    span = starts[-1] - starts[0]
+    assert gpu_seconds / (base.gpus * span) == pytest.approx(1.2, rel=0.1)
+    again = with_churn(base, durations, load=1.2, seed=5, repeat=2)
+    assert [t.created for t in again.tasks] == starts
+    with pytest.raises(ValueError, match="load > 0"):
+        with_churn(base, durations, load=0, seed=5)
