@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -275,6 +276,23 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="replace the tasks by a synthetic mix drawn from them (seeded by --seed): "
         "SHARE (0..1) of the GPUs asked by 2/4/8-GPU tasks, the rest by 1-GPU tasks",
     )
+    sim.add_argument(
+        "--churn",
+        type=_POSITIVE,
+        metavar="LOAD",
+        help="give the tasks Poisson arrivals at offered GPU load LOAD (1.1: 10%% more GPU "
+        "time asked than the cluster has) and run times drawn from --durations; implies "
+        "--deletions --wait and no demand limit",
+    )
+    sim.add_argument(
+        "--durations",
+        type=Path,
+        metavar="TASKS.csv",
+        help="task CSV with creation_time and deletion_time whose run times --churn draws",
+    )
+    sim.add_argument(
+        "--repeat", type=int, default=4, help="--churn: cycle the task list N times (default 4)"
+    )
     sim.add_argument("--seed", type=int, default=0, help="tie-breaking seed (default 0)")
     sim.add_argument("--plot", type=Path, metavar="FILE.png", help="write FGD's figure here")
     sim.add_argument("-o", "--output", choices=("table", "json"), default="table")
@@ -284,7 +302,14 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _simulate(args: argparse.Namespace) -> int:
     from scheduler.sim import plot
     from scheduler.sim.replay import ReplayConfig, ReplayError, format_table, replay
-    from scheduler.sim.trace import TraceError, load_alibaba, load_dump, synthetic
+    from scheduler.sim.trace import (
+        TraceError,
+        durations_of,
+        load_alibaba,
+        load_dump,
+        synthetic,
+        with_churn,
+    )
 
     def refuse(message: str, code: int = 1) -> int:
         print(f"lattice simulate: {message}", file=sys.stderr)
@@ -303,6 +328,12 @@ def _simulate(args: argparse.Namespace) -> int:
         trace = load_dump(args.dump) if args.dump else load_alibaba(args.nodes, args.tasks)
         if args.synthetic is not None:
             trace = synthetic(trace, multi_share=args.synthetic, seed=args.seed)
+        if args.churn is not None:
+            if args.durations is None or args.nodes is None:
+                return refuse("--churn needs --nodes and --durations TASKS.csv", 2)
+            runs = durations_of(load_alibaba(args.nodes, args.durations))
+            trace = with_churn(trace, runs, load=args.churn, seed=args.seed, repeat=args.repeat)
+            args.deletions, args.wait, args.until_demand = True, True, math.inf
         config = ReplayConfig(
             until_demand=args.until_demand,
             deletions=args.deletions,

@@ -33,6 +33,7 @@ Pure apart from the clock (wall time per policy) and an optional progress callba
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -190,7 +191,10 @@ class Replay:
             "skipped": self.skipped,
             "arrived": self.arrived,
             "arrivedGpus": self.arrived_gpus,
-            "untilDemandPercent": self.config.until_demand,
+            # None: no limit (--churn), as JSON has no infinity
+            "untilDemandPercent": (
+                None if math.isinf(self.config.until_demand) else self.config.until_demand
+            ),
             "deletions": self.config.deletions,
             "wait": self.config.wait,
             "seed": self.config.seed,

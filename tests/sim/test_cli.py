@@ -182,3 +182,23 @@ def test_plot_without_matplotlib_refuses_before_the_replay(
     out, err = capsys.readouterr()
     assert out == ""
     assert "lattice-scheduler[plot]" in err
+
+
+def test_churn_replays_the_tasks_with_waiting_and_reports_waits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes, tasks = tiny(tmp_path)  # the default-format tiny list has creation/deletion times
+    argv = ("--nodes", nodes, "--tasks", tasks, "--durations", tasks, "--churn", "1.5")
+    assert simulate(*argv, "--repeat", "3", "-o", "json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["deletions"] is True
+    assert out["wait"] is True
+    assert out["arrived"] == 3 * 5  # the list cycled three times, no demand limit
+    for policy in out["policies"]:
+        assert (
+            sum(len(w) for w in policy["waits"].values()) + sum(policy["stillWaiting"].values())
+            == policy["gpuTasks"]["arrived"] + policy["cpuTasks"]["arrived"]
+        )
+        assert policy["allocatedGpuPercentOverTime"] > 0
+    assert simulate("--nodes", nodes, "--tasks", tasks, "--churn", "1.5") == 2
+    assert "--durations" in capsys.readouterr().err
