@@ -282,6 +282,10 @@ class GangFlow:
             return
         gang.placed = {k for k in gang.placed if self._cache.cached_pod(k) is not None}
         self.dirty.add(gkey)
+        if not gang.short:
+            gang.short_since, gang.boost_ended = None, False
+        elif gang.short_since is None:
+            gang.short_since = self._clock()
         ekey = entry_key(gkey)
         queued = self._queue.get(ekey)
         phase = gang.phase
@@ -323,9 +327,28 @@ class GangFlow:
                 ref = PodRef(member.namespace, member.name, member.uid)
                 self._reporter.failed(ref, message, trace_id=new_trace_id())
 
+    def boost_limit(self, gang: Gang) -> int:
+        """Seconds a partial gang ranks ahead of every pod: its PodGroup's
+        scheduleTimeoutSeconds, else the scheduler's ``spec.gang.partialBoostSeconds``."""
+        spec = gang.spec
+        if spec is not None and spec.schedule_timeout_s is not None:
+            return spec.schedule_timeout_s
+        return self._host.settings.gang.partial_boost_s
+
     def timeouts(self, now_wall: float) -> None:
-        """Mark gangs whose scheduleTimeoutSeconds passed unadmitted (status Failed)."""
+        """Mark gangs whose scheduleTimeoutSeconds passed unadmitted (status Failed), and
+        end the partial boost of gangs short of minMember for longer than its limit."""
+        now = self._clock()
         for gang in self.gangs:
+            since = gang.short_since
+            if since is not None and not gang.boost_ended and now - since > self.boost_limit(gang):
+                gang.boost_ended = True
+                self._log.warning(
+                    "gang_boost_ended",
+                    gang=gang.key,
+                    reason=f"partial for more than {self.boost_limit(gang)} s",
+                )
+                self.sync(gang.key)
             spec = gang.spec
             if (
                 spec is None

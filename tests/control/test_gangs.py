@@ -90,12 +90,29 @@ def node_gone(sched: Scheduler) -> Callable[[str], None]:
     return lambda node: sched.node_deleted({"metadata": {"name": node}})
 
 
-def scheduler(nodes: int = 3, cpu: str = "4") -> tuple[Scheduler, FakeWriter]:
+class Clock:
+    """A monotonic clock a test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def scheduler(
+    nodes: int = 3,
+    cpu: str = "4",
+    *,
+    clock: Clock | None = None,
+    spec: dict[str, Any] | None = None,
+) -> tuple[Scheduler, FakeWriter]:
     writer = FakeWriter()
     sched = Scheduler(
-        parse_spec({}, "lattice"),
+        parse_spec(spec or {}, "lattice"),
         writer=cast(KubeWriter, writer),
         metrics=Metrics.create(),
+        clock=clock if clock is not None else Clock(),
         wall_clock=lambda: NOW,
     )
     for i in range(nodes):
@@ -306,3 +323,93 @@ async def test_a_finishing_gang_with_nobody_waiting_is_not_partial() -> None:
     assert gang.need == 1
     assert not gang.partial
     assert sched.queue.get(entry_key("default/g")) is None
+
+
+async def partial_gang(
+    clock: Clock, *, timeout_s: int | None = None, spec: dict[str, Any] | None = None
+) -> tuple[Scheduler, FakeWriter]:
+    """A gang of 2 whose member "a" could not be bound nor re-placed (its node went away):
+    "b" is bound, "a" waits, the gang is partial; and a single pod of priority 1000 waits."""
+    sched, writer = scheduler(nodes=2, cpu="4", clock=clock, spec=spec)
+    group = podgroup("g", 2)
+    if timeout_s is not None:
+        group["spec"]["scheduleTimeoutSeconds"] = timeout_s
+    sched.podgroup_upserted(group)
+    for name in "ab":
+        sched.pod_upserted(member(name, "g", cpu="3"))
+    writer.fail.add("a")
+    writer.on_fail = node_gone(sched)
+    await run_one(sched)
+    await sched.drain(10)
+    for name, node in writer.binds:  # the watch's echo of each binding
+        echo = member(name, "g", cpu="3")
+        echo["spec"]["nodeName"] = node
+        echo["metadata"]["resourceVersion"] = "7"
+        sched.pod_upserted(echo)
+    gang = sched.gang_flow.gangs.get("default/g")
+    assert gang is not None
+    assert gang.partial
+    single = make_pod("vip", "1").priority(1000).obj()
+    single["spec"]["schedulerName"] = "lattice"
+    sched.pod_upserted(single)
+    return sched, writer
+
+
+def gang_priority(sched: Scheduler) -> int:
+    queued = sched.queue.get(entry_key("default/g"))
+    assert queued is not None
+    return queued.pod.priority
+
+
+def first_popped(sched: Scheduler) -> str:
+    info = sched.queue.try_pop()
+    assert info is not None
+    return info.pod.name
+
+
+async def test_a_partial_gang_without_a_timeout_jumps_the_queue_for_a_bounded_time() -> None:
+    clock = Clock()
+    sched, _ = await partial_gang(clock)
+    assert gang_priority(sched) >= PARTIAL_BOOST
+    clock.now += 59
+    sched.tick()
+    assert gang_priority(sched) >= PARTIAL_BOOST, "boosted within 60 s"
+    clock.now += 2
+    sched.tick()
+    assert gang_priority(sched) == 0, "its members' priority after 60 s"
+    assert first_popped(sched) == "vip"
+
+
+async def test_the_partial_boost_is_the_podgroups_timeout_or_the_setting() -> None:
+    clock = Clock()
+    sched, _ = await partial_gang(clock, timeout_s=10)
+    clock.now += 11
+    sched.tick()
+    assert first_popped(sched) == "vip"
+    clock = Clock()
+    sched, _ = await partial_gang(clock, spec={"gang": {"partialBoostSeconds": 300}})
+    clock.now += 299
+    sched.tick()
+    assert first_popped(sched).startswith("podgroup:")
+    clock.now += 2
+    sched.tick()
+    assert gang_priority(sched) == 0, "the setting's 300 s ran out"
+
+
+async def test_a_gang_that_is_completed_again_gets_a_fresh_boost() -> None:
+    clock = Clock()
+    sched, writer = await partial_gang(clock)
+    clock.now += 61
+    sched.tick()
+    sched.node_upserted(make_node("n7", cpu="4", memory="16Gi").obj())
+    while (info := sched.queue.try_pop()) is not None and info.pod.name != "podgroup:g":
+        sched.queue.done(info)
+    assert info is not None
+    sched.gang_flow.schedule(info)
+    await sched.drain(10)
+    await sched.drain(10)
+    assert sorted(n for n, _ in writer.binds) == ["a", "b"]
+    gang = sched.gang_flow.gangs.get("default/g")
+    assert gang is not None
+    assert not gang.boost_ended
+    assert gang.short_since is None
