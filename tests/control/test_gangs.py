@@ -413,3 +413,51 @@ async def test_a_gang_that_is_completed_again_gets_a_fresh_boost() -> None:
     assert gang is not None
     assert not gang.boost_ended
     assert gang.short_since is None
+
+
+def sample(sched: Scheduler, name: str, **labels: str) -> float:
+    value = sched.metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+async def test_pending_pods_counts_a_gangs_members_where_its_entry_waits() -> None:
+    sched, _ = scheduler()
+    sched.podgroup_upserted(podgroup("g", 4))
+    for name in "abc":
+        sched.pod_upserted(member(name, "g"))
+    single = make_pod("solo", "1").obj()
+    single["spec"]["schedulerName"] = "lattice"
+    sched.pod_upserted(single)
+    sched.tick()
+    assert sample(sched, "scheduler_pending_pods", queue="gated") == 3, "waiting for quorum"
+    assert sample(sched, "scheduler_pending_pods", queue="active") == 1
+    sched.pod_upserted(member("d", "g"))
+    sched.tick()
+    assert sample(sched, "scheduler_pending_pods", queue="gated") == 0
+    assert sample(sched, "scheduler_pending_pods", queue="active") == 5
+    assert sample(sched, "lattice_queue_pending_pods", queue="active") == 5
+    assert sched.queue_counts()["active"] == 5
+
+
+async def test_a_gang_attempt_is_timed_from_pop_to_outcome_and_counted_per_member() -> None:
+    sched, _ = scheduler(nodes=2)
+    sched.podgroup_upserted(podgroup("g", 3))
+    for name in "abc":
+        sched.pod_upserted(member(name, "g", cpu="3"))
+    await run_one(sched)  # does not fit
+    solved = sample(sched, "lattice_gang_solve_duration_seconds_sum")
+    assert solved > 0
+    cycle = "lattice_scheduling_cycle_duration_seconds_sum"
+    assert sample(sched, cycle, result="unschedulable") >= solved, "the solve is in the cycle"
+    attempts = "scheduler_schedule_attempts_total"
+    assert sample(sched, attempts, result="unschedulable", profile="lattice") == 3
+
+    sched, _ = scheduler(nodes=3)
+    sched.podgroup_upserted(podgroup("g", 3))
+    for name in "abc":
+        sched.pod_upserted(member(name, "g", cpu="3"))
+    await run_one(sched)  # fits
+    solved = sample(sched, "lattice_gang_solve_duration_seconds_sum")
+    assert sample(sched, "lattice_scheduling_attempts_total", result="scheduled") == 1
+    assert sample(sched, cycle, result="scheduled") >= solved > 0
+    assert sample(sched, attempts, result="scheduled", profile="lattice") == 3
