@@ -461,3 +461,40 @@ async def test_a_gang_attempt_is_timed_from_pop_to_outcome_and_counted_per_membe
     assert sample(sched, "lattice_scheduling_attempts_total", result="scheduled") == 1
     assert sample(sched, cycle, result="scheduled") >= solved > 0
     assert sample(sched, attempts, result="scheduled", profile="lattice") == 3
+
+
+async def test_finished_members_count_for_nothing_as_in_coscheduling() -> None:
+    """Coscheduling's quorum lists the group's pods from kube-scheduler's pod informer,
+    which drops Succeeded and Failed pods, and its Permit counts assigned pods in the
+    snapshot, which holds none: a finished member is neither present nor placed. Live
+    members, running or pending, are; so replacements beside running members are placed,
+    and a lone replacement after the rest finished waits for quorum."""
+    sched, writer = scheduler()
+    sched.podgroup_upserted(podgroup("g", 3))
+    for name in "abc":
+        sched.pod_upserted(member(name, "g"))
+    await run_one(sched)
+    nodes = dict(writer.binds)
+
+    def finish(name: str) -> None:
+        done = member(name, "g")
+        done["spec"]["nodeName"] = nodes[name]
+        done["status"] = {"phase": "Succeeded"}
+        sched.pod_upserted(done)
+
+    finish("a")
+    sched.pod_upserted(member("d", "g"))  # with b and c running: 3 live members
+    gang = sched.gang_flow.gangs.get("default/g")
+    assert gang is not None
+    assert gang.need == 1
+    await run_one(sched)
+    assert "d" in {n for n, _ in writer.binds}
+    nodes = dict(writer.binds)
+    for name in "bcd":
+        finish(name)
+    sched.pod_upserted(member("e", "g"))
+    assert gang.need == 3, "finished members are not placed"
+    assert sched.queue.where(entry_key("default/g")) is QueueName.GATED
+    await sched.drain(5)
+    waiting = [e for e in writer.events if e[1] == "e" and e[2] == "FailedScheduling"]
+    assert "waiting for quorum: 1/3 members present" in waiting[-1][3]
