@@ -4,6 +4,7 @@ a failed binding is re-placed or makes the gang partial and first in line."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -498,3 +499,83 @@ async def test_finished_members_count_for_nothing_as_in_coscheduling() -> None:
     await sched.drain(5)
     waiting = [e for e in writer.events if e[1] == "e" and e[2] == "FailedScheduling"]
     assert "waiting for quorum: 1/3 members present" in waiting[-1][3]
+
+
+async def test_a_plan_that_no_longer_fits_at_commit_is_rolled_back_whole() -> None:
+    """Pods placed while the solver ran: the commit re-checks each member, assumes none
+    when one no longer fits (the ones it had assumed are forgotten), binds nothing and
+    retries the gang as an error (backoff), its members pending again."""
+    sched, writer = scheduler(nodes=2, cpu="4")
+    sched.podgroup_upserted(podgroup("g", 2))
+    for name in "ab":
+        sched.pod_upserted(member(name, "g", cpu="3"))
+    info = sched.queue.try_pop()
+    assert info is not None
+    sched.gang_flow.schedule(info)  # problem built; the solve waits for the loop
+    intruder = make_pod("intruder", "3").build()
+    sched.cache.assume(intruder, "n0", {})  # placed while the solver ran
+    await sched.drain(10)
+    await sched.drain(10)
+    assert writer.binds == []
+    assert sched.cache.snapshot.pod_counts.sum() == 1, "only the intruder holds a node"
+    gang = sched.gang_flow.gangs.get("default/g")
+    assert gang is not None
+    assert not gang.placed
+    assert set(gang.pending) == {pod_key("default", "a"), pod_key("default", "b")}
+    assert sched.queue.where(entry_key("default/g")) is QueueName.BACKOFF
+    failed = [e for e in writer.events if "the plan no longer fits" in e[3]]
+    assert {e[1] for e in failed} == {"a", "b"}
+    errors = sample(sched, "scheduler_schedule_attempts_total", result="error", profile="lattice")
+    assert errors == 2
+
+
+async def test_a_gang_past_its_schedule_timeout_is_failed_and_still_retried() -> None:
+    """scheduleTimeoutSeconds counts from the scheduleStartTime the scheduler wrote (read
+    back from the watch, so a restart keeps it): past it the PodGroup is Failed with reason
+    ScheduleTimeout and a ScheduleTimeout Event, once; the gang is still retried."""
+    wall = [NOW]
+    writer = FakeWriter()
+    sched = Scheduler(
+        parse_spec({}, "lattice"),
+        writer=cast(KubeWriter, writer),
+        metrics=Metrics.create(),
+        clock=Clock(),
+        wall_clock=lambda: wall[0],
+    )
+    for i in range(2):
+        sched.node_upserted(make_node(f"n{i}", cpu="4", memory="16Gi").obj())
+    group = podgroup("g", 3)
+    group["spec"]["scheduleTimeoutSeconds"] = 30
+    sched.podgroup_upserted(group)
+    for name in "abc":
+        sched.pod_upserted(member(name, "g", cpu="3"))
+    await run_one(sched)  # does not fit: 3 members, 2 nodes
+    await sched.gang_flow.write_statuses()
+    _, status = writer.statuses[-1]
+    assert status["phase"] == "Scheduling"
+    group["status"] = dict(status)  # the watch's echo of our write
+    sched.podgroup_upserted(group)
+    wall[0] += 29
+    sched.tick()
+    await sched.gang_flow.write_statuses()
+    assert writer.statuses[-1][1]["phase"] == "Scheduling", "within the timeout"
+    wall[0] += 2
+    sched.tick()
+    sched.tick()
+    await sched.gang_flow.write_statuses()
+    await sched.drain(5)
+    _, status = writer.statuses[-1]
+    assert status["phase"] == "Failed"
+    assert [c["reason"] for c in status["conditions"]] == ["ScheduleTimeout"]
+    timeouts = [e for e in writer.events if e[0] == "PodGroup" and e[2] == "ScheduleTimeout"]
+    assert len(timeouts) == 1
+    assert "not admitted within scheduleTimeoutSeconds (30); still retrying" in timeouts[0][3]
+    assert sched.queue.where(entry_key("default/g")) is not None, "still retried"
+    sched.node_upserted(make_node("n2", cpu="4", memory="16Gi").obj())
+    sched.queue.flush(now=time.monotonic() + 3600)  # past its backoff (the queue's clock)
+    info = sched.queue.try_pop()
+    assert info is not None
+    sched.gang_flow.schedule(info)
+    await sched.drain(10)
+    await sched.drain(10)
+    assert sorted(n for n, _ in writer.binds) == ["a", "b", "c"]
