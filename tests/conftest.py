@@ -19,9 +19,12 @@ from kubernetes_asyncio import client
 
 from scheduler.devcluster.cluster import ClusterConfig, ClusterState, DevCluster
 from scheduler.devcluster.kube import api_client
+from tests.e2e.differential.seeds import SEED_ENV, choose_seed, diff_runs, seed_line
 
 SUITE_NODES = int(os.environ.get("LATTICE_TEST_NODES", "4"))
 _REPORT: list[str] = []
+_DIFF_SUITES: set[str] = set()
+"""Differential suites collected in this run: the summary then names the seed."""
 
 
 def report_line(line: str) -> None:
@@ -37,7 +40,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="differential test: cases against kube-scheduler (default 300)",
     )
     parser.addoption(
-        "--diff-seed", type=int, default=1, help="differential test: generator seed (default 1)"
+        "--diff-seed",
+        type=int,
+        default=None,
+        help=f"differential tests: generator seed (default: ${SEED_ENV}, else drawn per run; "
+        "the seeds in tests/e2e/differential/seeds.py run too)",
     )
     parser.addoption(
         "--volume-cases",
@@ -53,11 +60,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+_SEED: pytest.StashKey[tuple[int, str]] = pytest.StashKey()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Draw the differential seed once per run, before collection parametrizes by it."""
+    config.stash[_SEED] = choose_seed(config.getoption("--diff-seed"), os.environ)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return seed_line(*config.stash[_SEED])
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``diff_run``: the run's seed, then the module's ``DIFF_SUITE`` regressions."""
+    if "diff_run" not in metafunc.fixturenames:
+        return
+    seed, _ = metafunc.config.stash[_SEED]
+    runs = diff_runs(metafunc.module.DIFF_SUITE, seed)
+    metafunc.parametrize("diff_run", runs, ids=[r.id for r in runs])
+    _DIFF_SUITES.add(metafunc.module.DIFF_SUITE)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if _REPORT:
-        terminalreporter.section("lattice figures")
-        for line in _REPORT:
-            terminalreporter.write_line(line)
+    """The figures tests measured, and the differential seed (so a failure can be rerun)."""
+    if not _REPORT and not _DIFF_SUITES:
+        return
+    terminalreporter.section("lattice figures")
+    if _DIFF_SUITES:
+        terminalreporter.write_line(seed_line(*terminalreporter.config.stash[_SEED]))
+    for line in _REPORT:
+        terminalreporter.write_line(line)
 
 
 class ControlPlane:

@@ -91,6 +91,9 @@ class GangExplained:
     placed: int
     pending: int
     plan: GangPlan
+    partial_boost_s: int | None = None
+    """A partial gang (members placed, fewer than minMember, others pending): how long it
+    ranks ahead of every pod from the moment it became partial. None: not partial."""
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
             time_limit_s=gang_settings.solver_time_limit_s,
             use_solver=gang_settings.use_solver,
             volumes=volumes,
+            partial_boost_s=gang_settings.partial_boost_s,
         )
     breakdowns = load_breakdowns(predictor, built.snapshot, now)
     return Explained(decision, breakdowns, built.skipped, gang, gpus)
@@ -396,9 +400,11 @@ def explain_gang(
     time_limit_s: float,
     use_solver: bool,
     volumes: VolumeState | None = None,
+    partial_boost_s: int = GangSettings.partial_boost_s,
 ) -> GangExplained:
     """The plan the scheduler would make for the gang's pending members now: members
-    bound already count toward minMember, as in the running scheduler."""
+    bound already count toward minMember, as in the running scheduler (finished ones do
+    not: they hold nothing). ``partial_boost_s``: the scheduler's ``partialBoostSeconds``."""
     spec = gang_from_podgroup(group)
     placed = 0
     pending: list[Pod] = []
@@ -415,6 +421,10 @@ def explain_gang(
             if not member.scheduling_gates:
                 pending.append(member)
     need = spec.min_member - placed
+    boost: int | None = None
+    if placed and need > 0 and pending:
+        timeout = spec.schedule_timeout_s
+        boost = timeout if timeout is not None else partial_boost_s
     if need <= 0 or not pending:
         reason = "admitted" if need <= 0 else "no pending members"
         plan = GangPlan(
@@ -426,7 +436,7 @@ def explain_gang(
             members=(),
             need=max(need, 0),
         )
-        return GangExplained(spec, placed, len(pending), plan)
+        return GangExplained(spec, placed, len(pending), plan, boost)
     problem = build_problem(
         framework,
         snapshot,
@@ -439,7 +449,7 @@ def explain_gang(
         volumes=volumes,
     )
     plan = solve(problem, time_limit_s=time_limit_s, seed=seed, use_solver=use_solver)
-    return GangExplained(spec, placed, len(pending), plan)
+    return GangExplained(spec, placed, len(pending), plan, boost)
 
 
 def gang_json(g: GangExplained) -> dict[str, Any]:
@@ -460,6 +470,7 @@ def gang_json(g: GangExplained) -> dict[str, Any]:
         "greedyPlaced": p.greedy_placed,
         "domain": p.domain,
         "placements": {m.pod: m.node for m in p.members if m.node is not None},
+        "partialBoostSeconds": g.partial_boost_s,
         "members": [
             {
                 "pod": m.pod,
@@ -486,6 +497,17 @@ def render_gang(g: GangExplained) -> str:
         f"greedy placed {p.greedy_placed})" + (f", domain {p.domain}" if p.domain else ""),
         p.message,
     ]
+    if g.partial_boost_s is not None:
+        source = (
+            "its scheduleTimeoutSeconds"
+            if g.gang.schedule_timeout_s is not None
+            else "spec.gang.partialBoostSeconds: the PodGroup sets no scheduleTimeoutSeconds"
+        )
+        lines.append(
+            f"partial: {g.placed}/{g.gang.min_member} members placed; the gang ranks ahead of "
+            f"every pod for at most {g.partial_boost_s} s from the moment it became partial "
+            f"({source}), then by its members' priority"
+        )
     if p.members:
         rows = [["MEMBER", "CLASS", "FEASIBLE NODES", "PLAN", "SCORE", "REJECTED BY"]]
         for m in p.members:

@@ -282,6 +282,10 @@ class GangFlow:
             return
         gang.placed = {k for k in gang.placed if self._cache.cached_pod(k) is not None}
         self.dirty.add(gkey)
+        if not gang.short:
+            gang.short_since, gang.boost_ended = None, False
+        elif gang.short_since is None:
+            gang.short_since = self._clock()
         ekey = entry_key(gkey)
         queued = self._queue.get(ekey)
         phase = gang.phase
@@ -323,9 +327,28 @@ class GangFlow:
                 ref = PodRef(member.namespace, member.name, member.uid)
                 self._reporter.failed(ref, message, trace_id=new_trace_id())
 
+    def boost_limit(self, gang: Gang) -> int:
+        """Seconds a partial gang ranks ahead of every pod: its PodGroup's
+        scheduleTimeoutSeconds, else the scheduler's ``spec.gang.partialBoostSeconds``."""
+        spec = gang.spec
+        if spec is not None and spec.schedule_timeout_s is not None:
+            return spec.schedule_timeout_s
+        return self._host.settings.gang.partial_boost_s
+
     def timeouts(self, now_wall: float) -> None:
-        """Mark gangs whose scheduleTimeoutSeconds passed unadmitted (status Failed)."""
+        """Mark gangs whose scheduleTimeoutSeconds passed unadmitted (status Failed), and
+        end the partial boost of gangs short of minMember for longer than its limit."""
+        now = self._clock()
         for gang in self.gangs:
+            since = gang.short_since
+            if since is not None and not gang.boost_ended and now - since > self.boost_limit(gang):
+                gang.boost_ended = True
+                self._log.warning(
+                    "gang_boost_ended",
+                    gang=gang.key,
+                    reason=f"partial for more than {self.boost_limit(gang)} s",
+                )
+                self.sync(gang.key)
             spec = gang.spec
             if (
                 spec is None
@@ -350,6 +373,7 @@ class GangFlow:
     # -- scheduling side: solve, commit, bind, report ---------------------------
     def schedule(self, info: QueuedPodInfo[QueuedPod]) -> None:
         """Build the gang's joint problem on the snapshot now; solve and commit later."""
+        started = time.perf_counter()
         entry = info.pod
         assert isinstance(entry, GangEntry)
         gang = self.gangs.get(entry.gang)
@@ -378,14 +402,16 @@ class GangFlow:
                 f"gang {gang.key}: {len(members)}/{need} members can be placed: "
                 f"unreadable members: {detail or 'none'}"
             )
-            self._failed(info, gang, message, log, unschedulable=False)
+            self._failed(info, gang, message, log, started, unschedulable=False)
             return
         if any(m.storage_volumes for m in members):
             refusal = gang_volume_refusal(members, self._cache.volumes)
             if refusal is not None:  # a storage change wakes the gang
-                self._failed(info, gang, f"gang {gang.key}: {refusal}", log, unschedulable=True)
+                self._failed(
+                    info, gang, f"gang {gang.key}: {refusal}", log, started, unschedulable=True
+                )
                 return
-        started = time.perf_counter()
+        built = time.perf_counter()
         try:
             problem = build_problem(
                 self._host.framework,
@@ -400,14 +426,16 @@ class GangFlow:
             )
         except Exception as exc:  # a bug must cost the gang a retry, not the scheduler
             log.exception("gang_cycle_failed", reason=repr(exc))
-            self._failed(info, gang, f"internal error: {exc}", log, unschedulable=False)
+            self._failed(info, gang, f"internal error: {exc}", log, started, unschedulable=False)
             return
         log.info(
             "gang_problem_built",
             reason=f"{len(members)} members, need {need}",
-            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            duration_ms=round((time.perf_counter() - built) * 1000, 3),
         )
-        self._spawn(self._solve_and_commit(info, gang.key, members, problem, log, trace_id))
+        self._spawn(
+            self._solve_and_commit(info, gang.key, members, problem, log, trace_id, started)
+        )
 
     async def _solve_and_commit(
         self,
@@ -417,7 +445,9 @@ class GangFlow:
         problem: GangProblem,
         log: Any,
         trace_id: str,
+        started: float,
     ) -> None:
+        """``started``: when the attempt began (its pop), for the cycle's duration."""
         cfg = self._host.settings.gang
         try:
             async with self._solve_slot:
@@ -433,7 +463,9 @@ class GangFlow:
             log.exception("gang_solve_failed", reason=repr(exc))
             gang = self.gangs.get(gkey)
             if gang is not None:
-                self._failed(info, gang, f"internal error: {exc}", log, unschedulable=False)
+                self._failed(
+                    info, gang, f"internal error: {exc}", log, started, unschedulable=False
+                )
             else:
                 self._queue.done(info)
             return
@@ -447,21 +479,21 @@ class GangFlow:
             return
         if plan.status is SolveStatus.INVALID:
             # Our bug, not the cluster's answer: no preemption on its word; retry (backoff).
-            self._failed(info, gang, plan.message, log, unschedulable=False)
+            self._failed(info, gang, plan.message, log, started, unschedulable=False)
             return
         if not plan.admitted:
             try:
-                handled = await self._preempt(info, gkey, members, problem, plan, log)
+                handled = await self._preempt(info, gkey, members, problem, plan, log, started)
             except Exception as exc:  # a bug in preemption costs the gang its preemption
                 log.exception("gang_preemption_failed", reason=repr(exc))
                 handled = False
             if not handled and (gang := self.gangs.get(gkey)) is not None:
-                self._failed(info, gang, plan.message, log, unschedulable=True)
+                self._failed(info, gang, plan.message, log, started, unschedulable=True)
             elif not handled:
                 self._queue.done(info)
             return
         self._victims.pop(gkey, None)
-        self._commit(info, gang, members, plan, log, trace_id)
+        self._commit(info, gang, members, plan, log, trace_id, started)
 
     def _note_invalid(self, plan: GangPlan, log: Any) -> None:
         """A plan that broke its own problem's rules (``solve`` replaced it or admitted
@@ -498,6 +530,7 @@ class GangFlow:
         problem: GangProblem,
         failed: GangPlan,
         log: Any,
+        started: float,
     ) -> bool:
         """After a solve that could not place the gang: wait for the last preemption's
         victims, or search for victims whose eviction lets the whole gang fit and evict
@@ -509,7 +542,7 @@ class GangFlow:
         left = self._victims_left(gkey)
         if left:
             message = f"{failed.message}; waiting for {left} preempted pods to terminate"
-            self._failed(info, gang, message, log, unschedulable=True)
+            self._failed(info, gang, message, log, started, unschedulable=True)
             return True
         host = self._host
         snapshot = self._cache.snapshot
@@ -517,7 +550,12 @@ class GangFlow:
         reason = ineligible_reason(snapshot, members, inputs)
         if reason is not None:
             self._failed(
-                info, gang, f"{failed.message} preemption: {reason}", log, unschedulable=True
+                info,
+                gang,
+                f"{failed.message} preemption: {reason}",
+                log,
+                started,
+                unschedulable=True,
             )
             return True
         self._metrics.preemption_attempts.inc()
@@ -575,7 +613,9 @@ class GangFlow:
             host.end_nominations([m.key for m in ended])
             message = f"{failed.message} preemption: {search.message}"
             cleared = {pod_key(m.namespace, m.name): "" for m in ended}
-            self._failed(info, gang, message, log, unschedulable=True, nominated=cleared or None)
+            self._failed(
+                info, gang, message, log, started, unschedulable=True, nominated=cleared or None
+            )
             return True
         still = [
             m
@@ -584,7 +624,7 @@ class GangFlow:
         ]
         if len(still) != len(members) or gang.need != need:
             return False  # the gang changed while the search ran: try again from the start
-        self._evict(info, gang, members, found, log)
+        self._evict(info, gang, members, found, log, started)
         return True
 
     def _evict(
@@ -594,6 +634,7 @@ class GangFlow:
         members: list[Pod],
         found: GangPreemption,
         log: Any,
+        started: float,
     ) -> None:
         """Evict ``found``'s victims and nominate the members to its plan's nodes; the gang
         waits (unschedulable) for the deletions, which move it."""
@@ -619,7 +660,7 @@ class GangFlow:
             "waiting for them to terminate"
         )
         nominated = {pod_key(m.namespace, m.name): node for m, node in nominations}
-        self._failed(info, gang, message, log, unschedulable=True, nominated=nominated)
+        self._failed(info, gang, message, log, started, unschedulable=True, nominated=nominated)
 
     def _domain_nodes(self, gang: Gang, node: str) -> frozenset[str] | None:
         """The nodes of ``node``'s domain of the gang's topology key (None: no constraint)."""
@@ -681,6 +722,7 @@ class GangFlow:
         plan: GangPlan,
         log: Any,
         trace_id: str,
+        started: float,
     ) -> None:
         """All members assumed, or none: the plan is re-checked against the cache as it is
         now (ordinary pods were placed while the solver ran)."""
@@ -707,9 +749,10 @@ class GangFlow:
             for pod, _, _ in assumed:
                 self._unassume_member(gang, pod)
             message = f"gang {gang.key}: the plan no longer fits: {failure or 'members left'}"
-            self._failed(info, gang, message, log, unschedulable=False)
+            self._failed(info, gang, message, log, started, unschedulable=False)
             return
         self._queue.done(info)
+        self._metrics.observe_attempt(AttemptResult.SCHEDULED, time.perf_counter() - started)
         gang.last_reason, gang.last_message = "Scheduled", plan.message
         gang.partial_reported = False
         log.info(
@@ -741,21 +784,34 @@ class GangFlow:
         gang: Gang,
         message: str,
         log: Any,
+        started: float,
         *,
         unschedulable: bool,
         nominated: Mapping[PodKey, str] | None = None,
     ) -> None:
         """The gang as one unit: one requeue (one backoff), an event per member;
-        ``nominated``: members' nodes after a preemption, written with PodScheduled."""
+        ``nominated``: members' nodes after a preemption, written with PodScheduled.
+
+        Metrics: one cycle, timed from the pop (solve and victim search included), as a
+        single pod's cycle is; kube-scheduler's attempts one per pending member, as it
+        counts pods (each member of a coscheduling gang fails its own cycle)."""
         result = AttemptResult.UNSCHEDULABLE if unschedulable else AttemptResult.ERROR
-        self._metrics.observe_attempt(result, 0.0)
-        self._metrics.count_attempt(result, self._host.settings.scheduler_name)
+        elapsed = time.perf_counter() - started
+        self._metrics.observe_attempt(result, elapsed)
+        self._metrics.count_attempt(
+            result, self._host.settings.scheduler_name, pods=max(len(gang.pending), 1)
+        )
         queue = self._queue.requeue_after_failure(info, unschedulable=unschedulable, reason=message)
         reason = UNSCHEDULABLE if unschedulable else SCHEDULER_ERROR
         gang.last_reason = reason
         gang.last_message = message
         self.dirty.add(gang.key)
-        log.info("gang_unschedulable", reason=message, queue=str(queue))
+        log.info(
+            "gang_unschedulable",
+            reason=message,
+            queue=str(queue),
+            duration_ms=round(elapsed * 1000, 3),
+        )
         if self._reporter is None:
             return
         for key, member in gang.pending.items():

@@ -16,8 +16,11 @@ and cycles on the one event loop):
 * The entry's ``revision`` changes with everything a solve reads (spec, members), so the
   queue's relevant-update rule retries an unschedulable gang when, and only when, it
   changed. Its ``priority`` is its members' highest; a *partial* gang (some members bound,
-  ``need > 0``, e.g. after a failed binding or a restart) ranks ahead of every pod until
-  its timeout, so it has first claim on capacity that frees up.
+  ``need > 0``, e.g. after a failed binding or a restart) ranks ahead of every pod, so it
+  has first claim on capacity that frees up, for a bounded time: its
+  ``scheduleTimeoutSeconds`` (else ``spec.gang.partialBoostSeconds``) from the moment it
+  first had members placed but short of ``minMember``, and never after it timed out.
+  Without the bound a gang that cannot be completed would jump the queue forever.
 
 The table of a gang's states, in one place::
 
@@ -105,6 +108,11 @@ class Gang:
     last_message: str = ""
     partial_reported: bool = False
     timed_out: bool = False
+    short_since: float | None = None
+    """Monotonic time the gang last began to have members placed but fewer than minMember
+    (None: it has none placed, or enough): the partial boost is measured from it."""
+    boost_ended: bool = False
+    """The partial boost ran out (reset when the gang is no longer short)."""
 
     @property
     def namespace(self) -> str:
@@ -146,9 +154,19 @@ class Gang:
         gang whose members are finishing (or being deleted) with nobody pending is not."""
         return bool(self.placed) and bool(self.pending) and self.need > 0
 
+    @property
+    def short(self) -> bool:
+        """Members placed, fewer than minMember: what the partial boost's clock measures."""
+        return bool(self.placed) and self.need > 0
+
+    @property
+    def boosted(self) -> bool:
+        """Ranked ahead of every pod: partial, and its boost neither timed out nor ran out."""
+        return self.partial and not self.timed_out and not self.boost_ended
+
     def entry(self) -> GangEntry:
         priority = max((int(getattr(p, "priority", 0)) for p in self.pending.values()), default=0)
-        if self.partial and not self.timed_out:
+        if self.boosted:
             priority += PARTIAL_BOOST
         phase = self.phase
         gates: tuple[str, ...] = ()

@@ -68,7 +68,7 @@ import structlog
 from scheduler.control.binder import Binder
 from scheduler.control.cache import SchedulerCache
 from scheduler.control.gang_flow import GangFlow
-from scheduler.control.gangs import GangEntry, gang_of
+from scheduler.control.gangs import GangEntry, entry_key, gang_of
 from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
 from scheduler.control.node_reports import NodeReports
 from scheduler.control.preemptor import Preemptor, ident
@@ -889,7 +889,7 @@ class Scheduler:
         if seq != self._graph_seq:
             self.metrics.graph_patches.inc(seq - self._graph_seq if seq > self._graph_seq else seq)
             self._graph_seq = seq
-        self.metrics.set_pending(self.queue.counts())
+        self.metrics.set_pending(self.pending_counts())
         self.metrics.set_cache_size(self.cache.snapshot.num_nodes, self.cache.lifecycle.counts())
         self._ticks += 1
         if self._ticks % LOAD_GAUGE_EVERY == 1:
@@ -916,6 +916,15 @@ class Scheduler:
         )
         return dict(counts)
 
+    def pending_counts(self) -> dict[QueueName, int]:
+        """Pods waiting, by sub-queue, as kube-scheduler counts them: one per pod, so a
+        gang's one entry stands for each of its pending members where it waits."""
+        counts = dict(self.queue.counts())
+        for gang in self.gang_flow.gangs:
+            if len(gang.pending) > 1 and (where := self.queue.where(entry_key(gang.key))):
+                counts[where] = counts.get(where, 0) + len(gang.pending) - 1
+        return counts
+
     def queue_counts(self) -> dict[str, int]:
-        counts = self.queue.counts()
+        counts = self.pending_counts()
         return {str(q): counts.get(q, 0) for q in QueueName if q is not QueueName.IN_FLIGHT}

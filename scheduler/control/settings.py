@@ -65,6 +65,11 @@ class GangSettings:
     """CP-SAT's budget per gang; the greedy answer stands when it runs out."""
     use_solver: bool = True
     """False: greedy only (what the benchmark compares against)."""
+    partial_boost_s: int = 60
+    """How long a partial gang whose PodGroup has no ``scheduleTimeoutSeconds`` ranks ahead
+    of every pod. Its bound members hold capacity while it waits, so it gets first claim,
+    but not forever: 60 s is coscheduling's ``permitWaitingTimeSeconds``, how long its
+    members would hold a reservation waiting for the rest."""
 
 
 def parse_gang(raw: object) -> GangSettings:
@@ -79,13 +84,19 @@ def parse_gang(raw: object) -> GangSettings:
     solver: object = raw.get("solver", "CPSAT")
     if solver not in ("CPSAT", "Greedy"):
         problems.append(f"spec.gang.solver: {solver!r} is not CPSAT or Greedy")
+    boost: object = raw.get("partialBoostSeconds", GangSettings.partial_boost_s)
+    if isinstance(boost, bool) or not isinstance(boost, int) or boost < 0:
+        problems.append(f"spec.gang.partialBoostSeconds: {boost!r} is not an integer >= 0")
     for key in raw:
-        if key not in ("solverTimeLimitSeconds", "solver"):
+        if key not in ("solverTimeLimitSeconds", "solver", "partialBoostSeconds"):
             problems.append(f"spec.gang: unknown key {key!r}")
     if problems:
         raise SettingsError("; ".join(problems))
     assert isinstance(limit, int | float)
-    return GangSettings(solver_time_limit_s=float(limit), use_solver=solver == "CPSAT")
+    assert isinstance(boost, int)
+    return GangSettings(
+        solver_time_limit_s=float(limit), use_solver=solver == "CPSAT", partial_boost_s=boost
+    )
 
 
 def parse_gpu_placement(raw: object) -> GpuPlacementArgs:
@@ -145,7 +156,11 @@ def default_spec(scheduler_name: str) -> dict[str, Any]:
             "cpuPreferBelow": load.cpu_prefer_below,
             "memoryPreferBelow": load.memory_prefer_below,
         },
-        "gang": {"solver": "CPSAT", "solverTimeLimitSeconds": s.gang.solver_time_limit_s},
+        "gang": {
+            "solver": "CPSAT",
+            "solverTimeLimitSeconds": s.gang.solver_time_limit_s,
+            "partialBoostSeconds": s.gang.partial_boost_s,
+        },
         "gpuPlacement": {
             "policy": s.profile.gpu_placement.policy.value,
             "resources": list(s.profile.gpu_placement.resources),

@@ -70,6 +70,8 @@ class Storage:
         """``kind/key`` -> why its body was not read."""
         self._changed = asyncio.Event()
         """Set on every change; the waits re-check their claims then."""
+        self.bind_timeout_s = BIND_TIMEOUT
+        """How long a PreBind waits for the PV controller (a test shortens it)."""
 
     # -- watch side ---------------------------------------------------------------------
     def upsert(self, kind: Kind, body: Body) -> None:
@@ -167,13 +169,15 @@ class Storage:
     async def wait_bound(
         self,
         plan: VolumePlan,
-        within: float = BIND_TIMEOUT,
+        within: float | None = None,
         *,
         alive: Callable[[], bool] = lambda: True,
     ) -> str | None:
-        """Wait until :meth:`check` says bound (None), or say why not (a reason). ``alive``
-        is asked at least once a second: a pod deleted meanwhile ends the wait at once
-        rather than holding its node's room for the whole timeout."""
+        """Wait until :meth:`check` says bound (None), or say why not (a reason), at most
+        ``within`` seconds (None: :attr:`bind_timeout_s`). ``alive`` is asked at least once
+        a second: a pod deleted meanwhile ends the wait at once rather than holding its
+        node's room for the whole timeout."""
+        within = self.bind_timeout_s if within is None else within
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
         while True:

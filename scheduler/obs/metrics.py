@@ -411,9 +411,10 @@ class Metrics:
         for result in AttemptResult:
             self.kube_schedule_attempts.labels(result=result, profile=profile)
 
-    def count_attempt(self, result: AttemptResult, profile: str) -> None:
-        """One attempt as kube-scheduler counts it (see :attr:`kube_schedule_attempts`)."""
-        self.kube_schedule_attempts.labels(result=result, profile=profile).inc()
+    def count_attempt(self, result: AttemptResult, profile: str, *, pods: int = 1) -> None:
+        """Attempts as kube-scheduler counts them, one per pod (see
+        :attr:`kube_schedule_attempts`)."""
+        self.kube_schedule_attempts.labels(result=result, profile=profile).inc(pods)
 
     def observe_sli(self, seconds: float, *, attempts: int) -> None:
         """A pod bound ``seconds`` after it first became schedulable, in ``attempts``."""

@@ -5,6 +5,7 @@ a failed binding is re-placed or makes the gang partial and first in line."""
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -98,12 +99,29 @@ def node_gone(sched: Scheduler) -> Callable[[str], None]:
     return lambda node: sched.node_deleted({"metadata": {"name": node}})
 
 
-def scheduler(nodes: int = 3, cpu: str = "4") -> tuple[Scheduler, FakeWriter]:
+class Clock:
+    """A monotonic clock a test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def scheduler(
+    nodes: int = 3,
+    cpu: str = "4",
+    *,
+    clock: Clock | None = None,
+    spec: dict[str, Any] | None = None,
+) -> tuple[Scheduler, FakeWriter]:
     writer = FakeWriter()
     sched = Scheduler(
-        parse_spec({}, "lattice"),
+        parse_spec(spec or {}, "lattice"),
         writer=cast(KubeWriter, writer),
         metrics=Metrics.create(),
+        clock=clock if clock is not None else Clock(),
         wall_clock=lambda: NOW,
     )
     for i in range(nodes):
@@ -392,3 +410,258 @@ async def test_an_invalid_plan_without_a_valid_greedy_one_retries(
     assert sched.metrics.gang_invalid_plans._value.get() == 1
     assert sched.queue.where(entry_key("default/g")) is QueueName.BACKOFF
     assert sched.cache.snapshot.pod_counts.sum() == 0
+
+
+async def partial_gang(
+    clock: Clock, *, timeout_s: int | None = None, spec: dict[str, Any] | None = None
+) -> tuple[Scheduler, FakeWriter]:
+    """A gang of 2 whose member "a" could not be bound nor re-placed (its node went away):
+    "b" is bound, "a" waits, the gang is partial; and a single pod of priority 1000 waits."""
+    sched, writer = scheduler(nodes=2, cpu="4", clock=clock, spec=spec)
+    group = podgroup("g", 2)
+    if timeout_s is not None:
+        group["spec"]["scheduleTimeoutSeconds"] = timeout_s
+    sched.podgroup_upserted(group)
+    for name in "ab":
+        sched.pod_upserted(member(name, "g", cpu="3"))
+    writer.fail.add("a")
+    writer.on_fail = node_gone(sched)
+    await run_one(sched)
+    await sched.drain(10)
+    for name, node in writer.binds:  # the watch's echo of each binding
+        echo = member(name, "g", cpu="3")
+        echo["spec"]["nodeName"] = node
+        echo["metadata"]["resourceVersion"] = "7"
+        sched.pod_upserted(echo)
+    gang = sched.gang_flow.gangs.get("default/g")
+    assert gang is not None
+    assert gang.partial
+    single = make_pod("vip", "1").priority(1000).obj()
+    single["spec"]["schedulerName"] = "lattice"
+    sched.pod_upserted(single)
+    return sched, writer
+
+
+def gang_priority(sched: Scheduler) -> int:
+    queued = sched.queue.get(entry_key("default/g"))
+    assert queued is not None
+    return queued.pod.priority
+
+
+def first_popped(sched: Scheduler) -> str:
+    info = sched.queue.try_pop()
+    assert info is not None
+    return info.pod.name
+
+
+async def test_a_partial_gang_without_a_timeout_jumps_the_queue_for_a_bounded_time() -> None:
+    clock = Clock()
+    sched, _ = await partial_gang(clock)
+    assert gang_priority(sched) >= PARTIAL_BOOST
+    clock.now += 59
+    sched.tick()
+    assert gang_priority(sched) >= PARTIAL_BOOST, "boosted within 60 s"
+    clock.now += 2
+    sched.tick()
+    assert gang_priority(sched) == 0, "its members' priority after 60 s"
+    assert first_popped(sched) == "vip"
+
+
+async def test_the_partial_boost_is_the_podgroups_timeout_or_the_setting() -> None:
+    clock = Clock()
+    sched, _ = await partial_gang(clock, timeout_s=10)
+    clock.now += 11
+    sched.tick()
+    assert first_popped(sched) == "vip"
+    clock = Clock()
+    sched, _ = await partial_gang(clock, spec={"gang": {"partialBoostSeconds": 300}})
+    clock.now += 299
+    sched.tick()
+    assert first_popped(sched).startswith("podgroup:")
+    clock.now += 2
+    sched.tick()
+    assert gang_priority(sched) == 0, "the setting's 300 s ran out"
+
+
+async def test_a_gang_that_is_completed_again_gets_a_fresh_boost() -> None:
+    clock = Clock()
+    sched, writer = await partial_gang(clock)
+    clock.now += 61
+    sched.tick()
+    sched.node_upserted(make_node("n7", cpu="4", memory="16Gi").obj())
+    while (info := sched.queue.try_pop()) is not None and info.pod.name != "podgroup:g":
+        sched.queue.done(info)
+    assert info is not None
+    sched.gang_flow.schedule(info)
+    await sched.drain(10)
+    await sched.drain(10)
+    assert sorted(n for n, _ in writer.binds) == ["a", "b"]
+    gang = sched.gang_flow.gangs.get("default/g")
+    assert gang is not None
+    assert not gang.boost_ended
+    assert gang.short_since is None
+
+
+def sample(sched: Scheduler, name: str, **labels: str) -> float:
+    value = sched.metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+async def test_pending_pods_counts_a_gangs_members_where_its_entry_waits() -> None:
+    sched, _ = scheduler()
+    sched.podgroup_upserted(podgroup("g", 4))
+    for name in "abc":
+        sched.pod_upserted(member(name, "g"))
+    single = make_pod("solo", "1").obj()
+    single["spec"]["schedulerName"] = "lattice"
+    sched.pod_upserted(single)
+    sched.tick()
+    assert sample(sched, "scheduler_pending_pods", queue="gated") == 3, "waiting for quorum"
+    assert sample(sched, "scheduler_pending_pods", queue="active") == 1
+    sched.pod_upserted(member("d", "g"))
+    sched.tick()
+    assert sample(sched, "scheduler_pending_pods", queue="gated") == 0
+    assert sample(sched, "scheduler_pending_pods", queue="active") == 5
+    assert sample(sched, "lattice_queue_pending_pods", queue="active") == 5
+    assert sched.queue_counts()["active"] == 5
+
+
+async def test_a_gang_attempt_is_timed_from_pop_to_outcome_and_counted_per_member() -> None:
+    sched, _ = scheduler(nodes=2)
+    sched.podgroup_upserted(podgroup("g", 3))
+    for name in "abc":
+        sched.pod_upserted(member(name, "g", cpu="3"))
+    await run_one(sched)  # does not fit
+    solved = sample(sched, "lattice_gang_solve_duration_seconds_sum")
+    assert solved > 0
+    cycle = "lattice_scheduling_cycle_duration_seconds_sum"
+    assert sample(sched, cycle, result="unschedulable") >= solved, "the solve is in the cycle"
+    attempts = "scheduler_schedule_attempts_total"
+    assert sample(sched, attempts, result="unschedulable", profile="lattice") == 3
+
+    sched, _ = scheduler(nodes=3)
+    sched.podgroup_upserted(podgroup("g", 3))
+    for name in "abc":
+        sched.pod_upserted(member(name, "g", cpu="3"))
+    await run_one(sched)  # fits
+    solved = sample(sched, "lattice_gang_solve_duration_seconds_sum")
+    assert sample(sched, "lattice_scheduling_attempts_total", result="scheduled") == 1
+    assert sample(sched, cycle, result="scheduled") >= solved > 0
+    assert sample(sched, attempts, result="scheduled", profile="lattice") == 3
+
+
+async def test_finished_members_count_for_nothing_as_in_coscheduling() -> None:
+    """Coscheduling's quorum lists the group's pods from kube-scheduler's pod informer,
+    which drops Succeeded and Failed pods, and its Permit counts assigned pods in the
+    snapshot, which holds none: a finished member is neither present nor placed. Live
+    members, running or pending, are; so replacements beside running members are placed,
+    and a lone replacement after the rest finished waits for quorum."""
+    sched, writer = scheduler()
+    sched.podgroup_upserted(podgroup("g", 3))
+    for name in "abc":
+        sched.pod_upserted(member(name, "g"))
+    await run_one(sched)
+    nodes = dict(writer.binds)
+
+    def finish(name: str) -> None:
+        done = member(name, "g")
+        done["spec"]["nodeName"] = nodes[name]
+        done["status"] = {"phase": "Succeeded"}
+        sched.pod_upserted(done)
+
+    finish("a")
+    sched.pod_upserted(member("d", "g"))  # with b and c running: 3 live members
+    gang = sched.gang_flow.gangs.get("default/g")
+    assert gang is not None
+    assert gang.need == 1
+    await run_one(sched)
+    assert "d" in {n for n, _ in writer.binds}
+    nodes = dict(writer.binds)
+    for name in "bcd":
+        finish(name)
+    sched.pod_upserted(member("e", "g"))
+    assert gang.need == 3, "finished members are not placed"
+    assert sched.queue.where(entry_key("default/g")) is QueueName.GATED
+    await sched.drain(5)
+    waiting = [e for e in writer.events if e[1] == "e" and e[2] == "FailedScheduling"]
+    assert "waiting for quorum: 1/3 members present" in waiting[-1][3]
+
+
+async def test_a_plan_that_no_longer_fits_at_commit_is_rolled_back_whole() -> None:
+    """Pods placed while the solver ran: the commit re-checks each member, assumes none
+    when one no longer fits (the ones it had assumed are forgotten), binds nothing and
+    retries the gang as an error (backoff), its members pending again."""
+    sched, writer = scheduler(nodes=2, cpu="4")
+    sched.podgroup_upserted(podgroup("g", 2))
+    for name in "ab":
+        sched.pod_upserted(member(name, "g", cpu="3"))
+    info = sched.queue.try_pop()
+    assert info is not None
+    sched.gang_flow.schedule(info)  # problem built; the solve waits for the loop
+    intruder = make_pod("intruder", "3").build()
+    sched.cache.assume(intruder, "n0", {})  # placed while the solver ran
+    await sched.drain(10)
+    await sched.drain(10)
+    assert writer.binds == []
+    assert sched.cache.snapshot.pod_counts.sum() == 1, "only the intruder holds a node"
+    gang = sched.gang_flow.gangs.get("default/g")
+    assert gang is not None
+    assert not gang.placed
+    assert set(gang.pending) == {pod_key("default", "a"), pod_key("default", "b")}
+    assert sched.queue.where(entry_key("default/g")) is QueueName.BACKOFF
+    failed = [e for e in writer.events if "the plan no longer fits" in e[3]]
+    assert {e[1] for e in failed} == {"a", "b"}
+    errors = sample(sched, "scheduler_schedule_attempts_total", result="error", profile="lattice")
+    assert errors == 2
+
+
+async def test_a_gang_past_its_schedule_timeout_is_failed_and_still_retried() -> None:
+    """scheduleTimeoutSeconds counts from the scheduleStartTime the scheduler wrote (read
+    back from the watch, so a restart keeps it): past it the PodGroup is Failed with reason
+    ScheduleTimeout and a ScheduleTimeout Event, once; the gang is still retried."""
+    wall = [NOW]
+    writer = FakeWriter()
+    sched = Scheduler(
+        parse_spec({}, "lattice"),
+        writer=cast(KubeWriter, writer),
+        metrics=Metrics.create(),
+        clock=Clock(),
+        wall_clock=lambda: wall[0],
+    )
+    for i in range(2):
+        sched.node_upserted(make_node(f"n{i}", cpu="4", memory="16Gi").obj())
+    group = podgroup("g", 3)
+    group["spec"]["scheduleTimeoutSeconds"] = 30
+    sched.podgroup_upserted(group)
+    for name in "abc":
+        sched.pod_upserted(member(name, "g", cpu="3"))
+    await run_one(sched)  # does not fit: 3 members, 2 nodes
+    await sched.gang_flow.write_statuses()
+    _, status = writer.statuses[-1]
+    assert status["phase"] == "Scheduling"
+    group["status"] = dict(status)  # the watch's echo of our write
+    sched.podgroup_upserted(group)
+    wall[0] += 29
+    sched.tick()
+    await sched.gang_flow.write_statuses()
+    assert writer.statuses[-1][1]["phase"] == "Scheduling", "within the timeout"
+    wall[0] += 2
+    sched.tick()
+    sched.tick()
+    await sched.gang_flow.write_statuses()
+    await sched.drain(5)
+    _, status = writer.statuses[-1]
+    assert status["phase"] == "Failed"
+    assert [c["reason"] for c in status["conditions"]] == ["ScheduleTimeout"]
+    timeouts = [e for e in writer.events if e[0] == "PodGroup" and e[2] == "ScheduleTimeout"]
+    assert len(timeouts) == 1
+    assert "not admitted within scheduleTimeoutSeconds (30); still retrying" in timeouts[0][3]
+    assert sched.queue.where(entry_key("default/g")) is not None, "still retried"
+    sched.node_upserted(make_node("n2", cpu="4", memory="16Gi").obj())
+    sched.queue.flush(now=time.monotonic() + 3600)  # past its backoff (the queue's clock)
+    info = sched.queue.try_pop()
+    assert info is not None
+    sched.gang_flow.schedule(info)
+    await sched.drain(10)
+    await sched.drain(10)
+    assert sorted(n for n, _ in writer.binds) == ["a", "b", "c"]

@@ -22,6 +22,14 @@ def test_default_spec_round_trips() -> None:
     assert dict(settings.profile.scores)["TaintToleration"] == 3
 
 
+def test_gang_settings_round_trip() -> None:
+    spec = {"gang": {"solver": "Greedy", "partialBoostSeconds": 5}}
+    assert parse_spec(spec, "lattice").gang.partial_boost_s == 5
+    default = default_spec("lattice")
+    assert default["gang"]["partialBoostSeconds"] == 60
+    assert parse_spec(default, "lattice").gang.partial_boost_s == 60
+
+
 def test_plugins_are_applied() -> None:
     spec = {
         "plugins": [
@@ -72,6 +80,8 @@ def test_pending_gpu_pods_feed_the_request_mix() -> None:
         pytest.param({"plugins": [{"name": "Nope"}]}, "unknown plugin 'Nope'", id="unknown"),
         pytest.param({"plugins": [{"name": "NodeAffinity", "weight": 500}]}, "weight", id="weight"),
         pytest.param({"bindConcurrency": 0}, "bindConcurrency", id="concurrency"),
+        pytest.param({"gang": {"partialBoostSeconds": -1}}, "partialBoostSeconds", id="boost"),
+        pytest.param({"gang": {"partialBoostSeconds": 1.5}}, "partialBoostSeconds", id="boost-f"),
         pytest.param({"clientQPS": "fast"}, "clientQPS", id="qps"),
         pytest.param({"schedulerName": "other"}, "differs", id="name"),
         pytest.param(

@@ -359,3 +359,33 @@ async def test_a_gang_with_an_unbound_claim_waits_with_a_clear_reason() -> None:
     sched.queue.flush(now=float("inf"))
     await run_one(sched)
     assert sorted(writer.binds) == [("w0", "n0"), ("w1", "n0")]
+
+
+async def test_a_prebind_the_pv_controller_never_completes_times_out_and_gives_the_pv_back() -> (
+    None
+):
+    """kube's bindTimeoutSeconds (600 s): a claim whose PV is never bound fails the pod's
+    PreBind as an error, the PV is offered again and nothing is bound. The wait is
+    shortened here; its default is kube's."""
+    sched, writer = setup()
+    assert sched.storage.bind_timeout_s == 600.0
+    sched.storage.bind_timeout_s = 0.3
+    local_storage(sched, ("pv-a", "n0"))
+    sched.storage_upserted(Kind.PVC, versioned(pvc("data"), uid="claim-1"))
+    sched.pod_upserted(claimant("p", "data"))
+    cycle(sched, "p")
+    await settle()
+    assert [p.name for p in writer.volume_patches] == ["pv-a"]
+    assumed = sched.cache.volumes.pvs["pv-a"]
+    assert assumed.claim_ref is not None  # assumed while it waits
+    await sched.drain(5)
+    assert writer.binds == []
+    ((reason, message),) = conditions(writer, "p")
+    assert reason == "SchedulerError"
+    assert message == (
+        'running PreBind plugin "VolumeBinding": '
+        "binding volumes: timed out waiting for the condition after 0.3 s"
+    )
+    assert sched.queue.counts().get(QueueName.BACKOFF) == 1
+    assert sched.cache.volumes.pvs["pv-a"].claim_ref is None, "the PV is offered again"
+    assert sched.cache.snapshot.pod_counts.sum() == 0, "the node's room is given back"

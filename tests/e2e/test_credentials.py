@@ -9,10 +9,14 @@ proves the watch authenticated, and the binding itself proves the writes did.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import socket
 import subprocess
 import sys
+import threading
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -160,3 +164,96 @@ async def test_exec_plugin_and_insecure_skip_tls_verify(
     )
     kubeconfig.chmod(0o600)
     await binds_a_pod(plane, api, ns, kubeconfig, "exec")
+
+
+class ConnectProxy:
+    """An HTTP CONNECT proxy on loopback that records each tunnel's target, as a corporate
+    proxy in front of an API server would see it. It runs on a loop in a thread of its own:
+    the test's loop blocks while it stops `lattice run`, whose last requests still go
+    through the proxy."""
+
+    def __init__(self, hosts: dict[str, str]) -> None:
+        self.targets: list[str] = []
+        self.hosts = hosts
+        """Names only the proxy can resolve (its own DNS), to their addresses."""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+
+    def __enter__(self) -> ConnectProxy:
+        self._thread.start()
+        start = asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = asyncio.run_coroutine_threadsafe(start, self._loop).result(10)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        async def close() -> None:
+            assert self._server is not None
+            self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+            method, target, _ = head.split("\r\n", 1)[0].split(" ", 2)
+            if method != "CONNECT":
+                writer.write(b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n")
+                return
+            self.targets.append(target)
+            host, port = target.rsplit(":", 1)
+            up_reader, up_writer = await asyncio.open_connection(
+                self.hosts.get(host, host), int(port)
+            )
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    try:
+        while data := await src.read(65536):
+            dst.write(data)
+            await dst.drain()
+    finally:
+        dst.close()
+
+
+async def test_proxy_url_carries_the_watches_and_the_writes(
+    plane: Plane, api: client.ApiClient, ns: str, tmp_path: Path
+) -> None:
+    """A kubeconfig's proxy-url, where the API server's name resolves only at the proxy (a
+    name its certificate carries): kopf's watch and kubernetes-asyncio's writes must both
+    tunnel through it, or the pod, created after start-up, would never bind."""
+    doc = yaml.safe_load(plane.user_kubeconfig.read_text())
+    cluster = doc["clusters"][0]["cluster"]
+    port = urllib.parse.urlsplit(cluster["server"]).port
+    hidden = "kubernetes.default.svc"
+    with pytest.raises(socket.gaierror):
+        socket.getaddrinfo(hidden, port)  # not reachable but through the proxy
+    with ConnectProxy({hidden: "127.0.0.1"}) as proxy:
+        cluster["server"] = f"https://{hidden}:{port}"
+        cluster["proxy-url"] = proxy.url
+        kubeconfig = tmp_path / "proxied.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(doc))
+        kubeconfig.chmod(0o600)
+        await binds_a_pod(plane, api, ns, kubeconfig, "proxied")
+    assert set(proxy.targets) == {f"{hidden}:{port}"}
+    log = (plane.tmp / "proxied.log").read_text()
+    assert "kopf listed: True" in log, "kopf's watch went through the proxy too"
+    assert "ClientConnector" not in log

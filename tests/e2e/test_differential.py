@@ -8,12 +8,13 @@ run on the same objects read back from the API server:
 * kube-scheduler failed              =>  Lattice's feasible set is empty and its
   per-reason node counts equal those in kube-scheduler's FailedScheduling message.
 
-``--diff-cases`` (default 300) and ``--diff-seed`` choose how many and which.
+``--diff-cases`` (default 300) and ``--diff-seed`` choose how many and which (the seed is
+drawn per run unless given; see ``tests/e2e/differential/seeds.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +29,12 @@ from scheduler.model.pod import Pod
 from tests.conftest import report_line
 from tests.e2e.differential.gen import Body, Generator
 from tests.e2e.differential.harness import KubeSide, State, Verdict, own_plane
+from tests.e2e.differential.seeds import DiffRun, failure_hint
 
 PODS_PER_CLUSTER = 10
+
+DIFF_SUITE = "core"
+"""Its seeds: the run's, and ``REGRESSIONS["core"]`` (tests/e2e/differential/seeds.py)."""
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +80,14 @@ def agree(kube: Verdict, ours: Decision) -> bool:
 
 
 async def test_core_agrees_with_kube_scheduler(
-    diff_api: client.ApiClient, request: pytest.FixtureRequest
+    diff_api: client.ApiClient,
+    diff_run: DiffRun,
+    request: pytest.FixtureRequest,
+    record_property: Callable[[str, object], None],
 ) -> None:
-    cases: int = request.config.getoption("--diff-cases")
-    seed: int = request.config.getoption("--diff-seed")
+    cases = diff_run.cases_or(request.config.getoption("--diff-cases"))
+    seed = diff_run.seed
+    record_property("diff_seed", seed)
     gen = Generator(seed)
     kube = KubeSide(diff_api)
     disagreements: list[Disagreement] = []
@@ -101,4 +110,6 @@ async def test_core_agrees_with_kube_scheduler(
         f"{done - bound} unschedulable), {done - len(disagreements)} agree ({rate:.1f}%)"
     )
     assert done == cases
-    assert not disagreements, "\n".join(str(d) for d in disagreements[:20])
+    assert not disagreements, (
+        failure_hint(diff_run, DIFF_SUITE) + "\n" + "\n".join(str(d) for d in disagreements[:20])
+    )

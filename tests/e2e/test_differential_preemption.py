@@ -15,13 +15,14 @@ stored). Agreement means:
   :func:`no_preemption_message`; if kube bound the pod without preempting, Lattice found that
   node feasible.
 
-``--preempt-cases`` (default 200) sets how many cases, ``--diff-seed`` which.
+``--preempt-cases`` (default 200) sets how many cases, ``--diff-seed`` which (drawn per run
+unless given; see ``tests/e2e/differential/seeds.py``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,8 +47,12 @@ from tests.conftest import report_line
 from tests.e2e.differential.harness import own_plane
 from tests.e2e.differential.preemption import Before, KubePreemption, PreemptionKubeSide
 from tests.e2e.differential.preemption_gen import Body, PreemptionGenerator
+from tests.e2e.differential.seeds import DiffRun, failure_hint
 
 CASES_PER_ROUND = 25
+
+DIFF_SUITE = "preemption"
+"""Its seeds: the run's, and ``REGRESSIONS["preemption"]`` (tests/e2e/differential/seeds.py)."""
 
 
 @pytest.fixture(scope="module")
@@ -140,10 +145,14 @@ def _mounts(pod: Body, claim: str) -> bool:
 
 
 async def test_preemption_agrees_with_kube_scheduler(
-    preempt_api: client.ApiClient, request: pytest.FixtureRequest
+    preempt_api: client.ApiClient,
+    diff_run: DiffRun,
+    request: pytest.FixtureRequest,
+    record_property: Callable[[str, object], None],
 ) -> None:
-    cases: int = request.config.getoption("--preempt-cases")
-    seed: int = request.config.getoption("--diff-seed")
+    cases = diff_run.cases_or(request.config.getoption("--preempt-cases"))
+    seed = diff_run.seed
+    record_property("diff_seed", seed)
     gen = PreemptionGenerator(seed)
     kube = PreemptionKubeSide(preempt_api)
     await kube.install_priority_classes()
@@ -188,6 +197,8 @@ async def test_preemption_agrees_with_kube_scheduler(
         f"{agreed} agree ({100.0 * agreed / done:.1f}%), {elapsed:.0f} s"
     )
     assert done == cases
-    assert not disagreements, "\n".join(disagreements[:20])
+    assert not disagreements, (
+        failure_hint(diff_run, DIFF_SUITE) + "\n" + "\n".join(disagreements[:20])
+    )
     # The volume cases are not vacuous: some preemptions free a ReadWriteOncePod claim.
     assert cases < 50 or rwop_preempted > 0

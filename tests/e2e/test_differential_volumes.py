@@ -13,14 +13,15 @@ decides on the same objects read back from the API server:
 * kube-scheduler failed  =>  Lattice's feasible set is empty and its per-reason node
   counts (or PreFilter message) equal those of kube-scheduler's FailedScheduling message.
 
-``--volume-cases`` (default 100) sets how many, ``--diff-seed`` which.
+``--volume-cases`` (default 100) sets how many, ``--diff-seed`` which (drawn per run unless
+given; see ``tests/e2e/differential/seeds.py``).
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +38,16 @@ from scheduler.model.pod import Pod
 from tests.conftest import report_line
 from tests.e2e.differential.gen import Body
 from tests.e2e.differential.harness import Verdict, own_plane
+from tests.e2e.differential.seeds import DiffRun, failure_hint
 from tests.e2e.differential.volumes_gen import VolumeGenerator
 from tests.e2e.differential.volumes_harness import VolumeKubeSide, VolumeWorld
 from tests.e2e.differential.volumes_objects import schedule_with_volumes
 from tests.e2e.test_differential import agree
 
 CASES_PER_CLUSTER = 10
+
+DIFF_SUITE = "volumes"
+"""Its seeds: the run's, and ``REGRESSIONS["volumes"]`` (tests/e2e/differential/seeds.py)."""
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +92,14 @@ class Disagreement:
 
 
 async def test_volume_plugins_agree_with_kube_scheduler(
-    volume_api: client.ApiClient, request: pytest.FixtureRequest
+    volume_api: client.ApiClient,
+    diff_run: DiffRun,
+    request: pytest.FixtureRequest,
+    record_property: Callable[[str, object], None],
 ) -> None:
-    cases: int = request.config.getoption("--volume-cases")
-    seed: int = request.config.getoption("--diff-seed")
+    cases = diff_run.cases_or(request.config.getoption("--volume-cases"))
+    seed = diff_run.seed
+    record_property("diff_seed", seed)
     gen = VolumeGenerator(seed)
     kube = VolumeKubeSide(volume_api)
     disagreements: list[Disagreement] = []
@@ -132,4 +141,6 @@ async def test_volume_plugins_agree_with_kube_scheduler(
         + "; ".join(f"{reason} ({n})" for reason, n in seen.most_common())
     )
     assert done == cases
-    assert not disagreements, "\n".join(str(d) for d in disagreements[:20])
+    assert not disagreements, (
+        failure_hint(diff_run, DIFF_SUITE) + "\n" + "\n".join(str(d) for d in disagreements[:20])
+    )
