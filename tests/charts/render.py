@@ -64,9 +64,22 @@ def helm(*args: str, kubeconfig: Path | None = None, env: dict[str, str] | None 
     return out.stdout
 
 
-def render(*values: str) -> str:
-    """``helm template`` of the chart; ``values`` are extra arguments (``--set k=v``)."""
-    return helm("template", RELEASE, str(CHART), *values)
+NAMESPACE = "lattice-system"
+"""The release namespace of the conventional install (``-n lattice-system --create-namespace``)."""
+MANIFEST_VALUES = ("--set", f"scheduler.namespace={NAMESPACE}")
+"""``manifests/`` is rendered from another release namespace with the scheduler's named, so
+the chart creates and labels it: ``kubectl apply`` has no ``--create-namespace``."""
+
+
+def render(*values: str, namespace: str = NAMESPACE) -> str:
+    """``helm template`` of the chart as ``helm install -n NAMESPACE`` would install it;
+    ``values`` are extra arguments (``--set k=v``)."""
+    return helm("template", RELEASE, str(CHART), f"--namespace={namespace}", *values)
+
+
+def render_manifests() -> str:
+    """The render ``manifests/`` is made of."""
+    return render(*MANIFEST_VALUES, namespace="default")
 
 
 def documents(rendered: str) -> list[tuple[str, str]]:
@@ -115,7 +128,7 @@ def write() -> list[str]:
         if not target.is_file() or target.read_bytes() != data:
             shutil.copyfile(CRDS / name, target)
             changed.append(f"charts/lattice/crds/{name}")
-    for name, text in manifest_files(render()).items():
+    for name, text in manifest_files(render_manifests()).items():
         target = MANIFESTS / name
         if not target.is_file() or target.read_text() != text:
             target.write_text(text)
@@ -128,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="sync crds and write manifests/")
     args = parser.parse_args(argv)
     if not args.write:
-        sys.stdout.write(render())
+        sys.stdout.write(render_manifests())
         return 0
     for line in write() or ["manifests/ and charts/lattice/crds/ already up to date"]:
         print(line)

@@ -51,7 +51,7 @@ def test_chart_crds_are_the_repos_crds() -> None:
 
 
 def test_manifests_are_the_default_render() -> None:
-    want = render.manifest_files(render.render())
+    want = render.manifest_files(render.render_manifests())
     assert sorted(p.name for p in MANIFESTS.glob("*.yaml")) == sorted(want)
     for name, text in want.items():
         assert (MANIFESTS / name).read_text() == text, f"manifests/{name}: run `just manifests`"
@@ -66,13 +66,32 @@ def test_each_manifest_file_declares_the_namespaces_it_uses() -> None:
         assert used <= declared, f"{path.name} uses {used - declared} without declaring it"
 
 
-def test_namespaces_carry_the_pod_security_each_needs(default: list[dict[str, Any]]) -> None:
-    sched = find(default, "Namespace", "lattice-system")["metadata"]["labels"]
+def test_the_scheduler_goes_in_the_release_namespace_and_the_agent_in_its_own(
+    default: list[dict[str, Any]],
+) -> None:
+    """`helm install -n lattice-system --create-namespace`: Helm makes the release namespace,
+    so the chart must not create it too (it did: "namespaces lattice-system already
+    exists"); the agent's privileged namespace is the chart's own."""
+    kinds_in_release = {
+        o["kind"] for o in default if o["metadata"].get("namespace") == "lattice-system"
+    }
+    assert {"Deployment", "ServiceAccount", "Service", "Role"} <= kinds_in_release
+    assert [o["metadata"]["name"] for o in default if o["kind"] == "Namespace"] == ["lattice-agent"]
     agent = find(default, "Namespace", "lattice-agent")["metadata"]["labels"]
+    assert agent["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert find(default, "DaemonSet")["metadata"]["namespace"] == "lattice-agent"
+    elsewhere = objects(render.render(namespace="team-a"))
+    assert find(elsewhere, "Deployment")["metadata"]["namespace"] == "team-a"
+
+
+def test_manifests_create_both_namespaces_with_their_pod_security() -> None:
+    objs = objects(render.render_manifests())
+    sched = find(objs, "Namespace", "lattice-system")["metadata"]["labels"]
+    agent = find(objs, "Namespace", "lattice-agent")["metadata"]["labels"]
     assert sched["pod-security.kubernetes.io/enforce"] == "restricted"
     assert agent["pod-security.kubernetes.io/enforce"] == "privileged"
-    assert find(default, "Deployment")["metadata"]["namespace"] == "lattice-system"
-    assert find(default, "DaemonSet")["metadata"]["namespace"] == "lattice-agent"
+    assert find(objs, "Deployment")["metadata"]["namespace"] == "lattice-system"
+    assert find(objs, "DaemonSet")["metadata"]["namespace"] == "lattice-agent"
 
 
 def test_rbac_grants_no_secrets_and_names_the_lease(default: list[dict[str, Any]]) -> None:
@@ -193,6 +212,10 @@ def test_values_reach_the_objects() -> None:
 
 def test_without_the_agent_nothing_of_it_is_rendered() -> None:
     objs = objects(render.render("--set", "agent.enabled=false"))
+    assert [o for o in objs if o["kind"] == "Namespace"] == []
+    objs = objects(
+        render.render("--set", "agent.enabled=false", *render.MANIFEST_VALUES, namespace="x")
+    )
     assert {o["metadata"]["name"] for o in objs if o["kind"] == "Namespace"} == {"lattice-system"}
     assert not [o for o in objs if o["metadata"]["name"].startswith("lattice-agent")]
 

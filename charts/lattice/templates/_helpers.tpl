@@ -9,6 +9,12 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
+{{/* The scheduler's namespace: the release's (helm install -n NS --create-namespace),
+unless scheduler.namespace names another one, which the chart then creates. */}}
+{{- define "lattice.schedulerNamespace" -}}
+{{ .Values.scheduler.namespace | default .Release.Namespace }}
+{{- end }}
+
 {{/* The scheduler's Lease: get/update are granted on this name only. */}}
 {{- define "lattice.leaseName" -}}
 {{ .Values.scheduler.leaderElection.leaseName | default .Values.scheduler.name }}
@@ -25,7 +31,7 @@ system:serviceaccount:{{ .Values.agent.namespace }}:{{ .Values.agent.name }}
 {{- if and (gt (int $s.replicas) 1) (not $s.leaderElection.enabled) -}}
 {{- fail "scheduler.replicas > 1 needs scheduler.leaderElection.enabled: two leaders would both bind" -}}
 {{- end -}}
-{{- if and .Values.agent.enabled (eq .Values.agent.namespace $s.namespace) -}}
+{{- if and .Values.agent.enabled (eq .Values.agent.namespace (include "lattice.schedulerNamespace" .)) -}}
 {{- fail "agent.namespace must differ from scheduler.namespace: the agent's needs Pod Security level privileged, the scheduler's stays restricted" -}}
 {{- end -}}
 {{- if and .Values.agent.enabled (gt (float64 .Values.agent.sampleInterval) (float64 .Values.agent.reportInterval)) -}}
