@@ -1203,7 +1203,9 @@ class GangBench:
     async def _start_scheduler(self, arm: ArmName, log_offset: int) -> int | None:
         """Start the arm's scheduler; for Lattice, its metrics port once it is Ready."""
         if arm == "kube":
-            self.cluster.start_kube_scheduler(ClusterConfig(percentage_of_nodes_to_score=100))
+            self.cluster.start_kube_scheduler(
+                ClusterConfig(percentage_of_nodes_to_score=100 if self.args.score_all else None)
+            )
             return None
         await self._apply_gang_spec(gang_spec(arm, self.args.solver_time_limit))
         started = time.time()
@@ -1411,6 +1413,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scaling-gpus", type=int, default=4, help="GPUs per scaling member")
     parser.add_argument("--scaling-repeats", type=int, default=3, help="solves per scaling row")
     parser.add_argument("--json", type=Path, default=None, help="write raw results here")
+    parser.add_argument(
+        "--score-all",
+        action="store_true",
+        help="kube-scheduler scores every node (percentageOfNodesToScore 100), a tuned peer; "
+        "default: its adaptive default, as its users run it",
+    )
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.duration <= 0 or args.patience <= 0 or args.gangs < 0:
         parser.error("need --nodes >= 1, --duration > 0, --patience > 0, --gangs >= 0")

@@ -535,7 +535,9 @@ class LoadBench:
 
     async def _start_scheduler(self, phase: Phase) -> None:
         if phase.scheduler != LATTICE:
-            self.cluster.start_kube_scheduler(ClusterConfig(percentage_of_nodes_to_score=100))
+            self.cluster.start_kube_scheduler(
+                ClusterConfig(percentage_of_nodes_to_score=100 if self.args.score_all else None)
+            )
             return
         await self._apply_lattice_spec(load_aware_spec(self.args.report_interval, phase.alpha))
         started = time.time()
@@ -907,6 +909,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bind-timeout", type=float, default=120.0)
     parser.add_argument(
         "--dump", type=Path, default=None, help="write placements and step series as JSON here"
+    )
+    parser.add_argument(
+        "--score-all",
+        action="store_true",
+        help="kube-scheduler scores every node (percentageOfNodesToScore 100), a tuned peer; "
+        "default: its adaptive default, as its users run it",
     )
     args = parser.parse_args(argv)
     if args.pods < 1 or args.rate <= 0 or args.report_interval <= 0 or args.nodes < 2:
