@@ -1,24 +1,42 @@
-# Lattice scheduler and node agent image: slim, pinned, runtime dependencies only, non-root.
+# Lattice scheduler and node agent image: runtime dependencies only, non-root.
 #
-# The build stage turns the package and its [project].dependencies (never the dev
-# extras) into wheels; the final stage installs exactly those from the local folder,
-# with no index, so what runs is what pyproject.toml declares.
-FROM python:3.11.11-slim-bookworm AS build
+# BASE is any Debian bookworm image with python3.11 and its venv module. With a
+# registry, the default (the official slim image) is pulled; `just image` builds
+# without one, from a local mmdebstrap of Debian bookworm with Debian's python3.11
+# (scheduler/devcluster/image.py). Everything lives in a virtualenv under /opt,
+# so Debian's externally-managed python and the official image behave the same.
+ARG BASE=python:3.11-slim-bookworm
+
+FROM ${BASE} AS build
 WORKDIR /src
+RUN python3 -m venv /opt/lattice
 COPY pyproject.toml README.md ./
 COPY scheduler ./scheduler
-RUN pip wheel --no-cache-dir --disable-pip-version-check --wheel-dir /wheels .
+# The package and its [project].dependencies (never the extras) as wheels (pip's
+# cache stays in this stage).
+RUN /opt/lattice/bin/pip wheel --disable-pip-version-check --wheel-dir /wheels .
+RUN /opt/lattice/bin/pip install --no-cache-dir --disable-pip-version-check --no-index \
+        --find-links /wheels lattice-scheduler \
+    && /opt/lattice/bin/pip check \
+    && /opt/lattice/bin/pip uninstall --yes --disable-pip-version-check pip setuptools \
+    # Never imported at run time: test suites, bytecode (the root is read-only, so
+    # it is compiled below once), type stubs, C headers.
+    && site="$(/opt/lattice/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    && find "$site" -depth \( -name tests -o -name __pycache__ \) -type d \
+        -path "*/site-packages/*/*" -exec rm -rf {} + \
+    && find "$site" \( -name '*.pyi' -o -name '*.h' -o -name '*.pxd' \) -delete \
+    && /opt/lattice/bin/python -m compileall -q -j 0 "$site" \
+    && /opt/lattice/bin/lattice --version
 
-FROM python:3.11.11-slim-bookworm
+FROM ${BASE}
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN useradd --system --uid 65532 --no-create-home --shell /usr/sbin/nologin lattice
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir --no-index --find-links /wheels lattice-scheduler \
-    && rm -rf /wheels \
-    && pip check \
-    && lattice --version
+    PATH=/opt/lattice/bin:/usr/local/bin:/usr/bin:/bin
+# A passwd entry for uid 65532 without useradd (not in every minimal base).
+RUN echo 'lattice:x:65532:65532:lattice:/nonexistent:/usr/sbin/nologin' >> /etc/passwd \
+    && echo 'lattice:x:65532:' >> /etc/group
+COPY --from=build /opt/lattice /opt/lattice
+RUN lattice --version
 USER 65532:65532
 ENTRYPOINT ["lattice"]
 CMD ["--help"]

@@ -10,6 +10,10 @@ default:
 demo:
     lattice demo
 
+# Build the container image with buildah (no Docker, no registry), cached by content; prints its archive.
+image:
+    python -m scheduler.devcluster.image
+
 # Stop the demo cluster and remove its state.
 down:
     lattice devcluster down

@@ -1,0 +1,93 @@
+"""The image users deploy, built from this checkout and run as a cluster runs it.
+
+Built by the same code as ``just image`` (buildah on a local Debian base, cached by
+content), then run with podman and runc: read-only root filesystem, no network.
+A host that cannot build containers skips with one reason, except under CI, whose
+machine can and must (it fails there instead).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from scheduler import __version__
+from scheduler.devcluster.image import Image, ImageError, ensure_image, run_args
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def image() -> Image:
+    try:
+        return ensure_image(lambda msg: print(f"image: {msg}"))
+    except ImageError as exc:
+        if os.environ.get("CI") or os.geteuid() == 0:
+            raise
+        pytest.skip(f"cannot build container images on this host: {exc}")
+
+
+def _run(
+    image: Image, *args: str, entrypoint: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        run_args(image.ref, *args, entrypoint=entrypoint),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_version(image: Image) -> None:
+    done = _run(image, "--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"lattice {__version__}"
+
+
+def test_runs_as_65532_on_a_read_only_root(image: Image) -> None:
+    config = json.loads(
+        subprocess.run(
+            ["podman", "image", "inspect", image.ref], capture_output=True, check=True
+        ).stdout
+    )[0]["Config"]
+    assert config["User"] == "65532:65532"
+    assert config["Entrypoint"] == ["lattice"]
+    done = _run(image, "-c", "id -u; id -g; touch /opt/x", entrypoint="/bin/sh")
+    lines = done.stdout.split()
+    assert lines[:2] == ["65532", "65532"], done.stdout
+    assert done.returncode != 0
+    assert "Read-only file system" in done.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "agent", "explain", "simulate"])
+def test_runtime_commands_start(image: Image, command: str) -> None:
+    """Every runtime command imports what it needs from the image alone."""
+    done = _run(image, command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert "usage: lattice" in done.stdout
+
+
+def test_solver_imports_in_the_image(image: Image) -> None:
+    """CP-SAT (ortools, and through it pandas) loads and solves from the trimmed venv."""
+    code = (
+        "from ortools.sat.python import cp_model\n"
+        "m = cp_model.CpModel(); x = m.new_int_var(0, 3, 'x'); m.maximize(x)\n"
+        "s = cp_model.CpSolver(); assert s.solve(m) == cp_model.OPTIMAL\n"
+        "print(s.value(x))\n"
+    )
+    done = _run(image, "-c", code, entrypoint="python3")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "3"
+
+
+def test_cached_by_content(image: Image) -> None:
+    """A second build of the same checkout is the cached archive, not a rebuild."""
+    before = image.archive.stat().st_mtime_ns
+    again = ensure_image(lambda msg: pytest.fail(f"rebuilt on unchanged content: {msg}"))
+    assert again.ref == image.ref
+    assert again.archive == image.archive
+    assert again.archive.stat().st_mtime_ns == before
