@@ -79,6 +79,12 @@ def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="also run the upstream kube-scheduler (the peer we compare against)",
     )
+    up.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also run one real kubelet with containerd on this machine (root; Debian packages "
+        "installed if missing), with the locally built Lattice and pause images imported",
+    )
     up.add_argument("--kube-scheduler-qps", type=float, default=500.0)
     up.add_argument("--kube-scheduler-burst", type=int, default=1000)
     up.add_argument("--percentage-of-nodes-to-score", type=int, default=None)
@@ -93,6 +99,8 @@ def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _devcluster(args: argparse.Namespace) -> int:
     from scheduler.devcluster.build import BuildError, ensure_binaries
     from scheduler.devcluster.cluster import ClusterConfig, DevCluster, DevClusterError
+    from scheduler.devcluster.image import ImageError
+    from scheduler.devcluster.realnode import RealNodeError
 
     cluster = DevCluster(args.state_dir)
     try:
@@ -108,12 +116,14 @@ def _devcluster(args: argparse.Namespace) -> int:
                 kube_scheduler_qps=args.kube_scheduler_qps,
                 kube_scheduler_burst=args.kube_scheduler_burst,
                 percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
+                real_node=args.real_node,
             )
             state = cluster.up(cfg, progress=lambda line: print(line, file=sys.stderr))
             print(
                 f"devcluster ready in {time.monotonic() - started:.1f}s: {state.server}, "
                 f"{cfg.nodes} {cfg.node_profile} node(s)"
                 + (", kube-scheduler running" if cfg.with_kube_scheduler else "")
+                + (f", real node {state.config['real_node']}" if cfg.real_node else "")
             )
             print(f"export KUBECONFIG={cluster.kubeconfig}")
         elif args.action == "down":
@@ -157,7 +167,14 @@ def _devcluster(args: argparse.Namespace) -> int:
             if rest[:1] == ["--"]:
                 rest = rest[1:]
             os.execv(kubectl, [kubectl, f"--kubeconfig={cluster.kubeconfig}", *rest])
-    except (BuildError, DevClusterError, ValueError, TimeoutError) as exc:
+    except (
+        BuildError,
+        DevClusterError,
+        ImageError,
+        RealNodeError,
+        ValueError,
+        TimeoutError,
+    ) as exc:
         print(f"lattice devcluster {args.action}: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -74,6 +74,8 @@ class ClusterConfig:
     node_ready_per_node: float = 0.1
     """Seconds of budget per node: kwok and the node lifecycle controller make a few
     dozen nodes Ready per second on 2 cores, so 5000 nodes need minutes, not 120 s."""
+    real_node: bool = False
+    """Also run one real kubelet (containerd + runc) on this machine: see realnode.py."""
     node_ready_stall: float = 60.0
     """Give up once this long passed without one more node Ready (however much budget
     is left): a stuck kwok or controller is reported in a minute, not after the budget."""
@@ -282,9 +284,13 @@ class DevCluster:
             self._start_kwok(state, bins)
             asyncio.run(self._create_nodes(config))
             self._simulate_agents(state, bins, config)
+            if config.real_node:
+                self._start_real_node(state, progress)
             if config.with_kube_scheduler:
                 self._start_kube_scheduler(state, bins, config)
             asyncio.run(self._wait_nodes_ready(config, progress))
+            if config.real_node:
+                self._wait_real_node(state, bins)
         except BaseException:
             self._stop_processes(state)
             raise
@@ -299,11 +305,22 @@ class DevCluster:
         if state is not None:
             stopped = self._stop_processes(state)
         if self.state_dir.exists():
+            from scheduler.devcluster import realnode
+
+            realnode.unmount_below(self.state_dir)
             shutil.rmtree(self.state_dir)
         return stopped
 
     def _stop_processes(self, state: ClusterState) -> list[str]:
         stopped = []
+        if "containerd" in state.pids:
+            from scheduler.devcluster import realnode
+
+            # kubelet first, then the containers it started, while containerd still runs.
+            if "kubelet" in state.pids and process.stop(state.pids.pop("kubelet"), "kubelet"):
+                stopped.append("kubelet")
+            realnode.kill_containers(realnode.Layout(self.state_dir / "real-node"))
+            realnode.remove_bridge()
         # Clients first, etcd last, so nothing logs a storm of connection errors.
         for name in reversed(list(state.pids)):
             if process.stop(state.pids[name], state.names.get(name, name)):
@@ -503,6 +520,8 @@ class DevCluster:
                 f"--client-ca-file={pkid / 'ca.crt'}",
                 f"--token-auth-file={pkid / 'tokens.csv'}",
                 "--authorization-mode=Node,RBAC",
+                # A node may change only itself and its pods (the real node's kubelet).
+                "--enable-admission-plugins=NodeRestriction",
                 "--anonymous-auth=false",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pkid / 'sa.pub'}",
@@ -566,6 +585,70 @@ class DevCluster:
                 f"--server-address=127.0.0.1:{state.ports['kwok']}",
             ],
         )
+
+    def _start_real_node(self, state: ClusterState, progress: Progress | None) -> None:
+        """containerd and a kubelet registered as :data:`realnode.NODE_NAME` (its own
+        client certificate), with the pause and Lattice images imported."""
+        from scheduler.devcluster import image, realnode
+
+        say = progress or realnode._say
+        realnode.ensure_packages(say)
+        image.ensure_tools(say)
+        kubelet = realnode.ensure_kubelet(say)
+        archives = [realnode.ensure_pause(say), image.ensure_image(say).archive]
+        realnode.ensure_bridge()
+        pkid = self.state_dir / "pki"
+        cert, key = pki.write_client_cert(
+            pkid, pki.User(f"system:node:{realnode.NODE_NAME}", ("system:nodes",))
+        )
+        layout = realnode.Layout(self.state_dir / "real-node")
+        realnode.write_files(
+            layout,
+            server=state.server,
+            ca=pkid / "ca.crt",
+            cert=cert,
+            key=key,
+            ports=(process.free_port(), process.free_port()),
+        )
+        containerd = shutil.which("containerd")
+        if containerd is None:
+            raise DevClusterError("containerd not found after installing it")
+        self._start(
+            state, "containerd", Path(containerd), ["--config", str(layout.containerd_config)]
+        )
+        realnode.wait_socket(layout)
+        realnode.import_images(layout, archives)
+        self._start(state, "kubelet", kubelet, realnode.kubelet_args(layout))
+        state.config["real_node"] = realnode.NODE_NAME
+        self._save(state)
+
+    def _wait_real_node(self, state: ClusterState, bins: Binaries, timeout: float = 120) -> None:
+        from scheduler.devcluster import realnode
+
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive(state, "kubelet")
+            done = subprocess.run(
+                [
+                    str(bins.kubectl),
+                    f"--kubeconfig={self.kubeconfig}",
+                    "get",
+                    "node",
+                    realnode.NODE_NAME,
+                    "-o",
+                    "json",
+                ],
+                capture_output=True,
+                check=False,
+            )
+            if done.returncode == 0 and raw_node_ready(json.loads(done.stdout)):
+                return
+            if time.monotonic() > deadline:
+                raise DevClusterError(
+                    f"the real node {realnode.NODE_NAME} was not Ready in {timeout:.0f}s; "
+                    f"logs: {self.log('kubelet')}, {self.log('containerd')}"
+                )
+            time.sleep(1)
 
     def _start_kube_scheduler(
         self, state: ClusterState, bins: Binaries, config: ClusterConfig
