@@ -21,6 +21,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from scheduler.core.plugins.unsupported import NO_DRA
 from scheduler.devcluster.cluster import ClusterConfig
 from scheduler.devcluster.kube import poll
 from tests.e2e.differential.volumes_objects import pv, storage_class
@@ -38,7 +39,6 @@ NODES: Final = 3
 PINNED_NODE: Final = "kwok-node-0001"
 SCRATCH_NODE: Final = "kwok-node-0002"
 ADVICE: Final = "use the default scheduler for this pod"
-NO_DRA: Final = "Lattice does not allocate DRA resource claims yet"
 
 
 @pytest.fixture(scope="module")
