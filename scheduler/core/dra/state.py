@@ -92,8 +92,15 @@ class DraState:
 
     def _uncount(self, claim: ResourceClaim | None) -> None:
         if claim is not None:
-            self._used.subtract(claim.allocated_devices())
-            self._used = +self._used
+            self._release(claim.allocated_devices())
+
+    def _release(self, devices: list[DeviceId]) -> None:
+        for device in devices:
+            left = self._used[device] - 1
+            if left > 0:
+                self._used[device] = left
+            else:
+                del self._used[device]
 
     # ------------------------------------------------------------------ assume
     def assume(self, plan: ClaimPlan) -> None:
@@ -117,8 +124,7 @@ class DraState:
     def _drop_pending(self, key: ClaimKey) -> None:
         pending = self._pending.pop(key, None)
         if pending is not None:
-            self._used.subtract(pending[1])
-            self._used = +self._used
+            self._release(pending[1])
 
     def pending_for(self, key: ClaimKey) -> str | None:
         """The pod uid a claim is being allocated for, or None."""
