@@ -15,14 +15,17 @@ third pod is deleted and the controller deletes its claim: then it gets that dev
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from scheduler.cli import main
 from scheduler.core.dra.objects import DELETE_PROTECTION_FINALIZER
 from scheduler.devcluster.cluster import LATTICE_USER, ClusterConfig
 from scheduler.devcluster.kube import poll
@@ -224,3 +227,20 @@ async def test_claims_are_allocated_written_and_the_pods_bound(
         sched.stop()
     assert sched.proc is not None
     assert sched.proc.returncode == 0
+
+
+async def test_explain_allocates_a_claim_pod_without_binding_it(
+    plane: Plane, api: client.ApiClient, ns: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(dra_objects(ns)))
+    body = claim_pod("asked", resourceClaimName="shared")
+    body["metadata"]["namespace"] = ns
+    manifest = tmp_path / "pod.json"
+    manifest.write_text(json.dumps(body))
+    argv = ["explain", "--kubeconfig", str(plane.cluster.kubeconfig), "-f", str(manifest)]
+    assert await asyncio.to_thread(main, [*argv, "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["feasible"] == [GPU_NODE]
+    assert out["selected"] == GPU_NODE
+    assert out["reason_counts"] == {"cannot allocate all claims": NODES - 1}
+    assert "allocation" not in (await get_claim(api, ns, "shared")).get("status", {})
