@@ -123,6 +123,42 @@ class DraObjects:
             self.state.remove_claim(namespace, name)
 
 
+async def deallocate_claim(
+    api: client.ApiClient, claim: ResourceClaim, *, pod_uid: str
+) -> str | None:
+    """kube's PostFilter write: clear ``status.allocation``, ``reservedFor`` and
+    ``devices`` of a claim reserved by nobody but the pod (checked again on the fresh
+    object; a 409 re-reads). None when done or no longer needed, else why it failed."""
+    objects = client.CustomObjectsApi(api)
+    what = f"resourceclaim {claim.namespace}/{claim.name}"
+    for _ in range(CONFLICT_RETRIES):
+        try:
+            body: dict[str, Any] = await objects.get_namespaced_custom_object(
+                GROUP, VERSION, claim.namespace, "resourceclaims", claim.name
+            )
+        except client.ApiException as exc:
+            return None if exc.status == 404 else f"reading {what}: {exc.status} {exc.reason}"
+        status = body.get("status") or {}
+        if (body.get("metadata") or {}).get("uid") != claim.uid or not status.get("allocation"):
+            return None
+        if any(r.get("uid") != pod_uid for r in status.get("reservedFor") or []):
+            return None
+        body["status"] = {k: v for k, v in status.items() if k not in _DEALLOCATED}
+        try:
+            await objects.replace_namespaced_custom_object_status(
+                GROUP, VERSION, claim.namespace, "resourceclaims", claim.name, body
+            )
+        except client.ApiException as exc:
+            if exc.status == 409:
+                continue
+            return f"deallocating {what}: {exc.status} {exc.reason}"
+        return None
+    return f"deallocating {what}: still conflicting after {CONFLICT_RETRIES} attempts"
+
+
+_DEALLOCATED: Final = frozenset({"allocation", "reservedFor", "devices"})
+
+
 async def write_claim(
     api: client.ApiClient, write: ClaimWrite, *, pod_name: str, pod_uid: str
 ) -> tuple[dict[str, Any] | None, str | None]:

@@ -23,8 +23,9 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client
 
-from scheduler.control.dra import write_claim
+from scheduler.control.dra import deallocate_claim, write_claim
 from scheduler.control.ratelimit import TokenBucket
+from scheduler.core.dra.objects import ResourceClaim
 from scheduler.core.dra.state import ClaimWrite
 from scheduler.core.volumes import PERSISTENT_VOLUME, VolumePatch
 
@@ -253,6 +254,11 @@ class KubeWriter:
         :func:`scheduler.control.dra.write_claim`), paced like the bindings."""
         await self.limiter.acquire()
         return await write_claim(self._api, write, pod_name=pod_name, pod_uid=pod_uid)
+
+    async def deallocate_claim(self, claim: ResourceClaim, *, pod_uid: str) -> str | None:
+        """DynamicResources' PostFilter write (:func:`scheduler.control.dra.deallocate_claim`)."""
+        await self.limiter.acquire()
+        return await deallocate_claim(self._api, claim, pod_uid=pod_uid)
 
     async def mark_unschedulable(
         self,

@@ -90,6 +90,7 @@ from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import SchedulerSettings
 from scheduler.control.storage import POD_GONE, Kind, Storage
 from scheduler.control.timing import timed
+from scheduler.core.dra.objects import ResourceClaim
 from scheduler.core.dra.state import ClaimPlan
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code
@@ -97,6 +98,7 @@ from scheduler.core.from_api import scheduled_at
 from scheduler.core.gpus import Free, stranded
 from scheduler.core.load import LoadView
 from scheduler.core.nominated import schedule_with_nominated
+from scheduler.core.plugins.dynamic_resources import stale_allocations
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
@@ -637,6 +639,10 @@ class Scheduler:
                     info, log, trace_id, decision.summary, started, AttemptResult.UNSCHEDULABLE
                 )
                 return
+            if pod.resource_claims:
+                stale = stale_allocations(pod, self.cache.dra, self.cache.snapshot)
+                if stale and self.writer is not None:
+                    self._spawn(self._deallocate(pod, stale, log))
             found, why = self._post_filter(decision, log)
             nominated: str | None = None
             message = decision.summary
@@ -899,6 +905,17 @@ class Scheduler:
             )
         finally:
             self._prebinding.pop(pod.uid, None)
+
+    async def _deallocate(self, pod: Pod, claims: Sequence[ResourceClaim], log: Any) -> None:
+        """kube's DynamicResources PostFilter: allocations no node can use are given back;
+        the claims' update events requeue the pod."""
+        assert self.writer is not None
+        for claim in claims:
+            failed = await self.writer.deallocate_claim(claim, pod_uid=pod.uid)
+            if failed is None:
+                log.info("claim_deallocated", reason=f"{claim.namespace}/{claim.name}")
+            else:
+                log.warning("claim_deallocation_failed", reason=failed)
 
     async def _bind_claims(self, plan: ClaimPlan, log: Any) -> str | None:
         """kube's DynamicResources PreBind: each claim's finalizer, allocation and

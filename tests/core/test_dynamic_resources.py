@@ -8,7 +8,11 @@ from scheduler.core.dra.objects import DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.core.dra.state import DraState
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code
-from scheduler.core.plugins.dynamic_resources import CANNOT_ALLOCATE, NOT_AVAILABLE
+from scheduler.core.plugins.dynamic_resources import (
+    CANNOT_ALLOCATE,
+    NOT_AVAILABLE,
+    stale_allocations,
+)
 from scheduler.core.plugins.unsupported import ADVICE, DRA_ALPHA, NO_DRA
 from scheduler.core.profile import DEFAULT_PROFILE, DYNAMIC_RESOURCES, Profile
 from scheduler.core.schedule import Framework
@@ -254,3 +258,51 @@ def test_without_dra_state_or_the_plugin_claims_are_refused() -> None:
         name="no-dra", filters=tuple(f for f in DEFAULT_PROFILE.filters if f != DYNAMIC_RESOURCES)
     )
     assert rejection(schedule(pod, state(one_gpu()), Framework(without)))[2] == expected
+
+
+def test_an_allocation_no_node_can_use_is_given_back_unless_someone_else_holds_it() -> None:
+    gone = {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gone"]}]}
+        ]
+    }
+    allocation = {
+        "devices": {
+            "results": [{"request": "gpu", "driver": GPU_DRIVER, "pool": "gone", "device": "x"}]
+        },
+        "nodeSelector": gone,
+    }
+    mine = {
+        "allocation": allocation,
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": "u1"}],
+    }
+    shared = {
+        "allocation": allocation,
+        "reservedFor": [{"resource": "pods", "name": "q", "uid": "u2"}],
+    }
+    usable = {
+        **allocation,
+        "nodeSelector": {
+            **gone,
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+            ],
+        },
+    }
+    dra = state(
+        one_gpu("mine", status=mine),
+        one_gpu("shared", status=shared),
+        one_gpu("usable", status={"allocation": usable}),
+    )
+    pod = pod_with(
+        "p",
+        {"name": "a", "resourceClaimName": "mine"},
+        {"name": "b", "resourceClaimName": "shared"},
+        {"name": "c", "resourceClaimName": "usable"},
+        uid="u1",
+    ).build()
+    decision = FRAMEWORK.schedule(cluster(NODES), pod, dra=dra)
+    assert decision.selected is None
+    assert set(decision.reason_counts()) == {NOT_AVAILABLE}
+    stale = stale_allocations(pod, dra, cluster(NODES))
+    assert [c.name for c in stale] == ["mine"]

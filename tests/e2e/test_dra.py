@@ -244,3 +244,44 @@ async def test_explain_allocates_a_claim_pod_without_binding_it(
     assert out["selected"] == GPU_NODE
     assert out["reason_counts"] == {"cannot allocate all claims": NODES - 1}
     assert "allocation" not in (await get_claim(api, ns, "shared")).get("status", {})
+
+
+async def test_an_allocation_no_node_can_use_is_given_back_and_made_anew(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """kube's PostFilter: the claim was allocated for a node that is gone and nobody holds
+    it; Lattice deallocates it, the claim's update requeues the pod, and it is allocated
+    again on the node with devices."""
+    objects = dra_objects(ns)
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    custom = client.CustomObjectsApi(api)
+    stale = await get_claim(api, ns, "shared")
+    gone = {"key": "metadata.name", "operator": "In", "values": ["gone-node"]}
+    stale["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "gpu", "driver": DRIVER, "pool": "gone-node", "device": "gpu-0"}
+                ]
+            },
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [gone]}]},
+        }
+    }
+    await custom.replace_namespaced_custom_object_status(
+        "resource.k8s.io", "v1", ns, "resourceclaims", "shared", stale
+    )
+    sched = plane.lattice().start()
+    try:
+        await create_pods(api, ns, [claim_pod("again", resourceClaimName="shared")])
+        (bound,) = await wait_bound(api, ns, 1, within=90)
+        assert bound["spec"]["nodeName"] == GPU_NODE
+        allocation = (await get_claim(api, ns, "shared"))["status"]["allocation"]
+        (result,) = allocation["devices"]["results"]
+        assert (result["driver"], result["pool"].endswith(GPU_NODE)) == (DRIVER, True)
+        on_node = {"key": "metadata.name", "operator": "In", "values": [GPU_NODE]}
+        assert allocation["nodeSelector"] == {"nodeSelectorTerms": [{"matchFields": [on_node]}]}
+        assert any(ln.get("event") == "claim_deallocated" for ln in sched.lines())
+    finally:
+        sched.stop()
+    assert sched.proc is not None
+    assert sched.proc.returncode == 0

@@ -16,6 +16,9 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
   failure is "cannot allocate all claims"; an allocator error (a CEL runtime error, All
   over an incomplete pool, ...) is an Error status, which ends the pod's whole attempt
   (SchedulerError and backoff), as in kube.
+* **PostFilter** (:func:`stale_allocations`, run by the controller when no node fits):
+  the pod's allocated claims that nobody else holds and that no node can use any more
+  are deallocated, so the next attempt can allocate anew.
 * **ClaimPlan** (after selection, kube's Reserve/PreBind as data): the allocations for the
   chosen node and the claims to reserve for the pod. The controller assumes the plan in its
   :class:`~scheduler.core.dra.state.DraState` (so the next cycle never offers those devices)
@@ -33,7 +36,7 @@ import numpy as np
 
 from scheduler.core.dra.allocator import AllocationError, Allocator
 from scheduler.core.dra.objects import ResourceClaim, requests_of
-from scheduler.core.dra.state import ClaimPlan, ClaimWrite
+from scheduler.core.dra.state import ClaimPlan, ClaimWrite, DraState
 from scheduler.core.framework import (
     PREFILTER_SKIP,
     Code,
@@ -42,7 +45,8 @@ from scheduler.core.framework import (
     PreFilterResult,
 )
 from scheduler.core.profile import DYNAMIC_RESOURCES, Profile
-from scheduler.core.snapshot import BoolArray
+from scheduler.core.snapshot import BoolArray, Snapshot
+from scheduler.model.pod import Pod
 
 NAME: Final = DYNAMIC_RESOURCES
 NOT_AVAILABLE: Final = "resourceclaim not available on the node"
@@ -174,6 +178,29 @@ class DynamicResources:
             elif not any(r.uid == pod.uid for r in claim.reserved_for):
                 writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid, None))
         return ClaimPlan(pod.name, pod.uid, tuple(writes))
+
+
+def stale_allocations(pod: Pod, dra: DraState, snapshot: Snapshot) -> list[ResourceClaim]:
+    """kube's PostFilter, for a pod no node fits: its allocated claims reserved for nobody
+    but it, whose allocation is available on no node of the snapshot, to deallocate (the
+    claim's change requeues the pod, which may then allocate anew). kube deallocates a
+    claim that some filtered node could not use, which may be a claim still usable
+    elsewhere; Lattice only gives up an allocation no node can use any more (its node
+    went away, say), so a pod failing for other reasons keeps its devices."""
+    out: list[ResourceClaim] = []
+    for ref in pod.resource_claims:
+        name = ref.claim_name or pod.generated_claims.get(ref.name)
+        claim = dra.claims.get((pod.namespace, name)) if name else None
+        if claim is None or claim.allocation is None or claim.deleting:
+            continue
+        if any(r.uid != pod.uid for r in claim.reserved_for):
+            continue
+        selector = claim.allocation_node_selector
+        if selector is None:
+            continue
+        if not any(selector.matches(n.labels, n.name) for n in snapshot.nodes()):
+            out.append(claim)
+    return out
 
 
 def new(profile: Profile) -> DynamicResources:
