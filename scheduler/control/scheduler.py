@@ -486,6 +486,17 @@ class Scheduler:
 
     def dra_upserted(self, kind: DraKind, body: Body) -> None:
         self.dra.upsert(kind, body)
+        if kind is DraKind.CLAIM:
+            meta = body.get("metadata") or {}
+            key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+            shared = self.cache.dra.shared_devices(key)
+            if shared:  # the API server does not stop it: two schedulers, one pool
+                self.metrics.dra_double_allocations.inc()
+                self.log.warning(
+                    "device_double_allocated",
+                    pod=f"{key[0]}/{key[1]}",
+                    reason=", ".join("/".join(d) for d in shared),
+                )
         self._dra_changed(kind, body)
 
     def dra_deleted(self, kind: DraKind, body: Body) -> None:
@@ -930,6 +941,8 @@ class Scheduler:
                 return failed
             assert written is not None
             self.dra.claim_written(written)
+            if write.allocation is not None:
+                self.metrics.dra_allocations.inc()
         log.info("claims_written", reason=f"{len(plan.writes)} claim(s)")
         return None
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from structlog.testing import capture_logs
+
 from scheduler.control.dra import Kind
 from scheduler.control.queue import QueueName, pod_key
 from tests.builders import make_pod
@@ -45,3 +47,20 @@ async def test_a_pod_without_devices_waits_for_a_dra_change() -> None:
     assert event[3].startswith("0/3 nodes are available: 3 cannot allocate all claims.")
     sched.dra_upserted(Kind.SLICE, resource_slice("s", [device("gpu-0")], node="n2"))
     assert sched.queue.where(key) in (QueueName.ACTIVE, QueueName.BACKOFF)
+
+
+def test_one_device_in_two_allocations_is_counted_and_logged() -> None:
+    sched, _ = scheduler()
+    results = [{"request": "gpu", "driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}]
+    for name in ("a", "b"):
+        body = claim(
+            name,
+            request("gpu", exactly("gpu")),
+            status={"allocation": {"devices": {"results": results}}},
+        )
+        with capture_logs() as logs:
+            sched.dra_upserted(Kind.CLAIM, body)
+    assert sched.metrics.dra_double_allocations._value.get() == 1
+    assert [(e["event"], e["reason"]) for e in logs] == [
+        ("device_double_allocated", "gpu.example.com/n1/gpu-0")
+    ]

@@ -135,6 +135,13 @@ class DraState:
     def allocated_devices(self) -> frozenset[DeviceId]:
         return frozenset(self._used)
 
+    def shared_devices(self, key: ClaimKey) -> list[DeviceId]:
+        """The devices of a claim's allocation that another allocation holds too."""
+        claim = self.claims.get(key)
+        if claim is None:
+            return []
+        return sorted(d for d in claim.allocated_devices() if self._used[d] > 1)
+
     def double_allocated(self) -> list[DeviceId]:
         """Devices held by more than one allocation (two schedulers, or a race)."""
         return sorted(d for d, n in self._used.items() if n > 1)
