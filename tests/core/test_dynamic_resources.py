@@ -306,3 +306,14 @@ def test_an_allocation_no_node_can_use_is_given_back_unless_someone_else_holds_i
     assert set(decision.reason_counts()) == {NOT_AVAILABLE}
     stale = stale_allocations(pod, dra, cluster(NODES))
     assert [c.name for c in stale] == ["mine"]
+
+
+def test_two_entries_naming_one_claim_allocate_it_once() -> None:
+    dra = state(one_gpu("c"), gpus_on={"n1": 1})
+    pod = pod_with(
+        "p", {"name": "a", "resourceClaimName": "c"}, {"name": "b", "resourceClaimName": "c"}
+    )
+    decision = schedule(pod, dra)
+    assert decision.selected == "n1"
+    assert decision.claim_plan is not None
+    assert [w.name for w in decision.claim_plan.writes] == ["c"]

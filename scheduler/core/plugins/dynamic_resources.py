@@ -101,6 +101,8 @@ class DynamicResources:
                     f"ResourceClaim {pod.namespace}/{name} was not created for pod "
                     f"{pod.namespace}/{pod.name} (pod is not owner)"
                 )
+            if any(c.key == claim.key for c in state.order):
+                continue  # two entries naming one claim: it is allocated once
             state.order.append(claim)
             if claim.allocation is not None:
                 state.allocated.append(claim)
