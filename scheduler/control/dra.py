@@ -159,6 +159,38 @@ async def deallocate_claim(
 _DEALLOCATED: Final = frozenset({"allocation", "reservedFor", "devices"})
 
 
+async def unreserve_claim(api: client.ApiClient, write: ClaimWrite, *, pod_uid: str) -> str | None:
+    """kube's Unreserve after a failed binding: the pod leaves ``reservedFor`` (the
+    allocation stays, as in kube). None when done or nothing to do, else why it failed."""
+    objects = client.CustomObjectsApi(api)
+    what = f"resourceclaim {write.namespace}/{write.name}"
+    for _ in range(CONFLICT_RETRIES):
+        try:
+            body: dict[str, Any] = await objects.get_namespaced_custom_object(
+                GROUP, VERSION, write.namespace, "resourceclaims", write.name
+            )
+        except client.ApiException as exc:
+            return None if exc.status == 404 else f"reading {what}: {exc.status} {exc.reason}"
+        status = body.get("status") or {}
+        reserved = list(status.get("reservedFor") or [])
+        kept = [r for r in reserved if r.get("uid") != pod_uid]
+        if len(kept) == len(reserved):
+            return None
+        body["status"] = {**status, "reservedFor": kept}
+        if not kept:
+            del body["status"]["reservedFor"]
+        try:
+            await objects.replace_namespaced_custom_object_status(
+                GROUP, VERSION, write.namespace, "resourceclaims", write.name, body
+            )
+        except client.ApiException as exc:
+            if exc.status == 409:
+                continue
+            return None if exc.status == 404 else f"unreserving {what}: {exc.status} {exc.reason}"
+        return None
+    return f"unreserving {what}: still conflicting after {CONFLICT_RETRIES} attempts"
+
+
 async def write_claim(
     api: client.ApiClient, write: ClaimWrite, *, pod_name: str, pod_uid: str
 ) -> tuple[dict[str, Any] | None, str | None]:

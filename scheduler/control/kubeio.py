@@ -23,7 +23,7 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client
 
-from scheduler.control.dra import deallocate_claim, write_claim
+from scheduler.control.dra import deallocate_claim, unreserve_claim, write_claim
 from scheduler.control.ratelimit import TokenBucket
 from scheduler.core.dra.objects import ResourceClaim
 from scheduler.core.dra.state import ClaimWrite
@@ -259,6 +259,11 @@ class KubeWriter:
         """DynamicResources' PostFilter write (:func:`scheduler.control.dra.deallocate_claim`)."""
         await self.limiter.acquire()
         return await deallocate_claim(self._api, claim, pod_uid=pod_uid)
+
+    async def unreserve_claim(self, write: ClaimWrite, *, pod_uid: str) -> str | None:
+        """DynamicResources' Unreserve (:func:`scheduler.control.dra.unreserve_claim`)."""
+        await self.limiter.acquire()
+        return await unreserve_claim(self._api, write, pod_uid=pod_uid)
 
     async def mark_unschedulable(
         self,

@@ -880,6 +880,8 @@ class Scheduler:
             return
         self.cache.forget(pod)
         self.load.forget_pod(key)
+        if claim_plan is not None and claim_plan.writes:
+            await self._unreserve(pod, claim_plan, log)
         if outcome.result in (BindResult.BOUND_ELSEWHERE, BindResult.GONE):
             if info is not None:
                 self.queue.done(info)
@@ -927,6 +929,16 @@ class Scheduler:
                 log.info("claim_deallocated", reason=f"{claim.namespace}/{claim.name}")
             else:
                 log.warning("claim_deallocation_failed", reason=failed)
+
+    async def _unreserve(self, pod: Pod, plan: ClaimPlan, log: Any) -> None:
+        """kube's DynamicResources Unreserve after a failed binding: the pod leaves the
+        claims' ``reservedFor``; the allocations stay (a retry may reuse them, PostFilter
+        gives back one no node can use)."""
+        assert self.writer is not None
+        for write in plan.writes:
+            failed = await self.writer.unreserve_claim(write, pod_uid=pod.uid)
+            if failed is not None:
+                log.warning("claim_unreserve_failed", reason=failed)
 
     async def _bind_claims(self, plan: ClaimPlan, log: Any) -> str | None:
         """kube's DynamicResources PreBind: each claim's finalizer, allocation and
