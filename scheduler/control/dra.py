@@ -10,7 +10,8 @@ allocation never looks undone.
 PreBind (:func:`write_claim`, kube's DynamicResources PreBind): for each claim of the
 decision's :class:`~scheduler.core.dra.state.ClaimPlan`, read the claim, refuse if it is
 being deleted or (for an allocation) got allocated meanwhile, add the
-``resource.kubernetes.io/delete-protection`` finalizer with an Update, then set
+``resource.kubernetes.io/delete-protection`` finalizer (a merge patch conditional on the
+version read, where kube uses an Update), then set
 ``status.allocation`` and append the pod to ``status.reservedFor`` with an UpdateStatus;
 a 409 re-reads and retries. The written claim goes into the state at once (kube's
 ``AssumeClaimAfterAPICall``), which also ends the assumption.
@@ -20,8 +21,9 @@ from __future__ import annotations
 
 import copy
 import enum
+import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from kubernetes_asyncio import client
 
@@ -53,6 +55,15 @@ def object_key(kind: Kind, body: Body) -> str:
     if kind is Kind.CLAIM:
         return f"{meta.get('namespace') or 'default'}/{name}"
     return name
+
+
+def _message(exc: client.ApiException) -> str:
+    """The API server's own message (a 422 says which field), else the HTTP reason."""
+    try:
+        message: str = json.loads(exc.body or b"")["message"]
+    except (TypeError, ValueError, KeyError):
+        return str(exc.reason)
+    return message
 
 
 def _rv(value: str) -> int | None:
@@ -137,7 +148,7 @@ async def deallocate_claim(
                 GROUP, VERSION, claim.namespace, "resourceclaims", claim.name
             )
         except client.ApiException as exc:
-            return None if exc.status == 404 else f"reading {what}: {exc.status} {exc.reason}"
+            return None if exc.status == 404 else f"reading {what}: {exc.status} {_message(exc)}"
         status = body.get("status") or {}
         if (body.get("metadata") or {}).get("uid") != claim.uid or not status.get("allocation"):
             return None
@@ -151,7 +162,7 @@ async def deallocate_claim(
         except client.ApiException as exc:
             if exc.status == 409:
                 continue
-            return f"deallocating {what}: {exc.status} {exc.reason}"
+            return f"deallocating {what}: {exc.status} {_message(exc)}"
         return None
     return f"deallocating {what}: still conflicting after {CONFLICT_RETRIES} attempts"
 
@@ -170,7 +181,7 @@ async def unreserve_claim(api: client.ApiClient, write: ClaimWrite, *, pod_uid: 
                 GROUP, VERSION, write.namespace, "resourceclaims", write.name
             )
         except client.ApiException as exc:
-            return None if exc.status == 404 else f"reading {what}: {exc.status} {exc.reason}"
+            return None if exc.status == 404 else f"reading {what}: {exc.status} {_message(exc)}"
         status = body.get("status") or {}
         reserved = list(status.get("reservedFor") or [])
         kept = [r for r in reserved if r.get("uid") != pod_uid]
@@ -186,7 +197,9 @@ async def unreserve_claim(api: client.ApiClient, write: ClaimWrite, *, pod_uid: 
         except client.ApiException as exc:
             if exc.status == 409:
                 continue
-            return None if exc.status == 404 else f"unreserving {what}: {exc.status} {exc.reason}"
+            return (
+                None if exc.status == 404 else f"unreserving {what}: {exc.status} {_message(exc)}"
+            )
         return None
     return f"unreserving {what}: still conflicting after {CONFLICT_RETRIES} attempts"
 
@@ -203,7 +216,7 @@ async def write_claim(
                 GROUP, VERSION, write.namespace, "resourceclaims", write.name
             )
         except client.ApiException as exc:
-            return None, f"reading {what}: {exc.status} {exc.reason}"
+            return None, f"reading {what}: {exc.status} {_message(exc)}"
         meta = claim.setdefault("metadata", {})
         if write.uid and meta.get("uid") != write.uid:
             return None, f"{what} was replaced in the meantime"
@@ -215,15 +228,29 @@ async def write_claim(
                 return None, f"{what} got allocated elsewhere in the meantime"
             finalizers = list(meta.get("finalizers") or [])
             if DELETE_PROTECTION_FINALIZER not in finalizers:
-                meta["finalizers"] = [*finalizers, DELETE_PROTECTION_FINALIZER]
+                # A merge patch conditional on the version read (kube uses an Update; a
+                # PUT of the whole object from Python re-encodes opaque parameters, which
+                # the API server then refuses as a change of the immutable spec).
+                patch = {
+                    "metadata": {
+                        "finalizers": [*finalizers, DELETE_PROTECTION_FINALIZER],
+                        "resourceVersion": meta.get("resourceVersion"),
+                    }
+                }
                 try:
-                    claim = await objects.replace_namespaced_custom_object(
-                        GROUP, VERSION, write.namespace, "resourceclaims", write.name, claim
+                    claim = await cast(Any, objects).patch_namespaced_custom_object(
+                        GROUP,
+                        VERSION,
+                        write.namespace,
+                        "resourceclaims",
+                        write.name,
+                        patch,
+                        _content_type="application/merge-patch+json",
                     )
                 except client.ApiException as exc:
                     if exc.status == 409:
                         continue
-                    return None, f"adding the finalizer to {what}: {exc.status} {exc.reason}"
+                    return None, f"adding the finalizer to {what}: {exc.status} {_message(exc)}"
             status = copy.deepcopy(claim.get("status") or {})
             status["allocation"] = copy.deepcopy(dict(write.allocation))
         elif status.get("allocation") is None:
@@ -240,6 +267,6 @@ async def write_claim(
         except client.ApiException as exc:
             if exc.status == 409:
                 continue
-            return None, f"updating {what} status: {exc.status} {exc.reason}"
+            return None, f"updating {what} status: {exc.status} {_message(exc)}"
         return written, None
     return None, f"updating {what}: still conflicting after {CONFLICT_RETRIES} attempts"
