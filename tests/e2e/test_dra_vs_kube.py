@@ -5,7 +5,10 @@ One plane runs kube-scheduler and Lattice side by side with disjoint devices (th
 the research brief): every case has a driver of its own and publishes the same devices
 twice, one slice on each node; kube-scheduler's pod is pinned to the first node and
 Lattice's to the second, so neither ever sees the other's devices. Each case's DeviceClass
-and claim (with class and claim configs) are the same for both; the written
+and claim (with class and claim configs) are the same for both (cases: a count-3
+matchAttribute that backtracks, firstAvailable fallback, All with cel.bind, semver and
+quantity selectors, two requests with a scoped constraint, adminAccess, a pool whose older
+generation's slice must be ignored); the written
 ``status.allocation`` must be equal once node and pool names are mapped, and a claim that
 errors must fail both schedulers' attempts with SchedulerError.
 """
@@ -101,8 +104,15 @@ CASES: Final[dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]]] = {
         ],
         [{"requests": ["b"], "matchAttribute": "two-requests.e2e.lattice.dev/model"}],
     ),
+    "admin": (
+        [{"name": "gpu", "exactly": _exactly("admin", count=2, adminAccess=True)}],
+        [],
+    ),
+    "generation": ([{"name": "gpu", "exactly": _exactly("generation", count=2)}], []),
 }
 ERROR_CASE: Final = "cel-error"
+OLD_GENERATION: Final = "generation"
+"""The case whose pools also have an older generation's slice (ignored by both)."""
 
 
 def objects(
@@ -135,6 +145,13 @@ def objects(
                 },
             }
         )
+        if case == OLD_GENERATION:
+            out[-1]["spec"]["pool"]["generation"] = 2
+            older = json.loads(json.dumps(out[-1]))
+            older["metadata"]["name"] = f"{case}-{node}-old"
+            older["spec"]["pool"]["generation"] = 1
+            older["spec"]["devices"] = [{"name": "old-0"}, {"name": "old-1"}]
+            out.append(older)
         devices: dict[str, Any] = {"requests": requests, "config": [{"requests": [], **opaque}]}
         if constraints:
             devices["constraints"] = constraints
@@ -188,6 +205,8 @@ async def test_allocations_agree_with_kube_scheduler(
     ]
     bodies = [o for case, (r, c) in CASES.items() for o in objects(ns, case, r, c)]
     bodies += objects(ns, ERROR_CASE, error_requests, [])
+    # adminAccess needs the namespace label (API admission checks it).
+    plane.run("label", "namespace", ns, "resource.kubernetes.io/admin-access=true")
     plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(bodies))
     sched = plane.lattice().start()
     try:
