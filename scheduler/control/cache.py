@@ -27,6 +27,7 @@ import structlog
 
 from scheduler.control.lifecycle import IllegalTransitionError, PodLifecycle, PodState
 from scheduler.control.queue import PodKey, pod_key
+from scheduler.core.dra.state import DraState
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
 from scheduler.core.volumes import VolumeState
@@ -71,6 +72,10 @@ class SchedulerCache:
         self.snapshot = Snapshot()
         self.topology = topology or TopologyState()
         """Per-node devices in use, fed from the same pod events as the snapshot."""
+        self.dra = DraState()
+        """DeviceClasses, ResourceClaims, ResourceSlices (fed by
+        :class:`~scheduler.control.dra.DraObjects`) and the allocations assumed for pods
+        being bound."""
         self.volumes = VolumeState()
         """Storage objects (fed by :class:`~scheduler.control.storage.Storage`) and which
         placed pods use which claims (fed here, with the snapshot)."""

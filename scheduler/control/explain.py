@@ -24,14 +24,19 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 from kubernetes_asyncio import client
 
+from scheduler.control.dra import GROUP as DRA_GROUP
+from scheduler.control.dra import VERSION as DRA_VERSION
+from scheduler.control.dra import DraObjects
+from scheduler.control.dra import Kind as DraKind
 from scheduler.control.kubeconfig import StartupError, load_credentials
 from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL, GangSettings, parse_spec
+from scheduler.core.dra.state import DraState
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Cycle
 from scheduler.core.from_api import as_pending, scheduled_at, snapshot_from_api
@@ -199,6 +204,12 @@ async def _explain(args: argparse.Namespace) -> Explained:
                 zip(("pvs", "pvcs", "classes", "csi_nodes", "attachments"), listed, strict=True)
             )
         custom = client.CustomObjectsApi(api)
+        dra_lists: dict[DraKind, list[dict[str, Any]]] = {}
+        if (body.get("spec") or {}).get("resourceClaims"):
+            listed_dra = await asyncio.gather(
+                *(_list_dra(custom, plural) for plural in _DRA_PLURALS.values())
+            )
+            dra_lists = dict(zip(_DRA_PLURALS, listed_dra, strict=True))
         try:
             reports: dict[str, Any] = await custom.list_cluster_custom_object(
                 "lattice.dev", "v1alpha1", "nodetopologies"
@@ -261,6 +272,14 @@ async def _explain(args: argparse.Namespace) -> Explained:
         storage = volume_state_from_api(**storage_lists, placed_pods=placed_pods)
         built.skipped.extend(storage.skipped)
         volumes = storage.state
+    dra = None
+    if dra_lists:
+        objects = DraObjects(DraState(), log=_Unlogged())
+        for kind, items in dra_lists.items():
+            for item in items:
+                objects.upsert(kind, item)
+        built.skipped.extend(f"{key}: {why}" for key, why in objects.broken.items())
+        dra = objects.state
     seed_gpu_demand(topology, profile, pods, args.scheduler_name)
     decision = None
     gpus = None
@@ -274,6 +293,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
             topology=topology,
             load=view,
             volumes=volumes,
+            dra=dra,
         )
         if GPU_PLACEMENT not in decision.explanation.skipped_scores:
             gpus = gpu_figures(profile, built.snapshot, pod, topology)
@@ -295,6 +315,29 @@ async def _explain(args: argparse.Namespace) -> Explained:
         )
     breakdowns = load_breakdowns(predictor, built.snapshot, now)
     return Explained(decision, breakdowns, built.skipped, gang, gpus)
+
+
+class _Unlogged:
+    """Unreadable DRA objects are listed with the other skipped objects, not logged."""
+
+    def warning(self, event: str, **fields: Any) -> None:
+        return None
+
+
+_DRA_PLURALS: Final = {
+    DraKind.CLASS: "deviceclasses",
+    DraKind.SLICE: "resourceslices",
+    DraKind.CLAIM: "resourceclaims",
+}
+
+
+async def _list_dra(custom: client.CustomObjectsApi, plural: str) -> list[dict[str, Any]]:
+    """Every object of a ``resource.k8s.io/v1`` collection (claims: all namespaces)."""
+    raw: Any = await custom.list_cluster_custom_object(
+        DRA_GROUP, DRA_VERSION, plural, _preload_content=False
+    )
+    items: list[dict[str, Any]] = json.loads(await raw.read()).get("items", [])
+    return items
 
 
 def seed_gpu_demand(

@@ -31,7 +31,9 @@ pod's preemption facts (start time, terminating by preemption) current.
 
 Storage objects (PVs, claims, StorageClasses, CSINodes, VolumeAttachments) go to
 :class:`~scheduler.control.storage.Storage` through the scheduler, which wakes the pods
-with claims on each change.
+with claims on each change; DRA objects (DeviceClasses, ResourceSlices, ResourceClaims) go
+to :class:`~scheduler.control.dra.DraObjects` the same way and wake the pods with resource
+claims.
 
 Missing resources (:class:`Unavailable`: CRD not installed, no grant) count as empty sets.
 """
@@ -45,6 +47,8 @@ from typing import Any, Final
 import structlog
 
 from scheduler.control import intake
+from scheduler.control.dra import Kind as DraKind
+from scheduler.control.dra import object_key as dra_key
 from scheduler.control.intake import (
     Batch,
     Event,
@@ -86,6 +90,9 @@ _ORDER: Final = (
     intake.STORAGE_CLASSES,
     intake.CSI_NODES,
     intake.VOLUME_ATTACHMENTS,
+    intake.DEVICE_CLASSES,
+    intake.RESOURCE_SLICES,
+    intake.RESOURCE_CLAIMS,
     intake.NODES,
     intake.ASSIGNED_PODS,
     intake.PENDING_PODS,
@@ -96,6 +103,11 @@ _STORAGE: Final = {
     intake.STORAGE_CLASSES: Kind.CLASS,
     intake.CSI_NODES: Kind.CSI_NODE,
     intake.VOLUME_ATTACHMENTS: Kind.ATTACHMENT,
+}
+_DRA: Final = {
+    intake.DEVICE_CLASSES: DraKind.CLASS,
+    intake.RESOURCE_CLAIMS: DraKind.CLAIM,
+    intake.RESOURCE_SLICES: DraKind.SLICE,
 }
 
 
@@ -108,6 +120,7 @@ def resources(scheduler_name: str) -> list[Resource]:
         intake.namespaces(),
         intake.pod_disruption_budgets(),
         *intake.storage(),
+        *intake.dynamic_resources(),
         intake.nodes(),
         intake.assigned_pods(),
         intake.pending_pods(scheduler_name),
@@ -179,6 +192,9 @@ class Feed:
         for stream, kind in _STORAGE.items():
             self._handlers[stream] = partial(self._storage, kind)
             self._relisters[stream] = partial(self._storage_listed, kind)
+        for stream, dra_kind in _DRA.items():
+            self._handlers[stream] = partial(self._dra, dra_kind)
+            self._relisters[stream] = partial(self._dra_listed, dra_kind)
         if scheduler.binder is not None:
             scheduler.binder.on_bound.append(self.tracker.bound)
         scheduler.on_expired.append(self._expired)
@@ -414,6 +430,22 @@ class Feed:
             )
         for obj in items:
             self.scheduler.storage_upserted(kind, obj)
+
+    # -- dynamic resources --------------------------------------------------------------
+    def _dra(self, kind: DraKind, events: Sequence[Event]) -> None:
+        for ev in events:
+            if ev.type is EventType.DELETED:
+                self.scheduler.dra_deleted(kind, ev.obj)
+            else:
+                self.scheduler.dra_upserted(kind, ev.obj)
+
+    def _dra_listed(self, kind: DraKind, items: Sequence[RawObject]) -> None:
+        listed = {dra_key(kind, o) for o in items}
+        for key in self.scheduler.dra.keys(kind) - listed:
+            namespace, _, name = key.rpartition("/")
+            self.scheduler.dra_deleted(kind, {"metadata": {"namespace": namespace, "name": name}})
+        for obj in items:
+            self.scheduler.dra_upserted(kind, obj)
 
     # -- custom resources ---------------------------------------------------------------
     def _topologies(self, events: Sequence[Event]) -> None:

@@ -404,6 +404,14 @@ class GangFlow:
             )
             self._failed(info, gang, message, log, started, unschedulable=False)
             return
+        claimed = next((m for m in members if m.resource_claims), None)
+        if claimed is not None:  # a plan would not allocate them: refused, as before
+            message = (
+                f"gang {gang.key}: member {claimed.namespace}/{claimed.name} has DRA resource "
+                "claims, which Lattice does not place jointly for gangs yet"
+            )
+            self._failed(info, gang, message, log, started, unschedulable=True)
+            return
         if any(m.storage_volumes for m in members):
             refusal = gang_volume_refusal(members, self._cache.volumes)
             if refusal is not None:  # a storage change wakes the gang

@@ -171,9 +171,14 @@ PVCS: Final = "persistentvolumeclaims"
 STORAGE_CLASSES: Final = "storageclasses.storage.k8s.io"
 CSI_NODES: Final = "csinodes.storage.k8s.io"
 VOLUME_ATTACHMENTS: Final = "volumeattachments.storage.k8s.io"
+DEVICE_CLASSES: Final = "deviceclasses.resource.k8s.io"
+RESOURCE_CLAIMS: Final = "resourceclaims.resource.k8s.io"
+RESOURCE_SLICES: Final = "resourceslices.resource.k8s.io"
 
 
-_POD_STATUS_KEPT: Final = frozenset({"phase", "nominatedNodeName", "startTime", "conditions"})
+_POD_STATUS_KEPT: Final = frozenset(
+    {"phase", "nominatedNodeName", "startTime", "conditions", "resourceClaimStatuses"}
+)
 _POD_CONDITIONS_KEPT: Final = frozenset({"PodScheduled", "PodResizePending", "DisruptionTarget"})
 _CONTAINER_KEPT: Final = ("name", "resources", "ports", "restartPolicy")
 _CONTAINER_STATUS_KEPT: Final = ("name", "resources", "allocatedResources")
@@ -286,6 +291,21 @@ def storage() -> list[Resource]:
         Resource(key=CSI_NODES, group="storage.k8s.io", version="v1", plural="csinodes"),
         Resource(
             key=VOLUME_ATTACHMENTS, group="storage.k8s.io", version="v1", plural="volumeattachments"
+        ),
+    ]
+
+
+def dynamic_resources() -> list[Resource]:
+    """What DynamicResources reads (``resource.k8s.io/v1``, GA in 1.34): DeviceClasses,
+    ResourceClaims in every namespace (every written allocation uses devices up, whoever
+    wrote it) and ResourceSlices."""
+    return [
+        Resource(key=DEVICE_CLASSES, group="resource.k8s.io", version="v1", plural="deviceclasses"),
+        Resource(
+            key=RESOURCE_CLAIMS, group="resource.k8s.io", version="v1", plural="resourceclaims"
+        ),
+        Resource(
+            key=RESOURCE_SLICES, group="resource.k8s.io", version="v1", plural="resourceslices"
         ),
     ]
 
@@ -497,6 +517,7 @@ def pod_fingerprint(raw: Mapping[str, Any]) -> Fingerprint:
         spec.get("resources"),
         tuple(_volume_view(v) for v in spec.get("volumes") or ()),
         spec.get("resourceClaims"),
+        status.get("resourceClaimStatuses"),
         status.get("phase") in TERMINAL_PHASES,
         _statuses_view(status.get("containerStatuses")),
         _statuses_view(status.get("initContainerStatuses")),

@@ -23,7 +23,10 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client
 
+from scheduler.control.dra import deallocate_claim, unreserve_claim, write_claim
 from scheduler.control.ratelimit import TokenBucket
+from scheduler.core.dra.objects import ResourceClaim
+from scheduler.core.dra.state import ClaimWrite
 from scheduler.core.volumes import PERSISTENT_VOLUME, VolumePatch
 
 TRACE_ANNOTATION = "lattice.dev/trace-id"
@@ -81,6 +84,7 @@ class KubeWriter:
         """``limiter`` paces bindings (and the read a 409 needs); ``report_limiter`` paces
         events and status patches, each at the client QPS: a burst of FailedScheduling
         events or PodGroup status writes never makes a binding wait for a token."""
+        self._api = api
         self._core = client.CoreV1Api(api)
         self._objects = client.CustomObjectsApi(api)
         self._post = JsonPoster(api)
@@ -242,6 +246,24 @@ class KubeWriter:
         except client.ApiException as exc:
             return f"updating {what}: {exc.status} {_reason(exc)}"
         return None
+
+    async def write_claim(
+        self, write: ClaimWrite, *, pod_name: str, pod_uid: str
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """DynamicResources' PreBind write of one ResourceClaim (see
+        :func:`scheduler.control.dra.write_claim`), paced like the bindings."""
+        await self.limiter.acquire()
+        return await write_claim(self._api, write, pod_name=pod_name, pod_uid=pod_uid)
+
+    async def deallocate_claim(self, claim: ResourceClaim, *, pod_uid: str) -> str | None:
+        """DynamicResources' PostFilter write (:func:`scheduler.control.dra.deallocate_claim`)."""
+        await self.limiter.acquire()
+        return await deallocate_claim(self._api, claim, pod_uid=pod_uid)
+
+    async def unreserve_claim(self, write: ClaimWrite, *, pod_uid: str) -> str | None:
+        """DynamicResources' Unreserve (:func:`scheduler.control.dra.unreserve_claim`)."""
+        await self.limiter.acquire()
+        return await unreserve_claim(self._api, write, pod_uid=pod_uid)
 
     async def mark_unschedulable(
         self,

@@ -147,6 +147,9 @@ class ClusterEventType(enum.StrEnum):
     STORAGE_CHANGED = "StorageChanged"
     """A PersistentVolume, claim, StorageClass, CSINode or VolumeAttachment changed: only
     pods with claims can be concerned."""
+    DRA_CHANGED = "ResourceClaimOrSliceChanged"
+    """A DeviceClass, ResourceClaim or ResourceSlice changed: only pods with resource
+    claims can be concerned (kube registers DynamicResources for these)."""
 
 
 class NodeChange(enum.Flag):

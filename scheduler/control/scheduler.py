@@ -67,6 +67,8 @@ import structlog
 
 from scheduler.control.binder import Binder
 from scheduler.control.cache import SchedulerCache
+from scheduler.control.dra import DraObjects
+from scheduler.control.dra import Kind as DraKind
 from scheduler.control.gang_flow import GangFlow
 from scheduler.control.gangs import GangEntry, entry_key, gang_of
 from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
@@ -88,11 +90,15 @@ from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import SchedulerSettings
 from scheduler.control.storage import POD_GONE, Kind, Storage
 from scheduler.control.timing import timed
+from scheduler.core.dra.objects import ResourceClaim
+from scheduler.core.dra.state import ClaimPlan
 from scheduler.core.explain import Decision
+from scheduler.core.framework import Code
 from scheduler.core.from_api import scheduled_at
 from scheduler.core.gpus import Free, stranded
 from scheduler.core.load import LoadView
 from scheduler.core.nominated import schedule_with_nominated
+from scheduler.core.plugins.dynamic_resources import stale_allocations
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
@@ -205,6 +211,8 @@ class Scheduler:
         """NodeTopology and NodeResourceTopology reports: devices and load."""
         self.storage = Storage(self.cache.volumes, log=self.log)
         """PVs, claims, StorageClasses, CSINodes, VolumeAttachments, and the PreBind waits."""
+        self.dra = DraObjects(self.cache.dra, log=self.log)
+        """DeviceClasses, ResourceClaims, ResourceSlices: what DynamicResources reads."""
         self._prebinding: dict[str, bool] = {}
         """Pods (by uid) waiting in VolumeBinding's PreBind: False once deleted meanwhile."""
         self.gang_flow = GangFlow(
@@ -476,6 +484,33 @@ class Scheduler:
             lambda p: isinstance(p, GangEntry) or (isinstance(p, Pod) and bool(p.storage_volumes)),
         )
 
+    def dra_upserted(self, kind: DraKind, body: Body) -> None:
+        self.dra.upsert(kind, body)
+        if kind is DraKind.CLAIM:
+            meta = body.get("metadata") or {}
+            key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+            shared = self.cache.dra.shared_devices(key)
+            if shared:  # the API server does not stop it: two schedulers, one pool
+                self.metrics.dra_double_allocations.inc()
+                self.log.warning(
+                    "device_double_allocated",
+                    pod=f"{key[0]}/{key[1]}",
+                    reason=", ".join("/".join(d) for d in shared),
+                )
+        self._dra_changed(kind, body)
+
+    def dra_deleted(self, kind: DraKind, body: Body) -> None:
+        self.dra.delete(kind, body)
+        self._dra_changed(kind, body)
+
+    def _dra_changed(self, kind: DraKind, body: Body) -> None:
+        """Only pods with resource claims can be helped by a DRA object's change."""
+        name = (body.get("metadata") or {}).get("name", "")
+        self.queue.move_all_on_event(
+            ClusterEvent(ClusterEventType.DRA_CHANGED, subject=f"{kind}/{name}"),
+            lambda p: isinstance(p, Pod) and bool(p.resource_claims),
+        )
+
     def podgroup_upserted(self, body: Body) -> None:
         self.gang_flow.podgroup_upserted(body)
 
@@ -541,6 +576,7 @@ class Scheduler:
             load=LoadView(self.load, self.wall_clock()),
             restrict_to=restrict_to,
             volumes=self.cache.volumes,
+            dra=self.cache.dra,
         )
 
     def preemption_inputs(self) -> Inputs:
@@ -606,11 +642,18 @@ class Scheduler:
             )
             return
         if decision.selected is None:
+            if decision.code is Code.ERROR:  # an allocator error: backoff, no preemption
+                self._failed(info, log, trace_id, decision.summary, started, AttemptResult.ERROR)
+                return
             if decision.explanation.gated_message is not None:
                 self._failed(
                     info, log, trace_id, decision.summary, started, AttemptResult.UNSCHEDULABLE
                 )
                 return
+            if pod.resource_claims:
+                stale = stale_allocations(pod, self.cache.dra, self.cache.snapshot)
+                if stale and self.writer is not None:
+                    self._spawn(self._deallocate(pod, stale, log))
             found, why = self._post_filter(decision, log)
             nominated: str | None = None
             message = decision.summary
@@ -641,6 +684,9 @@ class Scheduler:
         plan = decision.volume_plan
         if plan is not None:  # kube's Reserve: the next cycle must not offer these PVs again
             self.cache.volumes.assume(plan)
+        claims = decision.claim_plan
+        if claims is not None:  # ... nor these devices
+            self.cache.dra.assume(claims)
         requests = pod.resources.requests
         self.load.note_placement(
             node, key, requests.get(CPU, 0), requests.get(MEMORY, 0), self.wall_clock()
@@ -648,7 +694,11 @@ class Scheduler:
         elapsed = time.perf_counter() - started
         self.metrics.observe_attempt(AttemptResult.SCHEDULED, elapsed)
         log.info("pod_assumed", node=node, duration_ms=round(elapsed * 1000, 3))
-        self._spawn(self.bind(info, pod, node, annotations, log, trace_id, volume_plan=plan))
+        self._spawn(
+            self.bind(
+                info, pod, node, annotations, log, trace_id, volume_plan=plan, claim_plan=claims
+            )
+        )
 
     def _failed(
         self,
@@ -744,6 +794,7 @@ class Scheduler:
         gang: str | None = None,
         gang_queued: tuple[float | None, int] | None = None,
         volume_plan: VolumePlan | None = None,
+        claim_plan: ClaimPlan | None = None,
     ) -> None:
         """Bind one assumed pod and settle the outcome: one path for single pods and gang
         members, so counters, metrics and events are kept in one place.
@@ -751,7 +802,8 @@ class Scheduler:
         ``info`` is the queue's handle of a single pod; gang members have none (their
         gang's entry ended with the commit) and report to ``gang`` instead, with the gang
         entry's first-queued time and attempts in ``gang_queued`` for the SLI histogram.
-        ``volume_plan``: VolumeBinding's writes, made and waited for first (kube's PreBind)."""
+        ``volume_plan``: VolumeBinding's writes, made and waited for first (kube's PreBind);
+        ``claim_plan``: then DynamicResources' (allocations and reservations)."""
         assert self.binder is not None
         ref = PodRef(pod.namespace, pod.name, pod.uid)
         key = f"{pod.namespace}/{pod.name}"
@@ -780,6 +832,21 @@ class Scheduler:
                         reason=SCHEDULER_ERROR,
                         trace_id=trace_id,
                     )
+                return
+        if claim_plan is not None and claim_plan.writes:
+            why = await self._bind_claims(claim_plan, log)
+            if why is not None:
+                self.cache.dra.forget(claim_plan)
+                self.cache.forget(pod)
+                self.load.forget_pod(key)
+                self.counters.errors += 1
+                self.metrics.count_attempt(AttemptResult.ERROR, profile)
+                message = f'running PreBind plugin "DynamicResources": {why}'
+                log.warning("claim_binding_failed", node=node, reason=message)
+                assert info is not None  # gang members with claims are refused (no plan)
+                self.queue.requeue_after_failure(info, unschedulable=False, reason=message)
+                if self.reporter is not None:
+                    self.reporter.failed(ref, message, reason=SCHEDULER_ERROR, trace_id=trace_id)
                 return
         outcome = await self.binder.bind(ref, node, annotations)
         if outcome.result is BindResult.BOUND:
@@ -813,6 +880,8 @@ class Scheduler:
             return
         self.cache.forget(pod)
         self.load.forget_pod(key)
+        if claim_plan is not None and claim_plan.writes:
+            await self._unreserve(pod, claim_plan, log)
         if outcome.result in (BindResult.BOUND_ELSEWHERE, BindResult.GONE):
             if info is not None:
                 self.queue.done(info)
@@ -849,6 +918,45 @@ class Scheduler:
             )
         finally:
             self._prebinding.pop(pod.uid, None)
+
+    async def _deallocate(self, pod: Pod, claims: Sequence[ResourceClaim], log: Any) -> None:
+        """kube's DynamicResources PostFilter: allocations no node can use are given back;
+        the claims' update events requeue the pod."""
+        assert self.writer is not None
+        for claim in claims:
+            failed = await self.writer.deallocate_claim(claim, pod_uid=pod.uid)
+            if failed is None:
+                log.info("claim_deallocated", reason=f"{claim.namespace}/{claim.name}")
+            else:
+                log.warning("claim_deallocation_failed", reason=failed)
+
+    async def _unreserve(self, pod: Pod, plan: ClaimPlan, log: Any) -> None:
+        """kube's DynamicResources Unreserve after a failed binding: the pod leaves the
+        claims' ``reservedFor``; the allocations stay (a retry may reuse them, PostFilter
+        gives back one no node can use)."""
+        assert self.writer is not None
+        for write in plan.writes:
+            failed = await self.writer.unreserve_claim(write, pod_uid=pod.uid)
+            if failed is not None:
+                log.warning("claim_unreserve_failed", reason=failed)
+
+    async def _bind_claims(self, plan: ClaimPlan, log: Any) -> str | None:
+        """kube's DynamicResources PreBind: each claim's finalizer, allocation and
+        reservation written before the binding; each written claim enters the state at
+        once. None when done, else why not."""
+        assert self.writer is not None
+        for write in plan.writes:
+            written, failed = await self.writer.write_claim(
+                write, pod_name=plan.pod_name, pod_uid=plan.pod_uid
+            )
+            if failed is not None:
+                return failed
+            assert written is not None
+            self.dra.claim_written(written)
+            if write.allocation is not None:
+                self.metrics.dra_allocations.inc()
+        log.info("claims_written", reason=f"{len(plan.writes)} claim(s)")
+        return None
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)

@@ -84,5 +84,6 @@ def timed(framework: Framework, timer: PluginTimer) -> Framework:
         annotators=tuple(TimedPlugin(p, timer, "Annotate") for p in plugins.annotators),
         preferences=tuple(TimedPlugin(p, timer, "Prefer") for p in plugins.preferences),
         volume_planners=plugins.volume_planners,
+        claim_planners=plugins.claim_planners,
     )
     return out

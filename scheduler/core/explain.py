@@ -30,6 +30,7 @@ from scheduler.core.snapshot import IndexArray, IntArray
 from scheduler.model.pod import Pod
 
 if TYPE_CHECKING:
+    from scheduler.core.dra.state import ClaimPlan
     from scheduler.core.volumes import VolumePlan
 
 FEASIBLE: Final = -1
@@ -279,6 +280,9 @@ class Decision:
     volume_plan: VolumePlan | None = None
     """What VolumeBinding must write before the binding (PV claimRefs, the PVCs'
     selected-node) and the claims to wait for; None when the pod's volumes need nothing."""
+    claim_plan: ClaimPlan | None = None
+    """The ResourceClaim allocations and reservations DynamicResources chose for
+    ``selected``, to assume now and write before the binding; None without claims."""
 
     @property
     def feasible(self) -> tuple[str, ...]:

@@ -20,7 +20,9 @@ extension over *all candidate nodes at once*, then Score over all feasible nodes
   picked this way, so the choice survives a scheduler restart.
 * VolumePlan (after selection) returns the PV claimRefs and PVC selected-node annotations
   to write, and the claims to wait for, before the binding (kube's VolumeBinding PreBind,
-  as data rather than I/O).
+  as data rather than I/O). ClaimPlan does the same for DRA ResourceClaims.
+* A Filter may mark a node with Code.ERROR (DynamicResources' allocator errors): as in
+  kube, that ends the whole attempt with an error, whatever the other nodes say.
 
 Outcomes are values; exceptions are for bugs. :class:`Code` keeps kube-scheduler's numbering
 so Unschedulable (may pass after preemption/cluster change) and UnschedulableAndUnresolvable
@@ -42,6 +44,7 @@ from scheduler.model.node import Taint, TaintEffect
 from scheduler.model.pod import UNSCHEDULABLE_TAINT_KEY, Pod, tolerates
 
 if TYPE_CHECKING:
+    from scheduler.core.dra.state import ClaimPlan, DraState
     from scheduler.core.load import LoadView
     from scheduler.core.topology.state import TopologyState
     from scheduler.core.volumes import VolumePlan, VolumeState
@@ -113,7 +116,7 @@ class Cycle:
     memoised here so several plugins can reuse them.
     """
 
-    __slots__ = ("_memo", "load", "pod", "snapshot", "state", "topology", "volumes")
+    __slots__ = ("_memo", "dra", "load", "pod", "snapshot", "state", "topology", "volumes")
 
     def __init__(
         self,
@@ -123,6 +126,7 @@ class Cycle:
         topology: TopologyState | None = None,
         load: LoadView | None = None,
         volumes: VolumeState | None = None,
+        dra: DraState | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.pod = pod
@@ -133,6 +137,9 @@ class Cycle:
         # PVs, PVCs, StorageClasses, CSINodes (None: volume plugins stay out, and
         # Unsupported refuses pods with claims).
         self.volumes = volumes
+        # DeviceClasses, ResourceClaims, ResourceSlices and assumed allocations (None:
+        # DynamicResources stays out, and Unsupported refuses pods with resource claims).
+        self.dra = dra
         self.state: dict[str, Any] = {}
         self._memo: dict[str, Any] = {}
 
@@ -276,6 +283,14 @@ class VolumePlanPlugin(Plugin, Protocol):
         ...
 
 
+@runtime_checkable
+class ClaimPlanPlugin(Plugin, Protocol):
+    def claim_plan(self, cycle: Cycle, row: int) -> ClaimPlan | None:
+        """The ResourceClaim writes (allocations, reservations) that must precede binding
+        the pod to the selected node row (kube's DRA Reserve/PreBind, as data)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class PluginSet:
     """Plugins instantiated for one profile, in execution order."""
@@ -288,3 +303,5 @@ class PluginSet:
     """Score plugins that also rank some nodes last (in score order)."""
     volume_planners: tuple[VolumePlanPlugin, ...] = field(default=())
     """Filter plugins that name writes to make before binding (VolumeBinding)."""
+    claim_planners: tuple[ClaimPlanPlugin, ...] = field(default=())
+    """Filter plugins that name ResourceClaim writes before binding (DynamicResources)."""

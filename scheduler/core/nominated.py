@@ -40,6 +40,7 @@ from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
 
 if TYPE_CHECKING:
+    from scheduler.core.dra.state import DraState
     from scheduler.core.volumes import VolumeState
 
 
@@ -70,6 +71,7 @@ def schedule_with_nominated(
     load: LoadView | None = None,
     restrict_to: frozenset[str] | None = None,
     volumes: VolumeState | None = None,
+    dra: DraState | None = None,
 ) -> Decision:
     """:meth:`Framework.schedule` with ``nominated`` (pending pods and their nominated
     nodes) counted as described in the module docstring."""
@@ -83,6 +85,7 @@ def schedule_with_nominated(
             load=load,
             restrict_to=only,
             volumes=volumes,
+            dra=dra,
         )
 
     without = run(restrict_to)
@@ -142,7 +145,9 @@ def schedule_with_nominated(
         skipped_scores=base.explanation.skipped_scores,
         preferences=base.explanation.preferences,
     )
-    return Decision(pod, base.selected, merged, seed, base.annotations, base.volume_plan)
+    return Decision(
+        pod, base.selected, merged, seed, base.annotations, base.volume_plan, base.claim_plan
+    )
 
 
 def _record_at(decision: Decision, node: str) -> FilterRecord:

@@ -1,16 +1,17 @@
 """Scheduling profiles: which plugins run, in what order, with which weights and arguments.
 
 The defaults reproduce kube-scheduler v1.34's default profile restricted to the plugins the
-core implements (no DynamicResources, ImageLocality or preemption). Filter order matters: a
+core implements (no ImageLocality or preemption). Filter order matters: a
 node is attributed to the first filter that rejects it, and that is what FailedScheduling
 messages count.
 
 The volume plugins (VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone) need
-the controller's VolumeState in the cycle. Pods that need what is still missing (inline
-disks with conflict or attach-limit rules, DRA resource claims, and PVC-backed or generic
-ephemeral volumes when the cycle has no VolumeState or VolumeBinding is disabled) are
-refused first, by the Unsupported plugin, rather than bound where their volumes or devices
-cannot follow; every other pod skips it.
+the controller's VolumeState in the cycle, DynamicResources its DraState. Pods that need
+what is still missing (inline disks with conflict or attach-limit rules when the cycle has
+no VolumeState, PVC-backed or generic ephemeral volumes when it has none or VolumeBinding is
+disabled, DRA resource claims when it has no DraState or DynamicResources is disabled, and
+claims using alpha DRA fields) are refused first, by the Unsupported plugin, rather than
+bound where their volumes or devices cannot follow; every other pod skips it.
 
 Lattice adds two plugins of its own, last among the filters. Topology (device and NUMA
 alignment) skips every pod that asks for no GPUs, RDMA NICs or pinned CPUs. LoadAware
@@ -161,6 +162,7 @@ VOLUME_BINDING: Final = "VolumeBinding"
 VOLUME_ZONE: Final = "VolumeZone"
 POD_TOPOLOGY_SPREAD: Final = "PodTopologySpread"
 INTER_POD_AFFINITY: Final = "InterPodAffinity"
+DYNAMIC_RESOURCES: Final = "DynamicResources"
 BALANCED_ALLOCATION: Final = "NodeResourcesBalancedAllocation"
 TOPOLOGY: Final = "Topology"
 LOAD_AWARE: Final = "LoadAware"
@@ -180,6 +182,7 @@ DEFAULT_FILTERS: Final = (
     VOLUME_ZONE,
     POD_TOPOLOGY_SPREAD,
     INTER_POD_AFFINITY,
+    DYNAMIC_RESOURCES,
     TOPOLOGY,
     LOAD_AWARE,
 )

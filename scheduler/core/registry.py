@@ -12,6 +12,7 @@ from typing import Final
 
 from scheduler.core.framework import (
     AnnotatePlugin,
+    ClaimPlanPlugin,
     FilterPlugin,
     Plugin,
     PluginSet,
@@ -22,6 +23,7 @@ from scheduler.core.framework import (
 )
 from scheduler.core.plugins import (
     balanced_allocation,
+    dynamic_resources,
     gpu_placement,
     inter_pod_affinity,
     load_aware,
@@ -57,6 +59,7 @@ IN_TREE: Final[tuple[tuple[str, PluginFactory], ...]] = (
     (volume_zone.NAME, volume_zone.new),
     (pod_topology_spread.NAME, pod_topology_spread.new),
     (inter_pod_affinity.NAME, inter_pod_affinity.new),
+    (dynamic_resources.NAME, dynamic_resources.new),
     (balanced_allocation.NAME, balanced_allocation.new),
     (topology.NAME, topology.new),
     (load_aware.NAME, load_aware.new),
@@ -113,8 +116,15 @@ class Registry:
         annotators = tuple(p for p in instances.values() if isinstance(p, AnnotatePlugin))
         preferences = tuple(p for p, _ in scores if isinstance(p, PreferPlugin))
         planners = tuple(p for p in filters if isinstance(p, VolumePlanPlugin))
+        claim_planners = tuple(p for p in filters if isinstance(p, ClaimPlanPlugin))
         return PluginSet(
-            tuple(pre_filters), tuple(filters), tuple(scores), annotators, preferences, planners
+            tuple(pre_filters),
+            tuple(filters),
+            tuple(scores),
+            annotators,
+            preferences,
+            planners,
+            claim_planners,
         )
 
 

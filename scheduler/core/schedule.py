@@ -8,14 +8,17 @@ Theory of operation, following kube-scheduler's ``schedulePod``:
    pod on every node; Unschedulable is remembered while the others still run; node-name sets
    are intersected, and an empty intersection rejects the pod.
 3. Filter runs plugin by plugin over the remaining candidate rows; a row leaves the
-   candidates at the first plugin that rejects it and is attributed to that plugin.
+   candidates at the first plugin that rejects it and is attributed to that plugin. A row
+   marked Error (an allocator error of DynamicResources) ends the attempt with that error,
+   as kube's RunFilterPlugins does.
 4. Score plugins score the feasible rows (0..100 each); totals are weighted sums; the
    highest total wins, ties broken by ``random.Random(seed)`` over rows in snapshot order.
 5. Prefer: score plugins that also prefer (LoadAware: nodes that would run hot) name
    feasible nodes to pass over; the winner is then picked among the others, unless that
    would leave none. A lexicographic rank, so no weighting of other scores can outvote it.
 6. Annotate plugins name the pod annotations the binder writes for the chosen node
-   (:attr:`Decision.annotations`).
+   (:attr:`Decision.annotations`); VolumePlan and ClaimPlan plugins the writes before the
+   binding (:attr:`Decision.volume_plan`, :attr:`Decision.claim_plan`).
 
 kube-scheduler stops filtering once it has found enough feasible nodes in large clusters
 (percentageOfNodesToScore) and may bind a nominated node first; we always evaluate every
@@ -50,6 +53,7 @@ from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
 
 if TYPE_CHECKING:
+    from scheduler.core.dra.state import ClaimPlan, DraState
     from scheduler.core.volumes import VolumePlan, VolumeState
 
 SCHEDULING_GATES = "SchedulingGates"
@@ -76,11 +80,13 @@ class Framework:
         load: LoadView | None = None,
         restrict_to: frozenset[str] | None = None,
         volumes: VolumeState | None = None,
+        dra: DraState | None = None,
     ) -> Decision:
         """``restrict_to``: consider only these nodes (a gang member re-checked against its
         plan's node or domain); the others are reported as absent, not as rejected.
         ``volumes``: the cluster's storage objects; without them pods with claims are
-        refused (the volume plugins cannot judge them)."""
+        refused (the volume plugins cannot judge them); ``dra``: the same for DRA objects
+        and pods with resource claims."""
         names = snapshot.node_names
         n = len(names)
         rejected_by = np.full(n, FEASIBLE, dtype=np.int16)
@@ -95,7 +101,7 @@ class Framework:
         if n == 0:
             return Decision(pod, None, Explanation(names, rejected_by), seed)
 
-        cycle = Cycle(snapshot, pod, topology=topology, load=load, volumes=volumes)
+        cycle = Cycle(snapshot, pod, topology=topology, load=load, volumes=volumes, dra=dra)
         skipped: list[str] = []
         rejection: Rejection | None = None
         allowed: frozenset[str] | None = None
@@ -161,6 +167,15 @@ class Framework:
             verdict = filter_plugin.filter(cycle, candidates)
             if verdict is None:
                 continue
+            failed = np.flatnonzero(candidates & (verdict.codes == Code.ERROR))
+            if len(failed):
+                reason = "; ".join(verdict.reasons_at(int(failed[0])))
+                error = Rejection(filter_plugin.name, Code.ERROR, reason)
+                rejected_by[:] = PREFILTER_REJECTED
+                explanation = Explanation(
+                    names, rejected_by, prefilter_rejection=error, skipped_filters=tuple(skipped)
+                )
+                return Decision(pod, None, explanation, seed)
             newly = candidates & verdict.rejected
             if newly.any():
                 rejected_by[newly] = len(records)
@@ -175,6 +190,7 @@ class Framework:
         selected: str | None = None
         annotations: dict[str, str] = {}
         volume_plan: VolumePlan | None = None
+        claim_plan: ClaimPlan | None = None
         if len(feasible):
             for scorer, weight in self.plugins.scores:
                 scores = scorer.score(cycle, candidates)
@@ -201,6 +217,8 @@ class Framework:
                 annotations.update(annotator.annotate(cycle, int(row)))
             for planner in self.plugins.volume_planners:
                 volume_plan = planner.volume_plan(cycle, int(row)) or volume_plan
+            for claim_planner in self.plugins.claim_planners:
+                claim_plan = claim_planner.claim_plan(cycle, int(row)) or claim_plan
         explanation = Explanation(
             names,
             rejected_by,
@@ -213,7 +231,7 @@ class Framework:
             skipped_scores=tuple(skipped_scores),
             preferences=tuple(preference_records),
         )
-        return Decision(pod, selected, explanation, seed, annotations, volume_plan)
+        return Decision(pod, selected, explanation, seed, annotations, volume_plan, claim_plan)
 
 
 def _empty_intersection(plugins: list[str]) -> Rejection:
@@ -240,8 +258,9 @@ def schedule(
     topology: TopologyState | None = None,
     load: LoadView | None = None,
     volumes: VolumeState | None = None,
+    dra: DraState | None = None,
 ) -> Decision:
     """Filter and score every node of ``snapshot`` for ``pod`` and pick one."""
     return framework_for(profile).schedule(
-        snapshot, pod, seed=seed, topology=topology, load=load, volumes=volumes
+        snapshot, pod, seed=seed, topology=topology, load=load, volumes=volumes, dra=dra
     )

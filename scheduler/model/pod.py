@@ -249,6 +249,9 @@ class Pod:
     """Volumes whose node must be decided with the volume (PVCs, generic ephemeral, disks)."""
     resource_claims: tuple[ResourceClaimRef, ...] = ()
     """``spec.resourceClaims``: DRA claims that must be allocated on the chosen node."""
+    generated_claims: Mapping[str, str | None] = field(default_factory=dict)
+    """``status.resourceClaimStatuses``: pod claim name -> the ResourceClaim generated from
+    its template (None: the controller decided none is needed)."""
 
     @property
     def key(self) -> str:
@@ -378,6 +381,7 @@ def _parse_pod(body: Mapping[str, Any]) -> Pod:
         exclusive_cpus=_exclusive_cpus(spec, containers, init_containers),
         storage_volumes=_storage_volumes(spec, name),
         resource_claims=_resource_claims(spec),
+        generated_claims=MappingProxyType(_generated_claims(status)),
     )
 
 
@@ -453,6 +457,16 @@ def _resource_claims(spec: Mapping[str, Any]) -> tuple[ResourceClaimRef, ...]:
         )
         for i, c in enumerate(object_list(spec.get("resourceClaims"), field))
     )
+
+
+def _generated_claims(status: Mapping[str, Any]) -> dict[str, str | None]:
+    field = "status.resourceClaimStatuses"
+    out: dict[str, str | None] = {}
+    for i, c in enumerate(object_list(status.get("resourceClaimStatuses"), field)):
+        claim = c.get("resourceClaimName")
+        name = string(c.get("name"), f"{field}[{i}].name")
+        out[name] = None if claim is None else string(claim, f"{field}[{i}].resourceClaimName")
+    return out
 
 
 def _preferred_node_terms(raw: object, field: str) -> tuple[PreferredSchedulingTerm, ...]:

@@ -177,6 +177,11 @@ class Metrics:
     bind_duration: Histogram
     """One pods/binding call, successful or not."""
     bind_errors: Counter
+    dra_allocations: Counter
+    """ResourceClaims Lattice allocated (written before a binding)."""
+    dra_double_allocations: Counter
+    """Claim updates showing one of the claim's devices also in another allocation (two
+    schedulers allocating from one pool)."""
     reports_dropped: Counter
     """Failed pods/binding calls (each one is a forget, a backoff and a requeue)."""
     graph_patches: Counter
@@ -293,6 +298,18 @@ class Metrics:
             bind_errors=Counter(
                 "binding_errors",
                 "Failed pods/binding API calls.",
+                namespace=NAMESPACE,
+                registry=reg,
+            ),
+            dra_allocations=Counter(
+                "dra_allocations",
+                "ResourceClaims allocated and written by Lattice.",
+                namespace=NAMESPACE,
+                registry=reg,
+            ),
+            dra_double_allocations=Counter(
+                "dra_double_allocations",
+                "Claim updates with a device that another allocation also holds.",
                 namespace=NAMESPACE,
                 registry=reg,
             ),

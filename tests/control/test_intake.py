@@ -635,6 +635,9 @@ POD_DIFFERENT = {
     "disk volume": _set("spec.volumes.0", {"name": "v", "rbd": {}}),
     "volume renamed": _set("spec.volumes.0.name", "w"),
     "resourceClaims": _set("spec.resourceClaims", [{"name": "gpu"}]),
+    "resourceClaimStatuses": _set(
+        "status.resourceClaimStatuses", [{"name": "gpu", "resourceClaimName": "p-gpu-x1"}]
+    ),
     "phase terminal": _set("status.phase", "Succeeded"),
     "status resources (resize)": _set(
         "status.containerStatuses.0.resources", {"requests": {"cpu": "2"}}

@@ -210,8 +210,9 @@ def test_profile_validation(kwargs: dict[str, object]) -> None:
 
 
 def test_default_profile_order_matches_kube_scheduler() -> None:
-    """kube-scheduler's plugins in its order; Lattice's Unsupported (refuses pods with volumes
-    or DRA claims it cannot bind yet; a no-op for the others) comes first, Topology (a no-op
+    """kube-scheduler's plugins in its order (DynamicResources after InterPodAffinity, where
+    kube 1.34's defaults put it); Lattice's Unsupported (refuses pods with volumes or DRA
+    claims it cannot place yet; a no-op for the others) comes first, Topology (a no-op
     for pods without devices or pinned CPUs) and LoadAware (a no-op without load reports)
     come last; GPUPlacement only scores."""
     assert DEFAULT_PROFILE.filters[-2:] == ("Topology", "LoadAware")
@@ -232,6 +233,7 @@ def test_default_profile_order_matches_kube_scheduler() -> None:
         "VolumeZone",
         "PodTopologySpread",
         "InterPodAffinity",
+        "DynamicResources",
     )
     ours = ("Topology", "LoadAware", "GPUPlacement")
     assert {k: w for k, w in DEFAULT_PROFILE.scores if k not in ours} == {

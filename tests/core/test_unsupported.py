@@ -1,5 +1,6 @@
-"""Unsupported: pods needing volume binding or DRA, or with inline disks in a cycle without
-storage state (gang members), are refused whole, never placed."""
+"""Unsupported: pods needing volume binding, or with inline disks in a cycle without storage
+state (gang members), or with DRA claims in a cycle without DRA state or using alpha DRA
+fields, are refused whole, never placed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from scheduler.core.framework import Code
 from scheduler.core.plugins import unsupported
-from scheduler.core.plugins.unsupported import NO_VOLUME_BINDING, NO_VOLUME_STATE
+from scheduler.core.plugins.unsupported import NO_DRA, NO_VOLUME_BINDING, NO_VOLUME_STATE
 from scheduler.core.profile import DEFAULT_PROFILE
 from scheduler.core.schedule import Framework
 from scheduler.core.volumes import VolumeState
@@ -78,14 +79,12 @@ FINE_VOLUMES = [
         ),
         pytest.param(
             {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]},
-            'pod has resource claim "gpu" (ResourceClaimTemplate "one-gpu"): '
-            f"Lattice does not allocate DRA resource claims yet; {ADVICE}",
+            f'pod has resource claim "gpu" (ResourceClaimTemplate "one-gpu"): {NO_DRA}; {ADVICE}',
             id="dra-template",
         ),
         pytest.param(
             {"resourceClaims": [{"name": "gpu", "resourceClaimName": "shared-gpu"}]},
-            'pod has resource claim "gpu" (ResourceClaim "shared-gpu"): '
-            f"Lattice does not allocate DRA resource claims yet; {ADVICE}",
+            f'pod has resource claim "gpu" (ResourceClaim "shared-gpu"): {NO_DRA}; {ADVICE}',
             id="dra-claim",
         ),
         pytest.param(
@@ -95,8 +94,7 @@ FINE_VOLUMES = [
             },
             'pod has PersistentVolumeClaim volume "a" (claim "x"), generic ephemeral volume "b"'
             f' (claim "web-0-b"): {NO_VOLUME_BINDING}; pod has resource claim'
-            ' "nic" (ResourceClaim "rdma"): Lattice does not allocate DRA resource claims yet; '
-            f"{ADVICE}",
+            f' "nic" (ResourceClaim "rdma"): {NO_DRA}; {ADVICE}',
             id="everything-named-once",
         ),
     ],
@@ -155,7 +153,14 @@ def test_parsing_keeps_only_what_constrains_placement() -> None:
             {"name": "b", "resourceClaimTemplateName": "tmpl-b"},
         ],
     ).obj()
+    body["status"] = {
+        "resourceClaimStatuses": [
+            {"name": "b", "resourceClaimName": "p-b-x7k2q"},
+            {"name": "c", "resourceClaimName": None},
+        ]
+    }
     pod = Pod.from_api(body)
+    assert pod.generated_claims == {"b": "p-b-x7k2q", "c": None}
     assert pod.storage_volumes == (
         StorageVolume("data", "persistentVolumeClaim", "ckpt"),
         StorageVolume("tmp", "ephemeral", "p-tmp"),
@@ -167,6 +172,10 @@ def test_parsing_keeps_only_what_constrains_placement() -> None:
     plain = Pod.from_api(make_pod("q").obj())
     assert plain.storage_volumes == ()
     assert plain.resource_claims == ()
+    assert plain.generated_claims == {}
+    body["status"] = {"resourceClaimStatuses": [{"name": "b", "resourceClaimName": 1}]}
+    with pytest.raises(InvalidObjectError, match="resourceClaimStatuses"):
+        Pod.from_api(body)
     assert unsupported.unsupported_reason(plain) is None
 
 
@@ -201,7 +210,7 @@ def test_inline_disks_are_refused_only_without_volume_state(source: str) -> None
     assert placed.explanation.skipped_filters == (unsupported.NAME,)
 
 
-def test_with_volume_state_only_dra_and_unbindable_claims_are_refused() -> None:
+def test_with_volume_state_and_no_dra_state_only_dra_and_unbindable_claims_are_refused() -> None:
     pod = with_spec(
         make_pod("web-0"),
         volumes=[{"name": "disk", "awsElasticBlockStore": {"volumeID": "vol-1"}}],
@@ -209,6 +218,5 @@ def test_with_volume_state_only_dra_and_unbindable_claims_are_refused() -> None:
     )
     reason = unsupported.unsupported_reason(as_pod(pod), binds_volumes=True, checks_disks=True)
     assert reason == (
-        'pod has resource claim "gpu" (ResourceClaim "shared-gpu"): '
-        f"Lattice does not allocate DRA resource claims yet; {ADVICE}"
+        f'pod has resource claim "gpu" (ResourceClaim "shared-gpu"): {NO_DRA}; {ADVICE}'
     )

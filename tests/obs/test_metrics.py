@@ -20,7 +20,7 @@ from scheduler.obs.metrics import (
 )
 
 NAME = re.compile(
-    r"^lattice_(scheduling|framework|queue|binding|graph|cache|load|gang|reports|gpu)_[a-z0-9_]+$"
+    r"^lattice_(scheduling|framework|queue|binding|graph|cache|load|gang|reports|gpu|dra)_[a-z0-9_]+$"
 )
 UNIT_BY_TYPE = {
     "counter": ("_total",),
@@ -47,7 +47,7 @@ def _ours(metrics: Metrics) -> dict[str, str]:
 
 def test_every_metric_follows_the_naming_convention() -> None:
     families = _ours(Metrics.create())
-    assert len(families) == 18
+    assert len(families) == 20
     for name, kind in families.items():
         assert NAME.match(name), name
         assert name.endswith(UNIT_BY_TYPE[kind]), (name, kind)
@@ -110,6 +110,8 @@ def test_expected_names() -> None:
         "lattice_queue_pending_pods",
         "lattice_binding_duration_seconds",
         "lattice_binding_errors_total",
+        "lattice_dra_allocations_total",
+        "lattice_dra_double_allocations_total",
         "lattice_graph_patches_total",
         "lattice_cache_size_nodes",
         "lattice_cache_size_pods",

@@ -9,12 +9,18 @@ need a VolumeState in the cycle (``lattice run`` and ``lattice explain`` pass th
 VolumeBinding in the profile; inline disks need the VolumeState too (attach limits are read
 from CSINodes). The gang solver passes the VolumeState too, but its joint placement judges
 each member's volumes alone, so the gang flow admits only bound claims there
-(:func:`~scheduler.core.volumes.gang_volume_refusal`). It has no logic for DRA. Binding such
-a pod would put it on a node its volume or devices cannot reach, where it sits in
-ContainerCreating forever, so this PreFilter rejects it as UnschedulableAndUnresolvable,
-with a message naming every volume and claim at fault, so the scheduler reports
-FailedScheduling and ``PodScheduled=False`` and never binds it. The volume and claim lists
-are immutable, so no cluster event can make the pod schedulable.
+(:func:`~scheduler.core.volumes.gang_volume_refusal`). DRA resource claims need the
+cycle's DraState and DynamicResources in the profile (``lattice run`` passes its state; the
+gang flow passes none, so gang members with claims are refused here), and a claim whose
+requests use a field of an alpha DRA feature (kube-scheduler 1.34 keeps them off:
+DRADeviceTaints' ``tolerations``, DRAConsumableCapacity's ``capacity`` and
+``distinctAttribute``) is refused naming the field, as is a pod asking for a DeviceClass's
+``extendedResourceName`` (DRAExtendedResource). Binding such a pod would put it on a node
+its volume or devices cannot reach, where it sits in ContainerCreating forever, so this
+PreFilter rejects it as UnschedulableAndUnresolvable, with a message naming every volume
+and claim at fault, so the scheduler reports FailedScheduling and ``PodScheduled=False``
+and never binds it. The volume and claim lists are immutable, so no cluster event can make
+the pod schedulable (a claim's spec is immutable too).
 
 Plain pods (no such volume, no resource claim) are skipped at PreFilter: the plugin costs a
 tuple check per pod and its Filter never runs.
@@ -24,8 +30,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from scheduler.core.dra.objects import claim_alpha_fields
+from scheduler.core.dra.state import DraState
 from scheduler.core.framework import PREFILTER_SKIP, Code, Cycle, FilterResult, PreFilterResult
-from scheduler.core.profile import UNSUPPORTED, VOLUME_BINDING, Profile
+from scheduler.core.profile import DYNAMIC_RESOURCES, UNSUPPORTED, VOLUME_BINDING, Profile
 from scheduler.core.snapshot import BoolArray
 from scheduler.model.pod import (
     EPHEMERAL,
@@ -43,7 +51,13 @@ NO_VOLUME_BINDING: Final = (
 NO_VOLUME_STATE: Final = (
     "Lattice checks inline disks' conflicts and attach limits only with the cluster's storage"
 )
-NO_DRA: Final = "Lattice does not allocate DRA resource claims yet"
+NO_DRA: Final = (
+    "Lattice allocates DRA resource claims only with DynamicResources in the profile and the "
+    "cluster's DRA objects"
+)
+DRA_ALPHA: Final = (
+    "alpha DRA features kube-scheduler 1.34 keeps off, which Lattice does not implement"
+)
 
 
 def _volume(volume: StorageVolume) -> str:
@@ -62,14 +76,39 @@ def _claim(claim: ResourceClaimRef) -> str:
     return f'resource claim "{claim.name}"'
 
 
+def _alpha_claims(pod: Pod, dra: DraState) -> list[str]:
+    """The pod's claims (known to ``dra``) that use alpha fields, each with the fields."""
+    out: list[str] = []
+    for ref in pod.resource_claims:
+        name = ref.claim_name or pod.generated_claims.get(ref.name)
+        claim = dra.claims.get((pod.namespace, name)) if name else None
+        fields = claim_alpha_fields(claim) if claim is not None else []
+        if fields:
+            out.append(f"{_claim(ref)} using {', '.join(fields)}")
+    extended = {c.extended_resource_name: c.name for c in dra.classes.values()}
+    extended.pop("", None)
+    out.extend(
+        f'extended resource "{r}" of DeviceClass "{extended[r]}" (spec.extendedResourceName)'
+        for r in sorted(pod.resources.requests)
+        if r in extended
+    )
+    return out
+
+
 def unsupported_reason(
-    pod: Pod, *, binds_volumes: bool = False, checks_disks: bool = False
+    pod: Pod,
+    *,
+    binds_volumes: bool = False,
+    checks_disks: bool = False,
+    dra: DraState | None = None,
 ) -> str | None:
     """Why Lattice cannot place ``pod`` correctly, or None when it can.
 
     ``binds_volumes``: the cycle has a VolumeState and the profile runs VolumeBinding, so
     claims are placed like kube-scheduler places them. ``checks_disks``: the cycle has a
     VolumeState, so inline disks' conflicts and attach limits are checked as kube does.
+    ``dra``: the cycle's DraState when the profile runs DynamicResources (claims are then
+    allocated as kube does, except those using alpha fields).
     """
     claimed = {PERSISTENT_VOLUME_CLAIM, EPHEMERAL}
     bound = (
@@ -78,10 +117,16 @@ def unsupported_reason(
     inline = (
         [] if checks_disks else [_volume(v) for v in pod.storage_volumes if v.source not in claimed]
     )
-    claims = [_claim(c) for c in pod.resource_claims]
+    claims = [] if dra is not None else [_claim(c) for c in pod.resource_claims]
+    alpha = [] if dra is None else _alpha_claims(pod, dra)
     clauses = [
         f"pod has {', '.join(items)}: {why}"
-        for items, why in ((bound, NO_VOLUME_BINDING), (inline, NO_VOLUME_STATE), (claims, NO_DRA))
+        for items, why in (
+            (bound, NO_VOLUME_BINDING),
+            (inline, NO_VOLUME_STATE),
+            (claims, NO_DRA),
+            (alpha, DRA_ALPHA),
+        )
         if items
     ]
     if not clauses:
@@ -92,13 +137,15 @@ def unsupported_reason(
 class Unsupported:
     name: Final = NAME
 
-    def __init__(self, *, volume_binding: bool = True) -> None:
+    def __init__(self, *, volume_binding: bool = True, dynamic_resources: bool = True) -> None:
         self.volume_binding = volume_binding
+        self.dynamic_resources = dynamic_resources
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
         has_state = cycle.volumes is not None
         binds = self.volume_binding and has_state
-        reason = unsupported_reason(cycle.pod, binds_volumes=binds, checks_disks=has_state)
+        dra = cycle.dra if self.dynamic_resources else None
+        reason = unsupported_reason(cycle.pod, binds_volumes=binds, checks_disks=has_state, dra=dra)
         if reason is None:
             return PREFILTER_SKIP
         return PreFilterResult(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason)
@@ -109,4 +156,7 @@ class Unsupported:
 
 
 def new(profile: Profile) -> Unsupported:
-    return Unsupported(volume_binding=VOLUME_BINDING in profile.filters)
+    return Unsupported(
+        volume_binding=VOLUME_BINDING in profile.filters,
+        dynamic_resources=DYNAMIC_RESOURCES in profile.filters,
+    )

@@ -1,0 +1,272 @@
+"""DRA objects from the watch, and DynamicResources' PreBind writes, for `lattice run`.
+
+The watch side keeps the cache's :class:`~scheduler.core.dra.state.DraState` current from
+three streams (DeviceClasses, ResourceClaims in every namespace, ResourceSlices). An object
+that does not parse is logged, dropped from the state and listed in :attr:`DraObjects.broken`;
+it never stops the stream. A claim event older than the version already held (the echo of
+an intermediate write, after PreBind stored the final one) is ignored, so a written
+allocation never looks undone.
+
+PreBind (:func:`write_claim`, kube's DynamicResources PreBind): for each claim of the
+decision's :class:`~scheduler.core.dra.state.ClaimPlan`, read the claim, refuse if it is
+being deleted or (for an allocation) got allocated meanwhile, add the
+``resource.kubernetes.io/delete-protection`` finalizer (a merge patch conditional on the
+version read, where kube uses an Update), then set
+``status.allocation`` and append the pod to ``status.reservedFor`` with an UpdateStatus;
+a 409 re-reads and retries. The written claim goes into the state at once (kube's
+``AssumeClaimAfterAPICall``), which also ends the assumption.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import json
+from collections.abc import Mapping
+from typing import Any, Final, cast
+
+from kubernetes_asyncio import client
+
+from scheduler.core.dra.objects import (
+    DELETE_PROTECTION_FINALIZER,
+    DeviceClass,
+    ResourceClaim,
+    ResourceSlice,
+)
+from scheduler.core.dra.state import ClaimWrite, DraState
+from scheduler.model.errors import InvalidObjectError
+
+Body = Mapping[str, Any]
+GROUP: Final = "resource.k8s.io"
+VERSION: Final = "v1"
+CONFLICT_RETRIES: Final = 5
+"""client-go's ``retry.DefaultRetry`` steps, which kube's PreBind uses."""
+
+
+class Kind(enum.StrEnum):
+    CLASS = "deviceclass"
+    CLAIM = "resourceclaim"
+    SLICE = "resourceslice"
+
+
+def object_key(kind: Kind, body: Body) -> str:
+    meta = body.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    if kind is Kind.CLAIM:
+        return f"{meta.get('namespace') or 'default'}/{name}"
+    return name
+
+
+def _message(exc: client.ApiException) -> str:
+    """The API server's own message (a 422 says which field), else the HTTP reason."""
+    try:
+        message: str = json.loads(exc.body or b"")["message"]
+    except (TypeError, ValueError, KeyError):
+        return str(exc.reason)
+    return message
+
+
+def _rv(value: str) -> int | None:
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+class DraObjects:
+    """The DraState's writer on the watch side."""
+
+    def __init__(self, state: DraState, *, log: Any) -> None:
+        self.state = state
+        self.log = log
+        self.broken: dict[str, str] = {}
+
+    def upsert(self, kind: Kind, body: Body) -> None:
+        key = object_key(kind, body)
+        try:
+            self._set(kind, body)
+        except (InvalidObjectError, ValueError, TypeError) as exc:
+            self.log.warning("dra_object_unreadable", pod=f"{kind}/{key}", reason=str(exc))
+            self.broken[f"{kind}/{key}"] = str(exc)
+            self._remove(kind, key)
+        else:
+            self.broken.pop(f"{kind}/{key}", None)
+
+    def delete(self, kind: Kind, body: Body) -> None:
+        key = object_key(kind, body)
+        self.broken.pop(f"{kind}/{key}", None)
+        self._remove(kind, key)
+
+    def keys(self, kind: Kind) -> set[str]:
+        s = self.state
+        known = {
+            Kind.CLASS: set(s.classes),
+            Kind.CLAIM: {f"{ns}/{name}" for ns, name in s.claims},
+            Kind.SLICE: set(s.slices),
+        }[kind]
+        return known | {k.split("/", 1)[1] for k in self.broken if k.startswith(f"{kind}/")}
+
+    def claim_written(self, body: Body) -> None:
+        """The claim as our own write returned it (newer than anything the watch held)."""
+        self.upsert(Kind.CLAIM, body)
+
+    def _set(self, kind: Kind, body: Body) -> None:
+        if kind is Kind.CLASS:
+            self.state.set_class(DeviceClass.from_api(body))
+        elif kind is Kind.SLICE:
+            self.state.set_slice(ResourceSlice.from_api(body))
+        else:
+            claim = ResourceClaim.from_api(body)
+            held = self.state.claims.get(claim.key)
+            if held is not None and held.uid == claim.uid:
+                new, old = _rv(claim.resource_version), _rv(held.resource_version)
+                if new is not None and old is not None and new < old:
+                    return
+            self.state.set_claim(claim)
+
+    def _remove(self, kind: Kind, key: str) -> None:
+        if kind is Kind.CLASS:
+            self.state.remove_class(key)
+        elif kind is Kind.SLICE:
+            self.state.remove_slice(key)
+        else:
+            namespace, _, name = key.partition("/")
+            self.state.remove_claim(namespace, name)
+
+
+async def deallocate_claim(
+    api: client.ApiClient, claim: ResourceClaim, *, pod_uid: str
+) -> str | None:
+    """kube's PostFilter write: clear ``status.allocation``, ``reservedFor`` and
+    ``devices`` of a claim reserved by nobody but the pod (checked again on the fresh
+    object; a 409 re-reads). None when done or no longer needed, else why it failed."""
+    objects = client.CustomObjectsApi(api)
+    what = f"resourceclaim {claim.namespace}/{claim.name}"
+    for _ in range(CONFLICT_RETRIES):
+        try:
+            body: dict[str, Any] = await objects.get_namespaced_custom_object(
+                GROUP, VERSION, claim.namespace, "resourceclaims", claim.name
+            )
+        except client.ApiException as exc:
+            return None if exc.status == 404 else f"reading {what}: {exc.status} {_message(exc)}"
+        status = body.get("status") or {}
+        if (body.get("metadata") or {}).get("uid") != claim.uid or not status.get("allocation"):
+            return None
+        if any(r.get("uid") != pod_uid for r in status.get("reservedFor") or []):
+            return None
+        body["status"] = {k: v for k, v in status.items() if k not in _DEALLOCATED}
+        try:
+            await objects.replace_namespaced_custom_object_status(
+                GROUP, VERSION, claim.namespace, "resourceclaims", claim.name, body
+            )
+        except client.ApiException as exc:
+            if exc.status == 409:
+                continue
+            return f"deallocating {what}: {exc.status} {_message(exc)}"
+        return None
+    return f"deallocating {what}: still conflicting after {CONFLICT_RETRIES} attempts"
+
+
+_DEALLOCATED: Final = frozenset({"allocation", "reservedFor", "devices"})
+
+
+async def unreserve_claim(api: client.ApiClient, write: ClaimWrite, *, pod_uid: str) -> str | None:
+    """kube's Unreserve after a failed binding: the pod leaves ``reservedFor`` (the
+    allocation stays, as in kube). None when done or nothing to do, else why it failed."""
+    objects = client.CustomObjectsApi(api)
+    what = f"resourceclaim {write.namespace}/{write.name}"
+    for _ in range(CONFLICT_RETRIES):
+        try:
+            body: dict[str, Any] = await objects.get_namespaced_custom_object(
+                GROUP, VERSION, write.namespace, "resourceclaims", write.name
+            )
+        except client.ApiException as exc:
+            return None if exc.status == 404 else f"reading {what}: {exc.status} {_message(exc)}"
+        status = body.get("status") or {}
+        reserved = list(status.get("reservedFor") or [])
+        kept = [r for r in reserved if r.get("uid") != pod_uid]
+        if len(kept) == len(reserved):
+            return None
+        body["status"] = {**status, "reservedFor": kept}
+        if not kept:
+            del body["status"]["reservedFor"]
+        try:
+            await objects.replace_namespaced_custom_object_status(
+                GROUP, VERSION, write.namespace, "resourceclaims", write.name, body
+            )
+        except client.ApiException as exc:
+            if exc.status == 409:
+                continue
+            return (
+                None if exc.status == 404 else f"unreserving {what}: {exc.status} {_message(exc)}"
+            )
+        return None
+    return f"unreserving {what}: still conflicting after {CONFLICT_RETRIES} attempts"
+
+
+async def write_claim(
+    api: client.ApiClient, write: ClaimWrite, *, pod_name: str, pod_uid: str
+) -> tuple[dict[str, Any] | None, str | None]:
+    """One claim's PreBind: (the written claim, None) or (None, why it failed)."""
+    objects = client.CustomObjectsApi(api)
+    what = f"resourceclaim {write.namespace}/{write.name}"
+    for _ in range(CONFLICT_RETRIES):
+        try:
+            claim: dict[str, Any] = await objects.get_namespaced_custom_object(
+                GROUP, VERSION, write.namespace, "resourceclaims", write.name
+            )
+        except client.ApiException as exc:
+            return None, f"reading {what}: {exc.status} {_message(exc)}"
+        meta = claim.setdefault("metadata", {})
+        if write.uid and meta.get("uid") != write.uid:
+            return None, f"{what} was replaced in the meantime"
+        if meta.get("deletionTimestamp") is not None:
+            return None, f"{what} got deleted in the meantime"
+        status = claim.get("status") or {}
+        if write.allocation is not None:
+            if status.get("allocation") is not None:
+                return None, f"{what} got allocated elsewhere in the meantime"
+            finalizers = list(meta.get("finalizers") or [])
+            if DELETE_PROTECTION_FINALIZER not in finalizers:
+                # A merge patch conditional on the version read (kube uses an Update; a
+                # PUT of the whole object from Python re-encodes opaque parameters, which
+                # the API server then refuses as a change of the immutable spec).
+                patch = {
+                    "metadata": {
+                        "finalizers": [*finalizers, DELETE_PROTECTION_FINALIZER],
+                        "resourceVersion": meta.get("resourceVersion"),
+                    }
+                }
+                try:
+                    claim = await cast(Any, objects).patch_namespaced_custom_object(
+                        GROUP,
+                        VERSION,
+                        write.namespace,
+                        "resourceclaims",
+                        write.name,
+                        patch,
+                        _content_type="application/merge-patch+json",
+                    )
+                except client.ApiException as exc:
+                    if exc.status == 409:
+                        continue
+                    return None, f"adding the finalizer to {what}: {exc.status} {_message(exc)}"
+            status = copy.deepcopy(claim.get("status") or {})
+            status["allocation"] = copy.deepcopy(dict(write.allocation))
+        elif status.get("allocation") is None:
+            return None, f"{what} got deallocated in the meantime"
+        reserved = list(status.get("reservedFor") or [])
+        if not any(r.get("uid") == pod_uid for r in reserved):
+            reserved.append({"resource": "pods", "name": pod_name, "uid": pod_uid})
+        status["reservedFor"] = reserved
+        claim["status"] = status
+        try:
+            written: dict[str, Any] = await objects.replace_namespaced_custom_object_status(
+                GROUP, VERSION, write.namespace, "resourceclaims", write.name, claim
+            )
+        except client.ApiException as exc:
+            if exc.status == 409:
+                continue
+            return None, f"updating {what} status: {exc.status} {_message(exc)}"
+        return written, None
+    return None, f"updating {what}: still conflicting after {CONFLICT_RETRIES} attempts"

@@ -1,0 +1,589 @@
+"""The structured allocator: a pod's unallocated claims -> devices on one node, or why not.
+
+Theory of operation (kube-scheduler 1.34's ``structured`` allocator, with its default
+feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
+
+1. **Pools seen from the node.** A slice is visible when its ``nodeName`` is the node, it
+   has ``allNodes``, or its ``nodeSelector`` matches the node (a slice with
+   ``perDeviceNodeSelection`` is skipped: alpha). Per (driver, pool) only the slices of the
+   highest ``pool.generation`` count; the pool is *incomplete* when fewer (or more) visible
+   slices than ``resourceSliceCount`` remain, *invalid* when a device name repeats.
+   Incomplete pools are still used for ExactCount requests.
+2. **Order.** kube 1.34 walks pools in Go map order (random per call). Lattice walks them
+   sorted by (driver, pool), slices by name, devices in ``spec.devices`` order, so the same
+   cluster always gives the same allocation. Where kube's choice is deterministic (one pool
+   with one slice on the node) the two agree.
+3. **Validation, per request (and per firstAvailable subrequest):** the class must exist; a
+   selector that is not CEL is an error; ExactCount needs ``count`` devices; All takes every
+   selectable device of every pool now, and an incomplete or invalid pool is an *error*;
+   the minimum device count per claim must not exceed 32 (an error).
+4. **Depth-first search** over claims, requests, subrequests and device slots, first full
+   solution wins, with backtracking across requests and claims. For one slot the checks run
+   cheapest first: in use (the cluster's allocated devices plus those picked earlier in
+   this search; an adminAccess request only avoids devices already in its own claim), then
+   class selectors, then request selectors (the verdict per device and request is memoised
+   for the call; CEL verdicts per device and expression live on the device), then every
+   constraint of the claim (``matchAttribute``: the first device fixes the value, later ones
+   need the same type and value; a device without the attribute fails). Reaching an invalid
+   pool in an ExactCount search is an error. All requests allocate their fixed devices
+   with ``must``: a constraint they break is an error, a device in use makes the request
+   unsatisfiable. A claim that would exceed 32 results backtracks to the previous choice
+   (and tries the next subrequest, which may need fewer devices).
+5. **Results** in the ``status.allocation`` shape v1.34.4 writes: ``devices.results`` in
+   allocation order (``adminAccess: true`` only for adminAccess requests), ``devices.config``
+   with each class's configs once per class naming the requests that used it (the v1.34.2+
+   form) followed by the claim's configs (one copy per matching request, as kube does), and
+   ``nodeSelector``: the node's name when any device comes from a node-local slice, else
+   the union of the slices' single-term selectors, else none (``allNodes`` only).
+
+Outcomes: :meth:`Allocator.allocate` returns the allocations (one per claim, in order) or
+None when the node cannot serve the claims; it raises :class:`AllocationError` for what kube
+treats as an error of the whole attempt (CEL compile/runtime errors, All over an incomplete
+pool, too many devices, an invalid pool reached). No timeout: there is no I/O and the search
+is the same one kube bounds with its 10 s filter timeout; a pathological claim is as slow
+here as the DFS makes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.core.dra.cel import CelError, SelectorCompiler
+from scheduler.core.dra.objects import (
+    ALL,
+    EXACT_COUNT,
+    FROM_CLAIM,
+    FROM_CLASS,
+    RESULTS_MAX,
+    Attribute,
+    Device,
+    DeviceClass,
+    DeviceId,
+    ExactRequest,
+    ResourceClaim,
+    ResourceSlice,
+)
+from scheduler.model.selectors import Labels
+
+
+class AllocationError(Exception):
+    """kube's Filter error for the claims: the pod's whole attempt fails (SchedulerError)."""
+
+
+class _TooMany(Exception):
+    """A claim would get more than 32 results: backtrack further (not an error)."""
+
+
+@dataclass(slots=True)
+class Pool:
+    driver: str
+    name: str
+    slices: list[ResourceSlice]
+    incomplete: bool = False
+    invalid: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.driver}/{self.name}"
+
+
+class SliceIndex:
+    """All slices of the cluster, split by how they select nodes (built once per cycle)."""
+
+    def __init__(self, slices: Iterable[ResourceSlice]) -> None:
+        self.by_node: dict[str, list[ResourceSlice]] = {}
+        self.all_nodes: list[ResourceSlice] = []
+        self.selected: list[ResourceSlice] = []
+        for s in slices:
+            if s.per_device_node_selection:
+                continue  # DRAPartitionableDevices (alpha, off)
+            if s.node_name:
+                self.by_node.setdefault(s.node_name, []).append(s)
+            elif s.all_nodes:
+                self.all_nodes.append(s)
+            elif s.node_selector is not None:
+                self.selected.append(s)
+
+    def pools(self, node: str, labels: Labels) -> list[Pool]:
+        visible = [
+            *self.by_node.get(node, ()),
+            *self.all_nodes,
+            *(
+                s
+                for s in self.selected
+                if s.node_selector and s.node_selector.matches(labels, node)
+            ),
+        ]
+        grouped: dict[tuple[str, str], list[ResourceSlice]] = {}
+        for s in visible:
+            grouped.setdefault((s.driver, s.pool), []).append(s)
+        pools: list[Pool] = []
+        for (driver, name), members in sorted(grouped.items()):
+            newest = max(s.generation for s in members)
+            kept = sorted((s for s in members if s.generation == newest), key=lambda s: s.name)
+            names = [d.name for s in kept for d in s.devices]
+            pools.append(
+                Pool(
+                    driver,
+                    name,
+                    kept,
+                    incomplete=len(kept) != kept[0].slice_count,
+                    invalid=len(names) != len(set(names)),
+                )
+            )
+        return pools
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    id: DeviceId
+    device: Device
+    slice: ResourceSlice
+
+
+@dataclass(slots=True)
+class _Request:
+    """One request, or one subrequest of a firstAvailable request."""
+
+    base: str
+    """The request's name."""
+    sub: str
+    """The subrequest's name ('' for ``exactly``)."""
+    spec: ExactRequest
+    cls: DeviceClass
+    count: int = 0
+    all_devices: list[_Candidate] | None = None
+
+    @property
+    def result_name(self) -> str:
+        return f"{self.base}/{self.sub}" if self.sub else self.base
+
+    @property
+    def admin(self) -> bool:
+        return self.spec.admin_access is True
+
+
+@dataclass(slots=True)
+class _MatchAttribute:
+    requests: frozenset[str]
+    attribute: str
+    value: Attribute | None = None
+    members: int = 0
+
+    def applies(self, request: _Request) -> bool:
+        return (
+            not self.requests
+            or request.base in self.requests
+            or (bool(request.sub) and request.result_name in self.requests)
+        )
+
+    def add(self, request: _Request, device: Device) -> bool:
+        if not self.applies(request):
+            return True
+        value = device.attribute(self.attribute)
+        if value is None:
+            return False
+        if self.members == 0:
+            self.value = value
+        elif value != self.value:
+            return False
+        self.members += 1
+        return True
+
+    def remove(self, request: _Request) -> None:
+        if self.applies(request):
+            self.members -= 1
+
+
+@dataclass(slots=True)
+class _Picked:
+    request: _Request
+    candidate: _Candidate
+
+
+@dataclass(slots=True)
+class _Search:
+    claims: Sequence[ResourceClaim]
+    requests: list[list[list[_Request]]]
+    """Per claim, per request: the alternatives (one for ``exactly``)."""
+    constraints: list[list[_MatchAttribute]]
+    pools: list[Pool]
+    allocated: frozenset[DeviceId] | set[DeviceId]
+    compiler: SelectorCompiler
+    node: str
+    chosen_sub: dict[tuple[int, int], int] = field(default_factory=dict)
+    picked: list[list[_Picked]] = field(default_factory=list)
+    allocating: dict[DeviceId, set[int]] = field(default_factory=dict)
+    memo: dict[tuple[DeviceId, int, int, int], bool] = field(default_factory=dict)
+
+
+class Allocator:
+    """Per-cycle view: classes, slices and the devices already in use."""
+
+    def __init__(
+        self,
+        *,
+        classes: Mapping[str, DeviceClass],
+        slices: SliceIndex,
+        allocated: frozenset[DeviceId] | set[DeviceId],
+        compiler: SelectorCompiler,
+    ) -> None:
+        self.classes = classes
+        self.slices = slices
+        self.allocated = allocated
+        self.compiler = compiler
+
+    def allocate(
+        self, node: str, labels: Labels, claims: Sequence[ResourceClaim]
+    ) -> list[dict[str, Any]] | None:
+        """Allocations for ``claims`` on ``node`` (one per claim), or None when they do not
+        fit; raises :class:`AllocationError` as described in the module docstring."""
+        pools = self.slices.pools(node, labels)
+        search = _Search(
+            claims=claims,
+            requests=[],
+            constraints=[],
+            pools=pools,
+            allocated=self.allocated,
+            compiler=self.compiler,
+            node=node,
+        )
+        for ci, claim in enumerate(claims):
+            per_request: list[list[_Request]] = []
+            minimum = 0
+            for ri, request in enumerate(claim.requests):
+                if request.exactly is not None:
+                    alternatives = [(request.exactly, "")]
+                elif request.first_available:
+                    alternatives = [(s, s.name) for s in request.first_available]
+                else:
+                    raise AllocationError(
+                        f"claim {_ref(claim)}, request {request.name}: unknown request type"
+                    )
+                built = [
+                    self._validate(search, claim, ci, ri, si, request.name, sub, spec)
+                    for si, (spec, sub) in enumerate(alternatives)
+                ]
+                per_request.append(built)
+                minimum += min(r.count for r in built)
+            if minimum > RESULTS_MAX:
+                raise AllocationError(
+                    f"claim {_ref(claim)}: number of requested devices {minimum} exceeds the "
+                    f"claim limit of {RESULTS_MAX}"
+                )
+            search.requests.append(per_request)
+            constraints: list[_MatchAttribute] = []
+            for i, c in enumerate(claim.constraints):
+                if c.match_attribute is None:
+                    raise AllocationError(
+                        f"claim {_ref(claim)}, constraint #{i}: empty constraint "
+                        "(unsupported constraint type?)"
+                    )
+                constraints.append(_MatchAttribute(frozenset(c.requests), c.match_attribute))
+            search.constraints.append(constraints)
+            search.picked.append([])
+        try:
+            done = _allocate_one(search, 0, 0, 0, 0, in_sub=False)
+        except _TooMany:
+            done = False
+        if not done:
+            return None
+        return [_result(search, ci) for ci in range(len(claims))]
+
+    def _validate(
+        self,
+        search: _Search,
+        claim: ResourceClaim,
+        ci: int,
+        ri: int,
+        si: int,
+        base: str,
+        sub: str,
+        spec: ExactRequest,
+    ) -> _Request:
+        label = (
+            f"claim {_ref(claim)}, request {base}/{sub}"
+            if sub
+            else f"claim {_ref(claim)}, request {base}"
+        )
+        for i, expression in enumerate(spec.selectors):
+            if expression is None:
+                raise AllocationError(
+                    f"{label}, selector #{i}: CEL expression empty (unsupported selector type?)"
+                )
+        if not spec.device_class:
+            raise AllocationError(f"{label}: missing device class name")
+        cls = self.classes.get(spec.device_class)
+        if cls is None:
+            raise AllocationError(f"{label}: could not retrieve device class {spec.device_class}")
+        request = _Request(base, sub, spec, cls)
+        if spec.mode == EXACT_COUNT:
+            request.count = spec.count
+        elif spec.mode == ALL:
+            devices: list[_Candidate] = []
+            for pool in search.pools:
+                if pool.incomplete:
+                    raise AllocationError(
+                        f"{label}: asks for all devices, but resource pool {pool.id} is "
+                        "currently being updated"
+                    )
+                if pool.invalid:
+                    raise AllocationError(
+                        f"{label}: asks for all devices, but resource pool {pool.id} is "
+                        "currently invalid"
+                    )
+                for s in pool.slices:
+                    for d in s.devices:
+                        device_id = DeviceId(s.driver, s.pool, d.name)
+                        if _selectable(search, request, (ci, ri, si), claim, device_id, d):
+                            devices.append(_Candidate(device_id, d, s))
+            request.all_devices = devices
+            request.count = len(devices)
+        else:
+            raise AllocationError(f"{label}: unsupported count mode {spec.mode}")
+        return request
+
+
+def _ref(claim: ResourceClaim) -> str:
+    return f"{claim.namespace}/{claim.name}" if claim.namespace else claim.name
+
+
+def _selectable(
+    search: _Search,
+    request: _Request,
+    key: tuple[int, int, int],
+    claim: ResourceClaim,
+    device_id: DeviceId,
+    device: Device,
+) -> bool:
+    if not device.allocatable:
+        return False
+    memo_key = (device_id, *key)
+    cached = search.memo.get(memo_key)
+    if cached is not None:
+        return cached
+    verdict = _selectors_match(search, device, request.cls.selectors, f"class {request.cls.name}")
+    if verdict:
+        verdict = _selectors_match(search, device, request.spec.selectors, f"claim {_ref(claim)}")
+    search.memo[memo_key] = verdict
+    return verdict
+
+
+def _selectors_match(
+    search: _Search, device: Device, selectors: Sequence[str | None], owner: str
+) -> bool:
+    for i, expression in enumerate(selectors):
+        if expression is None:
+            raise AllocationError(f"{owner}: selector #{i}: not a CEL selector")
+        try:
+            if not device.matches(expression, search.compiler):
+                return False
+        except CelError as err:
+            raise AllocationError(f"{owner}: selector #{i}: CEL runtime error: {err}") from err
+    return True
+
+
+def _in_use(search: _Search, request: _Request, ci: int, device_id: DeviceId) -> bool:
+    if request.admin:
+        return ci in search.allocating.get(device_id, ())
+    return device_id in search.allocated or bool(search.allocating.get(device_id))
+
+
+def _take(search: _Search, ci: int, request: _Request, c: _Candidate, *, must: bool) -> bool:
+    if _in_use(search, request, ci, c.id):
+        return False
+    constraints = search.constraints[ci]
+    for i, constraint in enumerate(constraints):
+        if not constraint.add(request, c.device):
+            if must:
+                raise AllocationError(
+                    f"claim {_ref(search.claims[ci])}, request {request.result_name}: cannot add "
+                    f"device {c.id.driver}/{c.id.pool}/{c.id.device} because a claim constraint "
+                    "would not be satisfied"
+                )
+            for earlier in constraints[:i]:
+                earlier.remove(request)
+            return False
+    search.allocating.setdefault(c.id, set()).add(ci)
+    search.picked[ci].append(_Picked(request, c))
+    return True
+
+
+def _release(search: _Search, ci: int, request: _Request, c: _Candidate) -> None:
+    for constraint in search.constraints[ci]:
+        constraint.remove(request)
+    search.allocating[c.id].discard(ci)
+    search.picked[ci].pop()
+
+
+def _allocate_one(search: _Search, ci: int, ri: int, si: int, di: int, *, in_sub: bool) -> bool:
+    if ci >= len(search.claims):
+        return True
+    claim_requests = search.requests[ci]
+    if ri >= len(claim_requests):
+        try:
+            return _allocate_one(search, ci + 1, 0, 0, 0, in_sub=False)
+        except _TooMany:
+            return False
+    alternatives = claim_requests[ri]
+    if not in_sub and alternatives[0].sub:
+        all_too_many = True
+        for index in range(len(alternatives)):
+            try:
+                done = _allocate_one(search, ci, ri, index, 0, in_sub=True)
+            except _TooMany:
+                continue
+            all_too_many = False
+            if done:
+                search.chosen_sub[(ci, ri)] = index
+                return True
+        if all_too_many:
+            raise _TooMany
+        return False
+    request = alternatives[si]
+    if request.all_devices is not None and not request.all_devices:
+        return False
+    if di >= request.count:
+        return _allocate_one(search, ci, ri + 1, 0, 0, in_sub=False)
+    if len(search.picked[ci]) + request.count - di > RESULTS_MAX:
+        raise _TooMany
+    if request.all_devices is not None:
+        c = request.all_devices[di]
+        if not _take(search, ci, request, c, must=True):
+            return False
+        try:
+            done = _allocate_one(search, ci, ri, si, di + 1, in_sub=in_sub)
+        except BaseException:
+            _release(search, ci, request, c)
+            raise
+        if not done:
+            _release(search, ci, request, c)
+        return done
+    claim = search.claims[ci]
+    for pool in search.pools:
+        if pool.invalid:
+            raise AllocationError(f"pool {pool.id} is invalid (duplicate device names)")
+        for s in pool.slices:
+            for d in s.devices:
+                c = _Candidate(DeviceId(s.driver, s.pool, d.name), d, s)
+                if _in_use(search, request, ci, c.id):
+                    continue
+                if not _selectable(search, request, (ci, ri, si), claim, c.id, d):
+                    continue
+                if not _take(search, ci, request, c, must=False):
+                    continue
+                try:
+                    done = _allocate_one(search, ci, ri, si, di + 1, in_sub=in_sub)
+                except BaseException:
+                    _release(search, ci, request, c)
+                    raise
+                if done:
+                    return True
+                _release(search, ci, request, c)
+    return False
+
+
+def _result(search: _Search, ci: int) -> dict[str, Any]:
+    claim = search.claims[ci]
+    results: list[dict[str, Any]] = []
+    for p in search.picked[ci]:
+        entry: dict[str, Any] = {
+            "request": p.request.result_name,
+            "driver": p.candidate.id.driver,
+            "pool": p.candidate.id.pool,
+            "device": p.candidate.id.device,
+        }
+        if p.request.admin:
+            entry["adminAccess"] = True
+        results.append(entry)
+    config: list[dict[str, Any]] = []
+    class_ranges: dict[str, tuple[int, int]] = {}
+    used: list[_Request] = []
+    for ri, alternatives in enumerate(search.requests[ci]):
+        request = alternatives[search.chosen_sub.get((ci, ri), 0)]
+        used.append(request)
+        span = class_ranges.get(request.cls.name)
+        if span is not None:
+            for i in range(*span):
+                config[i]["requests"].append(request.result_name)
+            continue
+        start = len(config)
+        for entry_body in request.cls.config:
+            config.append(
+                {
+                    "source": FROM_CLASS,
+                    "requests": [request.result_name],
+                    **{k: v for k, v in entry_body.items() if k != "requests"},
+                }
+            )
+        class_ranges[request.cls.name] = (start, len(config))
+    for claim_config in claim.config:
+        body = {k: v for k, v in claim_config.body.items() if k != "requests"}
+        entry = {"source": FROM_CLAIM}
+        if claim_config.requests:
+            entry["requests"] = list(claim_config.requests)
+        entry.update(body)
+        if not claim_config.requests:
+            config.append(dict(entry))
+            continue
+        for request in used:
+            if request.base in claim_config.requests or (
+                request.sub and request.result_name in claim_config.requests
+            ):
+                config.append(dict(entry))
+    devices: dict[str, Any] = {"results": results}
+    if config:
+        devices["config"] = config
+    allocation: dict[str, Any] = {"devices": devices}
+    selector = _node_selector(search, [p.candidate.slice for p in search.picked[ci]])
+    if selector is not None:
+        allocation["nodeSelector"] = selector
+    return allocation
+
+
+def _node_selector(search: _Search, slices: Sequence[ResourceSlice]) -> dict[str, Any] | None:
+    if any(s.node_name for s in slices):
+        return {
+            "nodeSelectorTerms": [
+                {
+                    "matchFields": [
+                        {"key": "metadata.name", "operator": "In", "values": [search.node]}
+                    ]
+                }
+            ]
+        }
+    fields: list[dict[str, Any]] = []
+    expressions: list[dict[str, Any]] = []
+    for s in slices:
+        if s.raw_node_selector is None:
+            continue
+        terms = s.raw_node_selector.get("nodeSelectorTerms") or []
+        if len(terms) != 1:
+            raise AllocationError(
+                f"unsupported ResourceSlice.NodeSelector with {len(terms)} terms (slice {s.name})"
+            )
+        term = terms[0]
+        _merge(fields, term.get("matchFields") or [])
+        _merge(expressions, term.get("matchExpressions") or [])
+    if not fields and not expressions:
+        return None
+    merged: dict[str, Any] = {}
+    if expressions:
+        merged["matchExpressions"] = expressions
+    if fields:
+        merged["matchFields"] = fields
+    return {"nodeSelectorTerms": [merged]}
+
+
+def _merge(into: list[dict[str, Any]], requirements: Iterable[Mapping[str, Any]]) -> None:
+    for r in requirements:
+        values = set(r.get("values") or [])
+        if not any(
+            e.get("key") == r.get("key")
+            and e.get("operator") == r.get("operator")
+            and set(e.get("values") or []) == values
+            for e in into
+        ):
+            into.append(dict(r))

@@ -1,0 +1,171 @@
+"""The DRA objects of the cluster as the controller last saw them, plus Lattice's own
+in-flight allocations (kube's assume cache and ``SignalClaimPendingAllocation``).
+
+State machine of one claim's allocation, as seen from here::
+
+    unallocated --assume(plan)--> pending (devices count as used; other pods wait)
+    pending --set_claim(allocated)--> allocated (the write came back; pending dropped)
+    pending --forget(claim)--> unallocated (binding failed before the write)
+
+The devices in use are those of every written allocation (adminAccess results excluded,
+as kube's allocated-device tracker does) plus every pending one. The set is recounted from
+the claims when they change, not per cycle. Slices are indexed once per change too
+(:class:`~scheduler.core.dra.allocator.SliceIndex`), and the CEL compiler lives as long as
+the state, so expressions compile once per process.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.core.dra.allocator import Allocator, SliceIndex
+from scheduler.core.dra.cel import SelectorCompiler
+from scheduler.core.dra.objects import DeviceClass, DeviceId, ResourceClaim, ResourceSlice
+
+ClaimKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimWrite:
+    """One claim PreBind must update before the binding."""
+
+    namespace: str
+    name: str
+    uid: str
+    allocation: Mapping[str, Any] | None
+    """The allocation to write (None: the claim is already allocated, only reserve it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPlan:
+    """What DynamicResources chose for the selected node: the writes, in pod claim order."""
+
+    pod_name: str
+    pod_uid: str
+    writes: tuple[ClaimWrite, ...] = field(default=())
+
+    @property
+    def allocations(self) -> tuple[ClaimWrite, ...]:
+        return tuple(w for w in self.writes if w.allocation is not None)
+
+
+class DraState:
+    def __init__(self) -> None:
+        self.classes: dict[str, DeviceClass] = {}
+        self.claims: dict[ClaimKey, ResourceClaim] = {}
+        self.slices: dict[str, ResourceSlice] = {}
+        self.compiler = SelectorCompiler()
+        self._index: SliceIndex | None = None
+        self._used: Counter[DeviceId] = Counter()
+        self._pending: dict[ClaimKey, tuple[str, list[DeviceId]]] = {}
+        """Claim -> (pod uid it was allocated for, devices), until the write is seen."""
+
+    # ------------------------------------------------------------------ objects
+    def set_class(self, cls: DeviceClass) -> None:
+        self.classes[cls.name] = cls
+
+    def remove_class(self, name: str) -> None:
+        self.classes.pop(name, None)
+
+    def set_slice(self, resource_slice: ResourceSlice) -> None:
+        self.slices[resource_slice.name] = resource_slice
+        self._index = None
+
+    def remove_slice(self, name: str) -> None:
+        if self.slices.pop(name, None) is not None:
+            self._index = None
+
+    def set_claim(self, claim: ResourceClaim) -> None:
+        self._uncount(self.claims.get(claim.key))
+        self.claims[claim.key] = claim
+        self._used.update(claim.allocated_devices())
+        if claim.allocation is not None:
+            self._drop_pending(claim.key)
+
+    def remove_claim(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        self._uncount(self.claims.pop(key, None))
+        self._drop_pending(key)
+
+    def _uncount(self, claim: ResourceClaim | None) -> None:
+        if claim is not None:
+            self._release(claim.allocated_devices())
+
+    def _release(self, devices: list[DeviceId]) -> None:
+        for device in devices:
+            left = self._used[device] - 1
+            if left > 0:
+                self._used[device] = left
+            else:
+                del self._used[device]
+
+    # ------------------------------------------------------------------ assume
+    def assume(self, plan: ClaimPlan) -> None:
+        """kube's Reserve: the plan's new allocations count as used until written or
+        forgotten."""
+        for write in plan.allocations:
+            key = (write.namespace, write.name)
+            self._drop_pending(key)
+            devices = _devices(write.allocation)
+            self._pending[key] = (plan.pod_uid, devices)
+            self._used.update(devices)
+
+    def forget(self, plan: ClaimPlan) -> None:
+        """kube's Unreserve for allocations not yet written."""
+        for write in plan.allocations:
+            key = (write.namespace, write.name)
+            pending = self._pending.get(key)
+            if pending is not None and pending[0] == plan.pod_uid:
+                self._drop_pending(key)
+
+    def _drop_pending(self, key: ClaimKey) -> None:
+        pending = self._pending.pop(key, None)
+        if pending is not None:
+            self._release(pending[1])
+
+    def pending_for(self, key: ClaimKey) -> str | None:
+        """The pod uid a claim is being allocated for, or None."""
+        pending = self._pending.get(key)
+        return None if pending is None else pending[0]
+
+    # ------------------------------------------------------------------ views
+    def allocated_devices(self) -> frozenset[DeviceId]:
+        return frozenset(self._used)
+
+    def shared_devices(self, key: ClaimKey) -> list[DeviceId]:
+        """The devices of a claim's allocation that another allocation holds too."""
+        claim = self.claims.get(key)
+        if claim is None:
+            return []
+        return sorted(d for d in claim.allocated_devices() if self._used[d] > 1)
+
+    def double_allocated(self) -> list[DeviceId]:
+        """Devices held by more than one allocation (two schedulers, or a race)."""
+        return sorted(d for d, n in self._used.items() if n > 1)
+
+    def slice_index(self) -> SliceIndex:
+        if self._index is None:
+            self._index = SliceIndex(self.slices[name] for name in sorted(self.slices))
+        return self._index
+
+    def allocator(self) -> Allocator:
+        return Allocator(
+            classes=self.classes,
+            slices=self.slice_index(),
+            allocated=self.allocated_devices(),
+            compiler=self.compiler,
+        )
+
+
+def _devices(allocation: Mapping[str, Any] | None) -> list[DeviceId]:
+    if allocation is None:
+        return []
+    results = allocation.get("devices", {}).get("results", [])
+    return [
+        DeviceId(r["driver"], r["pool"], r["device"])
+        for r in results
+        if r.get("adminAccess") is not True
+    ]

@@ -1,0 +1,209 @@
+"""DynamicResources: allocate a pod's ResourceClaims on the node it goes to (kube 1.34).
+
+Theory of operation, kube-scheduler's plugin of the same name with its default gates:
+
+* **PreFilter** resolves ``spec.resourceClaims`` in order: a ``resourceClaimName`` names the
+  claim; a template's claim is the one ``status.resourceClaimStatuses`` names (no entry
+  yet: the pod waits for kube-controller-manager to create it; an entry without a name: the
+  claim is not needed and is skipped) and must be controlled by the pod. A missing or
+  deleting claim, a missing DeviceClass, a request of unknown type or a claim another pod
+  is still being allocated (assumed, not yet written) reject the pod as
+  UnschedulableAndUnresolvable, as every DRA status of kube's is; the queue wakes it on a
+  claim, class or slice change. An allocated claim (shared, or allocated before) only
+  needs its ``allocation.nodeSelector``.
+* **Filter** per node: allocated claims must be available on the node; the unallocated
+  ones go through the structured allocator (:mod:`scheduler.core.dra.allocator`). A
+  failure is "cannot allocate all claims"; an allocator error (a CEL runtime error, All
+  over an incomplete pool, ...) is an Error status, which ends the pod's whole attempt
+  (SchedulerError and backoff), as in kube.
+* **PostFilter** (:func:`stale_allocations`, run by the controller when no node fits):
+  the pod's allocated claims that nobody else holds and that no node can use any more
+  are deallocated, so the next attempt can allocate anew.
+* **ClaimPlan** (after selection, kube's Reserve/PreBind as data): the allocations for the
+  chosen node and the claims to reserve for the pod. The controller assumes the plan in its
+  :class:`~scheduler.core.dra.state.DraState` (so the next cycle never offers those devices)
+  and writes it before the binding.
+
+Claims whose requests use alpha fields are refused before this plugin by Unsupported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from scheduler.core.dra.allocator import AllocationError, Allocator
+from scheduler.core.dra.objects import ResourceClaim, requests_of
+from scheduler.core.dra.state import ClaimPlan, ClaimWrite, DraState
+from scheduler.core.framework import (
+    PREFILTER_SKIP,
+    Code,
+    Cycle,
+    FilterResult,
+    PreFilterResult,
+)
+from scheduler.core.profile import DYNAMIC_RESOURCES, Profile
+from scheduler.core.snapshot import BoolArray, Snapshot
+from scheduler.model.pod import Pod
+
+NAME: Final = DYNAMIC_RESOURCES
+NOT_AVAILABLE: Final = "resourceclaim not available on the node"
+CANNOT_ALLOCATE: Final = "cannot allocate all claims"
+NO_STATE: Final = "Lattice allocates DRA resource claims only with the cluster's DRA objects"
+
+
+@dataclass(slots=True)
+class _State:
+    allocated: list[ResourceClaim]
+    to_allocate: list[ResourceClaim]
+    order: list[ResourceClaim]
+    allocator: Allocator | None
+    results: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def _reject(message: str) -> PreFilterResult:
+    return PreFilterResult(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, message)
+
+
+class DynamicResources:
+    name: Final = NAME
+
+    def pre_filter(self, cycle: Cycle) -> PreFilterResult:
+        pod = cycle.pod
+        if not pod.resource_claims:
+            return PREFILTER_SKIP
+        dra = cycle.dra
+        if dra is None:
+            return _reject(NO_STATE)
+        state = _State([], [], [], None)
+        for ref in pod.resource_claims:
+            name = ref.claim_name
+            if not name:
+                if ref.name not in pod.generated_claims:
+                    return _reject(
+                        f'waiting for resource claim "{ref.name}" of pod {pod.namespace}/'
+                        f"{pod.name} to be created from ResourceClaimTemplate "
+                        f'"{ref.template_name}"'
+                    )
+                generated = pod.generated_claims[ref.name]
+                if generated is None:
+                    continue  # the resourceclaim controller decided none is needed
+                name = generated
+            claim = dra.claims.get((pod.namespace, name))
+            if claim is None:
+                return _reject(f'resourceclaim "{name}" not found')
+            if claim.deleting:
+                return _reject(f'resourceclaim "{name}" is being deleted')
+            if not ref.claim_name and claim.controller_uid != pod.uid:
+                return _reject(
+                    f"ResourceClaim {pod.namespace}/{name} was not created for pod "
+                    f"{pod.namespace}/{pod.name} (pod is not owner)"
+                )
+            if any(c.key == claim.key for c in state.order):
+                continue  # two entries naming one claim: it is allocated once
+            state.order.append(claim)
+            if claim.allocation is not None:
+                state.allocated.append(claim)
+                continue
+            pending = dra.pending_for(claim.key)
+            if pending is not None and pending != pod.uid:
+                return _reject(f'resourceclaim "{name}" is in the process of being allocated')
+            for request in claim.requests:
+                if request.exactly is None and not request.first_available:
+                    return _reject(f'resourceclaim "{name}": unknown request type')
+            missing = [c for c in requests_of([claim]) if c not in dra.classes]
+            if missing:
+                return _reject(f'resourceclaim "{name}": device class {missing[0]} does not exist')
+            state.to_allocate.append(claim)
+        if not state.order:
+            return PREFILTER_SKIP
+        if state.to_allocate:
+            state.allocator = dra.allocator()
+        cycle.state[NAME] = state
+        return PreFilterResult()
+
+    def filter(self, cycle: Cycle, candidates: BoolArray) -> FilterResult | None:
+        state: _State | None = cycle.state.get(NAME)
+        if state is None:
+            return None
+        snapshot = cycle.snapshot
+        codes = np.zeros(snapshot.num_nodes, dtype=np.int8)
+        not_available = np.zeros(snapshot.num_nodes, dtype=np.bool_)
+        cannot = np.zeros(snapshot.num_nodes, dtype=np.bool_)
+        errors: dict[str, BoolArray] = {}
+        for row in np.flatnonzero(candidates):
+            node = snapshot.node(int(row))
+            if any(
+                c.allocation_node_selector is not None
+                and not c.allocation_node_selector.matches(node.labels, node.name)
+                for c in state.allocated
+            ):
+                not_available[row] = True
+                codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                continue
+            if state.allocator is None:
+                continue
+            try:
+                found = state.allocator.allocate(node.name, node.labels, state.to_allocate)
+            except AllocationError as err:
+                mask = np.zeros(snapshot.num_nodes, dtype=np.bool_)
+                mask[row] = True
+                errors[str(err)] = mask
+                codes[row] = Code.ERROR
+                break  # kube aborts the whole attempt at the first error
+            if found is None:
+                cannot[row] = True
+                codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+            else:
+                state.results[int(row)] = found
+        reasons = tuple(
+            (reason, mask)
+            for reason, mask in ((NOT_AVAILABLE, not_available), (CANNOT_ALLOCATE, cannot))
+            if mask.any()
+        ) + tuple(errors.items())
+        if not reasons:
+            return None
+        return FilterResult(codes, reasons)
+
+    def claim_plan(self, cycle: Cycle, row: int) -> ClaimPlan | None:
+        state: _State | None = cycle.state.get(NAME)
+        if state is None:
+            return None
+        pod = cycle.pod
+        allocations = iter(state.results.get(row, ()))
+        writes: list[ClaimWrite] = []
+        for claim in state.order:
+            if claim.allocation is None:
+                writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid, next(allocations)))
+            elif not any(r.uid == pod.uid for r in claim.reserved_for):
+                writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid, None))
+        return ClaimPlan(pod.name, pod.uid, tuple(writes))
+
+
+def stale_allocations(pod: Pod, dra: DraState, snapshot: Snapshot) -> list[ResourceClaim]:
+    """kube's PostFilter, for a pod no node fits: its allocated claims reserved for nobody
+    but it, whose allocation is available on no node of the snapshot, to deallocate (the
+    claim's change requeues the pod, which may then allocate anew). kube deallocates a
+    claim that some filtered node could not use, which may be a claim still usable
+    elsewhere; Lattice only gives up an allocation no node can use any more (its node
+    went away, say), so a pod failing for other reasons keeps its devices."""
+    out: list[ResourceClaim] = []
+    for ref in pod.resource_claims:
+        name = ref.claim_name or pod.generated_claims.get(ref.name)
+        claim = dra.claims.get((pod.namespace, name)) if name else None
+        if claim is None or claim.allocation is None or claim.deleting:
+            continue
+        if any(r.uid != pod.uid for r in claim.reserved_for):
+            continue
+        selector = claim.allocation_node_selector
+        if selector is None:
+            continue
+        if not any(selector.matches(n.labels, n.name) for n in snapshot.nodes()):
+            out.append(claim)
+    return out
+
+
+def new(profile: Profile) -> DynamicResources:
+    return DynamicResources()

@@ -1,0 +1,140 @@
+"""DRA through the scheduler: an allocator error backs off; a slice arriving wakes the pod."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, cast
+
+from structlog.testing import capture_logs
+
+from scheduler.control.dra import Kind
+from scheduler.control.kubeio import KubeWriter
+from scheduler.control.queue import QueueName, pod_key
+from scheduler.control.scheduler import Scheduler
+from scheduler.control.settings import parse_spec
+from scheduler.core.dra.state import ClaimWrite
+from scheduler.obs.metrics import Metrics
+from tests.builders import make_node, make_pod
+from tests.control.test_gangs import Clock, FakeWriter, run_one, scheduler
+from tests.core.dra.builders import claim, device, device_class, exactly, request, resource_slice
+
+
+def claim_pod(name: str, claim_name: str) -> dict[str, Any]:
+    body = make_pod(name, "100m").obj()
+    body["spec"]["schedulerName"] = "lattice"
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    return body
+
+
+async def test_an_allocator_error_is_a_scheduler_error_with_backoff() -> None:
+    sched, writer = scheduler()
+    sched.dra_upserted(Kind.CLASS, device_class("gpu"))
+    sched.dra_upserted(Kind.SLICE, resource_slice("s", [device("gpu-0")], node="n1"))
+    selector = 'device.attributes["gpu.example.com"].missing == 1'
+    sched.dra_upserted(Kind.CLAIM, claim("bad", request("gpu", exactly("gpu", selector))))
+    sched.pod_upserted(claim_pod("p", "bad"))
+    await run_one(sched)
+    assert writer.binds == []
+    assert sched.queue.where(pod_key("default", "p")) is QueueName.BACKOFF
+    assert sched.counters.errors == 1
+    (event,) = [e for e in writer.events if e[2] == "FailedScheduling"]
+    assert "CEL runtime error" in event[3]
+
+
+async def test_a_pod_without_devices_waits_for_a_dra_change() -> None:
+    sched, writer = scheduler()
+    sched.dra_upserted(Kind.CLASS, device_class("gpu"))
+    sched.dra_upserted(Kind.CLAIM, claim("c", request("gpu", exactly("gpu"))))
+    sched.pod_upserted(claim_pod("p", "c"))
+    await run_one(sched)
+    key = pod_key("default", "p")
+    assert sched.queue.where(key) is QueueName.UNSCHEDULABLE
+    (event,) = [e for e in writer.events if e[2] == "FailedScheduling"]
+    assert event[3].startswith("0/3 nodes are available: 3 cannot allocate all claims.")
+    sched.dra_upserted(Kind.SLICE, resource_slice("s", [device("gpu-0")], node="n2"))
+    assert sched.queue.where(key) in (QueueName.ACTIVE, QueueName.BACKOFF)
+
+
+def test_one_device_in_two_allocations_is_counted_and_logged() -> None:
+    sched, _ = scheduler()
+    results = [{"request": "gpu", "driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}]
+    for name in ("a", "b"):
+        body = claim(
+            name,
+            request("gpu", exactly("gpu")),
+            status={"allocation": {"devices": {"results": results}}},
+        )
+        with capture_logs() as logs:
+            sched.dra_upserted(Kind.CLAIM, body)
+    assert sched.metrics.dra_double_allocations._value.get() == 1
+    assert [(e["event"], e["reason"]) for e in logs] == [
+        ("device_double_allocated", "gpu.example.com/n1/gpu-0")
+    ]
+
+
+class ClaimWriter(FakeWriter):
+    """FakeWriter plus the claim writes, recorded; each written claim comes back as the
+    API server would return it (allocation and reservedFor set)."""
+
+    def __init__(self, bodies: dict[str, dict[str, Any]]) -> None:
+        super().__init__()
+        self.bodies = bodies
+        self.written: list[str] = []
+        self.unreserved: list[tuple[str, str]] = []
+
+    async def write_claim(
+        self, write: ClaimWrite, *, pod_name: str, pod_uid: str
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        self.written.append(write.name)
+        body = copy.deepcopy(self.bodies[write.name])
+        body["metadata"]["resourceVersion"] = "2"
+        reserved = [{"resource": "pods", "name": pod_name, "uid": pod_uid}]
+        body["status"] = {"allocation": dict(write.allocation or {}), "reservedFor": reserved}
+        return body, None
+
+    async def unreserve_claim(self, write: ClaimWrite, *, pod_uid: str) -> str | None:
+        self.unreserved.append((write.name, pod_uid))
+        return None
+
+
+def claim_scheduler(*claims: dict[str, Any]) -> tuple[Scheduler, ClaimWriter]:
+    writer = ClaimWriter({c["metadata"]["name"]: c for c in claims})
+    sched = Scheduler(
+        parse_spec({}, "lattice"),
+        writer=cast(KubeWriter, writer),
+        metrics=Metrics.create(),
+        clock=Clock(),
+        wall_clock=lambda: 0.0,
+    )
+    for i in range(3):
+        sched.node_upserted(make_node(f"n{i}", cpu="4", memory="16Gi").obj())
+    sched.dra_upserted(Kind.CLASS, device_class("gpu"))
+    sched.dra_upserted(Kind.SLICE, resource_slice("s", [device("gpu-0")], node="n1"))
+    for c in claims:
+        sched.dra_upserted(Kind.CLAIM, c)
+    return sched, writer
+
+
+async def test_claims_are_written_before_the_binding_and_counted() -> None:
+    c = claim("c", request("gpu", exactly("gpu")))
+    sched, writer = claim_scheduler(c)
+    sched.pod_upserted(claim_pod("p", "c"))
+    await run_one(sched)
+    assert writer.written == ["c"]
+    assert writer.binds == [("p", "n1")]
+    assert sched.metrics.dra_allocations._value.get() == 1
+    held = sched.cache.dra.claims[("default", "c")]
+    assert held.allocation is not None
+    assert sched.cache.dra.pending_for(("default", "c")) is None
+
+
+async def test_a_failed_binding_takes_the_pod_out_of_reserved_for() -> None:
+    c = claim("c", request("gpu", exactly("gpu")))
+    sched, writer = claim_scheduler(c)
+    body = claim_pod("p", "c")
+    writer.fail.add("p")
+    sched.pod_upserted(body)
+    await run_one(sched)
+    assert writer.binds == []
+    assert writer.unreserved == [("c", body["metadata"]["uid"])]
+    assert sched.queue.where(pod_key("default", "p")) is QueueName.BACKOFF

@@ -1,0 +1,580 @@
+"""The structured allocator: kube-scheduler 1.34's search, results and errors, deterministic."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.dra.allocator import AllocationError, Allocator, SliceIndex
+from scheduler.core.dra.cel import SelectorCompiler
+from scheduler.core.dra.objects import DeviceClass, DeviceId, ResourceClaim, ResourceSlice
+from tests.core.dra.builders import (
+    GPU_DRIVER,
+    NIC_DRIVER,
+    claim,
+    device,
+    device_class,
+    exactly,
+    first_available,
+    opaque,
+    request,
+    resource_slice,
+)
+
+GPU_CLASS = device_class("gpu")
+NIC_CLASS = device_class("nic", driver=NIC_DRIVER)
+
+
+def gpus(node: str, n: int, **per: Any) -> dict[str, Any]:
+    return resource_slice(
+        f"{node}-gpus", [device(f"gpu-{i}", numa=i // 4, **per) for i in range(n)], node=node
+    )
+
+
+def allocate(
+    claims: Sequence[dict[str, Any]],
+    slices: Sequence[dict[str, Any]],
+    *,
+    classes: Sequence[dict[str, Any]] = (GPU_CLASS, NIC_CLASS),
+    node: str = "n1",
+    labels: dict[str, str] | None = None,
+    allocated: Sequence[DeviceId] = (),
+) -> list[dict[str, Any]] | None:
+    allocator = Allocator(
+        classes={c.name: c for c in (DeviceClass.from_api(b) for b in classes)},
+        slices=SliceIndex(ResourceSlice.from_api(s) for s in slices),
+        allocated=frozenset(allocated),
+        compiler=SelectorCompiler(),
+    )
+    return allocator.allocate(node, labels or {}, [ResourceClaim.from_api(c) for c in claims])
+
+
+def devices_of(allocation: dict[str, Any]) -> list[str]:
+    return [r["device"] for r in allocation["devices"]["results"]]
+
+
+def node_selector(node: str) -> dict[str, Any]:
+    return {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        ]
+    }
+
+
+def test_one_gpu_is_the_first_free_device_in_the_v1_shape() -> None:
+    config = [opaque(GPU_DRIVER, mode="shared")]
+    result = allocate(
+        [claim("c", request("gpu", exactly("gpu")))],
+        [gpus("n1", 4)],
+        classes=[device_class("gpu", config=config)],
+        allocated=[DeviceId(GPU_DRIVER, "n1", "gpu-0")],
+    )
+    assert result == [
+        {
+            "devices": {
+                "results": [
+                    {"request": "gpu", "driver": GPU_DRIVER, "pool": "n1", "device": "gpu-1"}
+                ],
+                "config": [{"source": "FromClass", "requests": ["gpu"], **config[0]}],
+            },
+            "nodeSelector": node_selector("n1"),
+        }
+    ]
+
+
+def test_count_and_an_unservable_count() -> None:
+    two = allocate([claim("c", request("gpu", exactly("gpu", count=2)))], [gpus("n1", 4)])
+    assert two is not None
+    assert devices_of(two[0]) == ["gpu-0", "gpu-1"]
+    assert allocate([claim("c", request("gpu", exactly("gpu", count=5)))], [gpus("n1", 4)]) is None
+    assert allocate([claim("c", request("gpu", exactly("gpu")))], [gpus("n2", 4)]) is None
+
+
+def test_devices_are_not_shared_between_the_claims_of_one_pod() -> None:
+    result = allocate(
+        [
+            claim("a", request("gpu", exactly("gpu", count=2))),
+            claim("b", request("gpu", exactly("gpu"))),
+        ],
+        [gpus("n1", 3)],
+    )
+    assert result is not None
+    assert [devices_of(r) for r in result] == [["gpu-0", "gpu-1"], ["gpu-2"]]
+    assert (
+        allocate(
+            [
+                claim("a", request("gpu", exactly("gpu", count=2))),
+                claim("b", request("gpu", exactly("gpu", count=2))),
+            ],
+            [gpus("n1", 3)],
+        )
+        is None
+    )
+
+
+def test_admin_access_ignores_other_claims_devices_but_not_its_own() -> None:
+    used = [DeviceId(GPU_DRIVER, "n1", f"gpu-{i}") for i in range(2)]
+    result = allocate(
+        [claim("c", request("gpu", exactly("gpu", count=2, admin=True)))],
+        [gpus("n1", 2)],
+        allocated=used,
+    )
+    assert result is not None
+    assert result[0]["devices"]["results"] == [
+        {
+            "request": "gpu",
+            "driver": GPU_DRIVER,
+            "pool": "n1",
+            "device": f"gpu-{i}",
+            "adminAccess": True,
+        }
+        for i in range(2)
+    ]
+    assert (
+        allocate([claim("c", request("gpu", exactly("gpu", count=3, admin=True)))], [gpus("n1", 2)])
+        is None
+    )
+
+
+def test_all_takes_every_matching_device() -> None:
+    result = allocate(
+        [
+            claim(
+                "c",
+                request(
+                    "gpu",
+                    exactly("gpu", 'device.attributes["gpu.example.com"].numa == 1', mode="All"),
+                ),
+            )
+        ],
+        [gpus("n1", 8)],
+    )
+    assert result is not None
+    assert devices_of(result[0]) == [f"gpu-{i}" for i in range(4, 8)]
+
+
+def test_all_with_a_device_in_use_or_nothing_matching_does_not_fit() -> None:
+    all_gpus = claim("c", request("gpu", exactly("gpu", mode="All")))
+    assert (
+        allocate([all_gpus], [gpus("n1", 2)], allocated=[DeviceId(GPU_DRIVER, "n1", "gpu-1")])
+        is None
+    )
+    assert allocate([all_gpus], []) is None
+
+
+def test_all_over_an_incomplete_pool_is_an_error_exact_count_uses_it() -> None:
+    incomplete = resource_slice("s0", [device("gpu-0")], node="n1", count=2)
+    with pytest.raises(AllocationError, match="currently being updated"):
+        allocate([claim("c", request("gpu", exactly("gpu", mode="All")))], [incomplete])
+    result = allocate([claim("c", request("gpu", exactly("gpu")))], [incomplete])
+    assert result is not None
+    assert devices_of(result[0]) == ["gpu-0"]
+
+
+def test_an_invalid_pool_reached_is_an_error() -> None:
+    dup = [
+        resource_slice("s0", [device("gpu-0")], node="n1", pool="p", count=2),
+        resource_slice("s1", [device("gpu-0")], node="n1", pool="p", count=2),
+    ]
+    with pytest.raises(AllocationError, match="invalid"):
+        allocate([claim("c", request("gpu", exactly("gpu")))], dup)
+
+
+def test_only_the_newest_pool_generation_counts() -> None:
+    slices = [
+        resource_slice("old", [device("gpu-old")], node="n1", pool="p", generation=1),
+        resource_slice("new", [device("gpu-new")], node="n1", pool="p", generation=2),
+    ]
+    result = allocate([claim("c", request("gpu", exactly("gpu")))], slices)
+    assert result is not None
+    assert devices_of(result[0]) == ["gpu-new"]
+
+
+def test_more_than_32_devices_is_an_error() -> None:
+    with pytest.raises(AllocationError, match="exceeds the claim limit of 32"):
+        allocate([claim("c", request("gpu", exactly("gpu", count=33)))], [gpus("n1", 40)])
+    result = allocate([claim("c", request("gpu", exactly("gpu", count=32)))], [gpus("n1", 40)])
+    assert result is not None
+    assert len(devices_of(result[0])) == 32
+
+
+def test_a_missing_class_and_a_cel_runtime_error_are_errors() -> None:
+    with pytest.raises(AllocationError, match="device class missing"):
+        allocate([claim("c", request("gpu", exactly("missing")))], [gpus("n1", 1)])
+    with pytest.raises(AllocationError, match="CEL runtime error"):
+        allocate(
+            [
+                claim(
+                    "c",
+                    request(
+                        "gpu", exactly("gpu", 'device.attributes["gpu.example.com"].uuid == "x"')
+                    ),
+                )
+            ],
+            [gpus("n1", 1)],
+        )
+
+
+def test_an_unknown_domain_is_false_not_an_error() -> None:
+    assert (
+        allocate(
+            [
+                claim(
+                    "c", request("gpu", exactly("gpu", 'device.attributes["other.io"].size() > 0'))
+                )
+            ],
+            [gpus("n1", 1)],
+        )
+        is None
+    )
+
+
+def test_first_available_falls_back_in_order_and_names_the_subrequest() -> None:
+    h100 = 'device.attributes["gpu.example.com"].model == "H100"'
+    slices = [
+        resource_slice(
+            "s", [device("gpu-0", model="A100"), device("gpu-1", model="A100")], node="n1"
+        )
+    ]
+    claims = [
+        claim(
+            "c",
+            first_available(
+                "gpu", ("big", exactly("gpu", h100)), ("small", exactly("gpu", count=2))
+            ),
+            config=[
+                {"requests": ["gpu/small"], **opaque(GPU_DRIVER, a=1)},
+                {"requests": ["gpu/big"], **opaque(GPU_DRIVER, b=1)},
+            ],
+        )
+    ]
+    result = allocate(
+        claims, slices, classes=[device_class("gpu", config=[opaque(GPU_DRIVER, c=1)])]
+    )
+    assert result is not None
+    assert [r["request"] for r in result[0]["devices"]["results"]] == ["gpu/small", "gpu/small"]
+    assert result[0]["devices"]["config"] == [
+        {"source": "FromClass", "requests": ["gpu/small"], **opaque(GPU_DRIVER, c=1)},
+        {"source": "FromClaim", "requests": ["gpu/small"], **opaque(GPU_DRIVER, a=1)},
+    ]
+
+
+def test_class_config_appears_once_per_class_and_claim_config_once_per_matching_request() -> None:
+    claims = [
+        claim(
+            "c",
+            request("a", exactly("gpu")),
+            request("b", exactly("gpu")),
+            config=[{"requests": ["a", "b"], **opaque(GPU_DRIVER, x=1)}, opaque(GPU_DRIVER, y=1)],
+        )
+    ]
+    result = allocate(
+        claims, [gpus("n1", 2)], classes=[device_class("gpu", config=[opaque(GPU_DRIVER, c=1)])]
+    )
+    assert result is not None
+    assert result[0]["devices"]["config"] == [
+        {"source": "FromClass", "requests": ["a", "b"], **opaque(GPU_DRIVER, c=1)},
+        {"source": "FromClaim", "requests": ["a", "b"], **opaque(GPU_DRIVER, x=1)},
+        {"source": "FromClaim", "requests": ["a", "b"], **opaque(GPU_DRIVER, x=1)},
+        {"source": "FromClaim", **opaque(GPU_DRIVER, y=1)},
+    ]
+
+
+def test_match_attribute_backtracks_to_a_common_value() -> None:
+    # gpu-0..3 on numa 0, gpu-4..7 on numa 1; the first three are taken.
+    used = [DeviceId(GPU_DRIVER, "n1", f"gpu-{i}") for i in range(3)]
+    result = allocate(
+        [
+            claim(
+                "c",
+                request("gpu", exactly("gpu", count=2)),
+                constraints=[{"matchAttribute": f"{GPU_DRIVER}/numa"}],
+            )
+        ],
+        [gpus("n1", 8)],
+        allocated=used,
+    )
+    assert result is not None
+    assert devices_of(result[0]) == ["gpu-4", "gpu-5"]
+
+
+def test_match_attribute_needs_the_attribute_and_the_same_type() -> None:
+    slices = [
+        resource_slice(
+            "s",
+            [
+                device("gpu-0", numa=0),
+                device("gpu-1"),
+                device("gpu-2", numa="0"),
+                device("gpu-3", numa=0),
+            ],
+            node="n1",
+        )
+    ]
+    result = allocate(
+        [
+            claim(
+                "c",
+                request("gpu", exactly("gpu", count=2)),
+                constraints=[{"matchAttribute": f"{GPU_DRIVER}/numa"}],
+            )
+        ],
+        slices,
+    )
+    assert result is not None
+    assert devices_of(result[0]) == ["gpu-0", "gpu-3"]
+
+
+def test_match_attribute_on_a_version_and_scoped_to_requests() -> None:
+    v = {"version": "1.0.0"}
+    slices = [
+        resource_slice(
+            "s",
+            [
+                device("gpu-0", fw={"version": "2.0.0"}),
+                device("gpu-1", fw=v),
+                device("gpu-2", fw=v),
+            ],
+            node="n1",
+        )
+    ]
+    claims = [
+        claim(
+            "c",
+            request("a", exactly("gpu")),
+            request("b", exactly("gpu")),
+            request("free", exactly("gpu")),
+            constraints=[{"requests": ["a", "b"], "matchAttribute": f"{GPU_DRIVER}/fw"}],
+        )
+    ]
+    result = allocate(
+        claims, [*slices, resource_slice("t", [device("gpu-9")], node="n1", pool="other")]
+    )
+    assert result is not None
+    assert devices_of(result[0]) == ["gpu-1", "gpu-2", "gpu-0"]
+
+
+def test_gpu_and_nic_on_one_pcie_root_across_two_drivers() -> None:
+    root = "resource.kubernetes.io/pcieRoot"
+    gpu_slice = resource_slice(
+        "n1-gpus",
+        [device(f"gpu-{i}", qualified={root: f"pci000{i}:00"}) for i in range(3)],
+        node="n1",
+    )
+    nic_slice = resource_slice(
+        "n1-nics", [device("nic-0", qualified={root: "pci0002:00"})], node="n1", driver=NIC_DRIVER
+    )
+    claims = [
+        claim(
+            "c",
+            request("gpu", exactly("gpu")),
+            request("nic", exactly("nic")),
+            constraints=[{"requests": ["gpu", "nic"], "matchAttribute": root}],
+        )
+    ]
+    result = allocate(claims, [gpu_slice, nic_slice])
+    assert result is not None
+    assert [(r["driver"], r["device"]) for r in result[0]["devices"]["results"]] == [
+        (GPU_DRIVER, "gpu-2"),
+        (NIC_DRIVER, "nic-0"),
+    ]
+
+
+def test_the_driver_domain_fallback_applies_only_to_the_drivers_own_domain() -> None:
+    slices = [resource_slice("s", [device("gpu-0", numa=0), device("gpu-1", numa=0)], node="n1")]
+    constrained = [
+        claim(
+            "c",
+            request("gpu", exactly("gpu", count=2)),
+            constraints=[{"matchAttribute": "other.io/numa"}],
+        )
+    ]
+    assert allocate(constrained, slices) is None
+
+
+def test_node_selector_slices_allnodes_slices_and_their_node_selectors() -> None:
+    zone = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+        ]
+    }
+    slices = [
+        resource_slice("net", [device("gpu-0")], pool="net", node_selector=zone),
+        resource_slice("everywhere", [device("gpu-1")], pool="everywhere", all_nodes=True),
+    ]
+    two = [claim("c", request("gpu", exactly("gpu", count=2)))]
+    result = allocate(two, slices, labels={"zone": "a"})
+    assert result is not None
+    assert devices_of(result[0]) == ["gpu-1", "gpu-0"]  # pools sorted by name
+    assert result[0]["nodeSelector"] == zone
+    assert allocate(two, slices, labels={"zone": "b"}) is None
+    one = allocate([claim("c", request("gpu", exactly("gpu")))], slices, labels={"zone": "b"})
+    assert one is not None
+    assert "nodeSelector" not in one[0]
+
+
+def test_alpha_devices_and_slices_are_never_allocated() -> None:
+    slices = [
+        resource_slice(
+            "s",
+            [
+                {**device("gpu-0"), "taints": [{"key": "k", "effect": "NoSchedule"}]},
+                {**device("gpu-1"), "consumesCounters": [{"counterSet": "x", "counters": {}}]},
+            ],
+            node="n1",
+        ),
+        {
+            **resource_slice("p", [device("gpu-2")], pool="p"),
+            "spec": {
+                **resource_slice("p", [device("gpu-2")], pool="p")["spec"],
+                "perDeviceNodeSelection": True,
+            },
+        },
+    ]
+    assert allocate([claim("c", request("gpu", exactly("gpu")))], slices) is None
+
+
+def test_the_same_cluster_always_gives_the_same_allocation() -> None:
+    slices = [gpus(f"n{i}", 4) for i in range(3)] + [
+        resource_slice(
+            f"shared-{p}",
+            [device(f"gpu-{p}{i}") for i in range(2)],
+            pool=f"pool-{p}",
+            all_nodes=True,
+        )
+        for p in "cab"
+    ]
+    claims = [claim("c", request("gpu", exactly("gpu", count=6)))]
+    first = allocate(claims, slices)
+    rng = random.Random(7)
+    for _ in range(10):
+        rng.shuffle(slices)
+        assert allocate(claims, slices) == first
+
+
+# --- properties: every allocation is valid, and None only when none exists ---------------
+
+_ATTRS = st.fixed_dictionaries(
+    {"numa": st.integers(0, 1), "model": st.sampled_from(["A100", "H100"])}
+)
+_SELECTORS = st.sampled_from(
+    [
+        None,
+        'device.attributes["gpu.example.com"].model == "A100"',
+        'device.attributes["gpu.example.com"].numa == 1',
+    ]
+)
+
+
+@st.composite
+def _cases(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[DeviceId]]:
+    n = draw(st.integers(0, 6))
+    attrs: list[dict[str, Any]] = [draw(_ATTRS) for _ in range(n)]
+    split = draw(st.integers(0, n))
+    slices = [
+        resource_slice(
+            "a", [device(f"d{i}", **attrs[i]) for i in range(split)], node="n1", pool="a"
+        ),
+        resource_slice(
+            "b", [device(f"d{i}", **attrs[i]) for i in range(split, n)], node="n1", pool="b"
+        ),
+    ]
+    requests = []
+    for r in range(draw(st.integers(1, 2))):
+        selector = draw(_SELECTORS)
+        requests.append(
+            request(
+                f"r{r}",
+                exactly("gpu", *([selector] if selector else []), count=draw(st.integers(1, 2))),
+            )
+        )
+    constraints = [{"matchAttribute": f"{GPU_DRIVER}/numa"}] if draw(st.booleans()) else None
+    used = [
+        DeviceId(GPU_DRIVER, "a" if i < split else "b", f"d{i}")
+        for i in range(n)
+        if draw(st.booleans()) and i % 3 == 0
+    ]
+    return [claim("c", *requests, constraints=constraints)], slices, used
+
+
+def _brute_force_exists(
+    claims: list[dict[str, Any]], slices: list[dict[str, Any]], used: list[DeviceId]
+) -> bool:
+    """Try every assignment of distinct free devices to the request slots (tiny cases)."""
+    compiler = SelectorCompiler()
+    parsed = [ResourceSlice.from_api(s) for s in slices]
+    free = [
+        (DeviceId(s.driver, s.pool, d.name), d)
+        for s in parsed
+        for d in s.devices
+        if DeviceId(s.driver, s.pool, d.name) not in used
+    ]
+    c = ResourceClaim.from_api(claims[0])
+    cls = DeviceClass.from_api(GPU_CLASS)
+    slots: list[tuple[str, tuple[str | None, ...]]] = []
+    for r in c.requests:
+        assert r.exactly is not None
+        slots += [(r.name, r.exactly.selectors)] * r.exactly.count
+    for combo in itertools.permutations(free, len(slots)):
+        if not all(
+            all(e is not None and d.matches(e, compiler) for e in (*cls.selectors, *sel))
+            for (_, sel), (_, d) in zip(slots, combo, strict=True)
+        ):
+            continue
+        if c.constraints:
+            values = {d.attribute(f"{GPU_DRIVER}/numa") for _, d in combo}
+            if len(values) > 1 or None in values:
+                continue
+        return True
+    return False
+
+
+def _check_valid(
+    result: list[dict[str, Any]],
+    claims: list[dict[str, Any]],
+    slices: list[dict[str, Any]],
+    used: list[DeviceId],
+) -> None:
+    compiler = SelectorCompiler()
+    by_id = {
+        DeviceId(s.driver, s.pool, d.name): d
+        for s in map(ResourceSlice.from_api, slices)
+        for d in s.devices
+    }
+    c = ResourceClaim.from_api(claims[0])
+    cls = DeviceClass.from_api(GPU_CLASS)
+    results = result[0]["devices"]["results"]
+    ids = [DeviceId(r["driver"], r["pool"], r["device"]) for r in results]
+    assert len(set(ids)) == len(ids)
+    assert not set(ids) & set(used)
+    wanted = [r.name for r in c.requests for _ in range(r.exactly.count if r.exactly else 0)]
+    assert [r["request"] for r in results] == wanted
+    for r, device_id in zip(results, ids, strict=True):
+        spec = next(q.exactly for q in c.requests if q.name == r["request"])
+        assert spec is not None
+        assert all(
+            e is not None and by_id[device_id].matches(e, compiler)
+            for e in (*cls.selectors, *spec.selectors)
+        )
+    if c.constraints:
+        assert len({by_id[i].attribute(f"{GPU_DRIVER}/numa") for i in ids}) == 1
+    assert result[0]["nodeSelector"] == node_selector("n1")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_cases())
+def test_allocations_are_valid_and_complete(
+    case: tuple[list[dict[str, Any]], list[dict[str, Any]], list[DeviceId]],
+) -> None:
+    claims, slices, used = case
+    result = allocate(claims, slices, allocated=used)
+    if result is None:
+        assert not _brute_force_exists(claims, slices, used)
+    else:
+        _check_valid(result, claims, slices, used)

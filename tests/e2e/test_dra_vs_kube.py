@@ -1,0 +1,248 @@
+"""DRA allocations agree with kube-scheduler v1.34.4's, byte for byte, where its choice is
+deterministic (one pool with one slice on the node).
+
+One plane runs kube-scheduler and Lattice side by side with disjoint devices (the design of
+the research brief): every case has a driver of its own and publishes the same devices
+twice, one slice on each node; kube-scheduler's pod is pinned to the first node and
+Lattice's to the second, so neither ever sees the other's devices. Each case's DeviceClass
+and claim (with class and claim configs) are the same for both (cases: a count-3
+matchAttribute that backtracks, firstAvailable fallback, All with cel.bind, semver and
+quantity selectors, two requests with a scoped constraint, adminAccess, a pool whose older
+generation's slice must be ignored); the written
+``status.allocation`` must be equal once node and pool names are mapped, and a claim that
+errors must fail both schedulers' attempts with SchedulerError.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any, Final
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from scheduler.devcluster.cluster import ClusterConfig
+from scheduler.devcluster.kube import poll
+from scheduler.devcluster.profiles import node_name
+from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods, pod
+
+KUBE_NODE: Final = node_name(0)
+LATTICE_NODE: Final = node_name(1)
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    config = ClusterConfig(nodes=2, with_kube_scheduler=True)
+    with lattice_plane(tmp_path_factory.mktemp("dra-kube"), config) as p:
+        yield p
+
+
+def _device(i: int) -> dict[str, Any]:
+    return {
+        "name": f"dev-{i}",
+        "attributes": {
+            "numa": {"int": i % 2},
+            "model": {"string": "A100" if i < 3 else "H100"},
+            "fw": {"version": f"1.{i}.0"},
+        },
+        "capacity": {"memory": {"value": "40Gi" if i % 3 else "80Gi"}},
+    }
+
+
+def _exactly(case: str, *selectors: str, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"deviceClassName": case, **extra}
+    if selectors:
+        body["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    return body
+
+
+CASES: Final[dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]]] = {
+    # name -> (requests, constraints); the class selects the case's driver.
+    "count-match": (
+        [{"name": "gpu", "exactly": _exactly("count-match", count=3)}],
+        [{"matchAttribute": "count-match.e2e.lattice.dev/numa"}],
+    ),
+    "first-available": (
+        [
+            {
+                "name": "gpu",
+                "firstAvailable": [
+                    {
+                        "name": "big",
+                        **_exactly(
+                            "first-available",
+                            'device.attributes["first-available.e2e.lattice.dev"].model == "B200"',
+                        ),
+                    },
+                    {"name": "small", **_exactly("first-available", count=2)},
+                ],
+            }
+        ],
+        [],
+    ),
+    "all-cel": (
+        [
+            {
+                "name": "gpu",
+                "exactly": _exactly(
+                    "all-cel",
+                    'cel.bind(d, device.attributes["all-cel.e2e.lattice.dev"], '
+                    'd.fw.isGreaterThan(semver("1.0.0")))',
+                    'device.capacity["all-cel.e2e.lattice.dev"].memory == quantity("40960Mi")',
+                    allocationMode="All",
+                ),
+            }
+        ],
+        [],
+    ),
+    "two-requests": (
+        [
+            {"name": "a", "exactly": _exactly("two-requests")},
+            {"name": "b", "exactly": _exactly("two-requests", count=2)},
+        ],
+        [{"requests": ["b"], "matchAttribute": "two-requests.e2e.lattice.dev/model"}],
+    ),
+    "admin": (
+        [{"name": "gpu", "exactly": _exactly("admin", count=2, adminAccess=True)}],
+        [],
+    ),
+    "generation": ([{"name": "gpu", "exactly": _exactly("generation", count=2)}], []),
+}
+ERROR_CASE: Final = "cel-error"
+OLD_GENERATION: Final = "generation"
+"""The case whose pools also have an older generation's slice (ignored by both)."""
+
+
+def objects(
+    ns: str, case: str, requests: list[dict[str, Any]], constraints: list[Any]
+) -> list[dict[str, Any]]:
+    driver = f"{case}.e2e.lattice.dev"
+    opaque = {"opaque": {"driver": driver, "parameters": {"case": case}}}
+    out: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": case},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}],
+                "config": [opaque],
+            },
+        }
+    ]
+    for node in (KUBE_NODE, LATTICE_NODE):
+        out.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{case}-{node}"},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {"name": f"{case}-{node}", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [_device(i) for i in range(5)],
+                },
+            }
+        )
+        if case == OLD_GENERATION:
+            out[-1]["spec"]["pool"]["generation"] = 2
+            older = json.loads(json.dumps(out[-1]))
+            older["metadata"]["name"] = f"{case}-{node}-old"
+            older["spec"]["pool"]["generation"] = 1
+            older["spec"]["devices"] = [{"name": "old-0"}, {"name": "old-1"}]
+            out.append(older)
+        devices: dict[str, Any] = {"requests": requests, "config": [{"requests": [], **opaque}]}
+        if constraints:
+            devices["constraints"] = constraints
+        out.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": f"{case}-{node}", "namespace": ns},
+                "spec": {"devices": devices},
+            }
+        )
+    return out
+
+
+def pinned(case: str, node: str) -> dict[str, Any]:
+    scheduler = "default-scheduler" if node == KUBE_NODE else "lattice"
+    body = pod(
+        f"{case}-{node}",
+        scheduler=scheduler,
+        nodeSelector={"kubernetes.io/hostname": node},
+        resourceClaims=[{"name": "devices", "resourceClaimName": f"{case}-{node}"}],
+    )
+    return body
+
+
+async def claim_status(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    raw: Any = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "resource.k8s.io", "v1", ns, "resourceclaims", name, _preload_content=False
+    )
+    body: dict[str, Any] = json.loads(await raw.read())
+    return body.get("status") or {}
+
+
+def as_kube(allocation: dict[str, Any]) -> dict[str, Any]:
+    """Lattice's allocation with its node and pools named as kube-scheduler's."""
+    text = json.dumps(allocation).replace(LATTICE_NODE, KUBE_NODE)
+    mapped: dict[str, Any] = json.loads(text)
+    return mapped
+
+
+async def test_allocations_agree_with_kube_scheduler(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    error_requests = [
+        {
+            "name": "gpu",
+            "exactly": _exactly(
+                ERROR_CASE, f'device.attributes["{ERROR_CASE}.e2e.lattice.dev"].missing == 1'
+            ),
+        }
+    ]
+    bodies = [o for case, (r, c) in CASES.items() for o in objects(ns, case, r, c)]
+    bodies += objects(ns, ERROR_CASE, error_requests, [])
+    # adminAccess needs the namespace label (API admission checks it).
+    plane.run("label", "namespace", ns, "resource.kubernetes.io/admin-access=true")
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(bodies))
+    sched = plane.lattice().start()
+    try:
+        cases = [*CASES, ERROR_CASE]
+        await create_pods(api, ns, [pinned(c, n) for c in cases for n in (KUBE_NODE, LATTICE_NODE)])
+
+        async def settled() -> dict[str, dict[str, Any]] | None:
+            pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
+            done = {
+                name
+                for name, p in pods.items()
+                if p["spec"].get("nodeName")
+                or any(
+                    c["type"] == "PodScheduled" and c.get("reason") == "SchedulerError"
+                    for c in p.get("status", {}).get("conditions") or []
+                )
+            }
+            return pods if len(done) == 2 * len(cases) else None
+
+        pods = await poll(settled, within=120, interval=0.5)
+        for case in CASES:
+            kube_pod, ours = pods[f"{case}-{KUBE_NODE}"], pods[f"{case}-{LATTICE_NODE}"]
+            assert kube_pod["spec"]["nodeName"] == KUBE_NODE, case
+            assert ours["spec"].get("nodeName") == LATTICE_NODE, [
+                ln.get("reason")
+                for ln in sched.lines()
+                if ln.get("event") == "claim_binding_failed"
+            ][:1]
+            kube_status = await claim_status(api, ns, f"{case}-{KUBE_NODE}")
+            our_status = await claim_status(api, ns, f"{case}-{LATTICE_NODE}")
+            assert as_kube(our_status["allocation"]) == kube_status["allocation"], case
+        for node in (KUBE_NODE, LATTICE_NODE):
+            failed = pods[f"{ERROR_CASE}-{node}"]
+            assert not failed["spec"].get("nodeName")
+            assert "allocation" not in await claim_status(api, ns, f"{ERROR_CASE}-{node}")
+    finally:
+        sched.stop()
+    assert sched.proc is not None
+    assert sched.proc.returncode == 0
