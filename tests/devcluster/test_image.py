@@ -84,6 +84,22 @@ def test_solver_imports_in_the_image(image: Image) -> None:
     assert done.stdout.strip() == "3"
 
 
+def test_dra_selectors_evaluate_in_the_image(image: Image) -> None:
+    """The CEL library (a native wheel) loads from the image and judges a device."""
+    code = (
+        "from scheduler.core.dra.cel import SelectorCompiler\n"
+        "from scheduler.core.dra.objects import Device\n"
+        "d = Device.from_api({'name': 'g', 'attributes': {'model': {'string': 'A100'}}},"
+        " driver='gpu.example.com', path='device')\n"
+        "c = SelectorCompiler()\n"
+        'print(d.matches(\'device.attributes["gpu.example.com"].model == "A100"\', c),'
+        " d.matches('device.driver == \"other\"', c))\n"
+    )
+    done = _run(image, "-c", code, entrypoint="python3")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
+
+
 def test_cached_by_content(image: Image) -> None:
     """A second build of the same checkout is the cached archive, not a rebuild."""
     before = image.archive.stat().st_mtime_ns
