@@ -123,7 +123,7 @@ def _devcluster(args: argparse.Namespace) -> int:
                 f"devcluster ready in {time.monotonic() - started:.1f}s: {state.server}, "
                 f"{cfg.nodes} {cfg.node_profile} node(s)"
                 + (", kube-scheduler running" if cfg.with_kube_scheduler else "")
-                + (f", real node {state.config['real_node']}" if cfg.real_node else "")
+                + (f", real node {state.config['real_node_name']}" if cfg.real_node else "")
             )
             print(f"export KUBECONFIG={cluster.kubeconfig}")
         elif args.action == "down":

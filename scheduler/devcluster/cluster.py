@@ -320,6 +320,10 @@ class DevCluster:
             if "kubelet" in state.pids and process.stop(state.pids.pop("kubelet"), "kubelet"):
                 stopped.append("kubelet")
             realnode.kill_containers(realnode.Layout(self.state_dir / "real-node"))
+            if "kube-proxy" in state.pids:
+                if process.stop(state.pids.pop("kube-proxy"), "kube-proxy"):
+                    stopped.append("kube-proxy")
+                realnode.cleanup_proxy_rules()
             realnode.remove_bridge()
         # Clients first, etcd last, so nothing logs a storm of connection errors.
         for name in reversed(list(state.pids)):
@@ -513,7 +517,9 @@ class DevCluster:
             [
                 f"--etcd-servers=http://127.0.0.1:{state.ports['etcd']}",
                 "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                # With a real node, pods reach the API server through the `kubernetes`
+                # Service (kube-proxy) at the node's bridge address, forwarded to loopback.
+                f"--advertise-address={self._advertise_address(state)}",
                 f"--secure-port={state.ports['apiserver']}",
                 f"--tls-cert-file={pkid / 'apiserver.crt'}",
                 f"--tls-private-key-file={pkid / 'apiserver.key'}",
@@ -586,6 +592,12 @@ class DevCluster:
             ],
         )
 
+    @staticmethod
+    def _advertise_address(state: ClusterState) -> str:
+        from scheduler.devcluster import realnode
+
+        return realnode.NODE_IP if state.config.get("real_node") else "127.0.0.1"
+
     def _start_real_node(self, state: ClusterState, progress: Progress | None) -> None:
         """containerd and a kubelet registered as :data:`realnode.NODE_NAME` (its own
         client certificate), with the pause and Lattice images imported."""
@@ -594,7 +606,7 @@ class DevCluster:
         say = progress or realnode._say
         realnode.ensure_packages(say)
         image.ensure_tools(say)
-        kubelet = realnode.ensure_kubelet(say)
+        node_bins = realnode.ensure_node_binaries(say)
         archives = [realnode.ensure_pause(say), image.ensure_image(say).archive]
         realnode.ensure_bridge()
         pkid = self.state_dir / "pki"
@@ -618,8 +630,25 @@ class DevCluster:
         )
         realnode.wait_socket(layout)
         realnode.import_images(layout, archives)
-        self._start(state, "kubelet", kubelet, realnode.kubelet_args(layout))
-        state.config["real_node"] = realnode.NODE_NAME
+        self._start(state, "kubelet", node_bins / "kubelet", realnode.kubelet_args(layout))
+        # The API server for pods: the node's bridge address, forwarded to loopback, and
+        # kube-proxy turning the `kubernetes` Service into that address.
+        port = state.ports["apiserver"]
+        socat = shutil.which("socat")
+        if socat is None:
+            raise DevClusterError("socat not found after installing it")
+        self._start(state, "socat", Path(socat), realnode.forwarder_args(port))
+        proxy_cert, proxy_key = pki.write_client_cert(pkid, pki.User("system:kube-proxy"))
+        realnode.write_proxy_files(
+            layout,
+            server=state.server,
+            ca=pkid / "ca.crt",
+            cert=proxy_cert,
+            key=proxy_key,
+            ports=(process.free_port(), process.free_port()),
+        )
+        self._start(state, "kube-proxy", node_bins / "kube-proxy", realnode.proxy_args(layout))
+        state.config["real_node_name"] = realnode.NODE_NAME
         self._save(state)
 
     def _wait_real_node(self, state: ClusterState, bins: Binaries, timeout: float = 120) -> None:

@@ -48,7 +48,16 @@ BRIDGE = "lattice0"
 NODE_IP = "10.88.0.1"
 POD_SUBNET = "10.88.0.0/16"
 PAUSE_REF = "localhost/lattice-pause:3.10"
-APT_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iproute2", "gcc", "libc6-dev")
+APT_PACKAGES = (
+    "containerd",
+    "runc",
+    "containernetworking-plugins",
+    "iproute2",
+    "iptables",
+    "socat",
+    "gcc",
+    "libc6-dev",
+)
 CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 
 
@@ -69,7 +78,8 @@ def _run(args: Sequence[str], what: str, *, check: bool = True) -> subprocess.Co
 
 def ensure_packages(progress: Progress = _say) -> None:
     """containerd, runc and the CNI plugins from Debian, installed if missing and root."""
-    missing = [t for t in ("containerd", "runc", "ip", "gcc") if shutil.which(t) is None]
+    tools = ("containerd", "runc", "ip", "iptables", "socat", "gcc")
+    missing = [t for t in tools if shutil.which(t) is None]
     if cni_bin_dir() is None:
         missing.append("CNI plugins")
     if not missing:
@@ -97,17 +107,20 @@ def cni_bin_dir() -> Path | None:
     return None
 
 
-def ensure_kubelet(progress: Progress = _say) -> Path:
-    """kubelet of the control plane's Kubernetes version, built once per module pin."""
+NODE_BINARIES = ("kubelet", "kube-proxy")
+
+
+def ensure_node_binaries(progress: Progress = _say) -> Path:
+    """kubelet and kube-proxy of the control plane's Kubernetes version, built once per
+    module pin; returns their folder."""
     module = module_dir()
-    target = cache_root() / "bin" / f"kubelet-{KUBERNETES_VERSION}-{cache_key(module)[-10:]}"
-    binary = target / "kubelet"
-    if binary.is_file():
-        return binary
+    target = cache_root() / "bin" / f"node-{KUBERNETES_VERSION}-{cache_key(module)[-10:]}"
+    if all((target / b).is_file() for b in NODE_BINARIES):
+        return target
     with _build_lock(target.parent):
-        if binary.is_file():
-            return binary
-        progress(f"building kubelet {KUBERNETES_VERSION} once into {target}")
+        if all((target / b).is_file() for b in NODE_BINARIES):
+            return target
+        progress(f"building kubelet and kube-proxy {KUBERNETES_VERSION} once into {target}")
         log = target.parent / f"{target.name}.build.log"
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             copy = Path(tmp) / "module"
@@ -130,8 +143,8 @@ def ensure_kubelet(progress: Progress = _say) -> Path:
                     "-ldflags",
                     stamp,
                     "-o",
-                    str(out / "kubelet"),
-                    "k8s.io/kubernetes/cmd/kubelet",
+                    str(out) + "/",
+                    *(f"k8s.io/kubernetes/cmd/{b}" for b in NODE_BINARIES),
                 ],
                 cwd=copy,
                 env=env,
@@ -141,11 +154,11 @@ def ensure_kubelet(progress: Progress = _say) -> Path:
             )
             log.write_text(done.stdout + done.stderr)
             if done.returncode != 0:
-                raise BuildError(f"building kubelet failed; log: {log}")
+                raise BuildError(f"building kubelet and kube-proxy failed; log: {log}")
             if target.exists():
                 shutil.rmtree(target)
             out.rename(target)
-    return binary
+    return target
 
 
 def ensure_pause(progress: Progress = _say) -> Path:
@@ -368,3 +381,54 @@ def unmount_below(root: Path) -> None:
         points = [line.split()[1] for line in mounts]
     for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
         subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+def forwarder_args(port: int) -> list[str]:
+    """socat: the API server's loopback port, also on the node's bridge address (the
+    `kubernetes` Service's endpoint), so pods reach it and nothing outside does."""
+    return [
+        f"TCP-LISTEN:{port},bind={NODE_IP},fork,reuseaddr",
+        f"TCP:127.0.0.1:{port}",
+    ]
+
+
+def write_proxy_files(
+    layout: Layout, *, server: str, ca: Path, cert: Path, key: Path, ports: tuple[int, int]
+) -> None:
+    (layout.root / "kube-proxy.kubeconfig").write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters: [{{name: dev, cluster: {{server: "{server}", certificate-authority: "{ca}"}}}}]
+users: [{{name: proxy, user: {{client-certificate: "{cert}", client-key: "{key}"}}}}]
+contexts: [{{name: dev, context: {{cluster: dev, user: proxy}}}}]
+current-context: dev
+"""
+    )
+    healthz, metrics = ports
+    (layout.root / "kube-proxy.yaml").write_text(
+        f"""apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {{kubeconfig: "{layout.root / "kube-proxy.kubeconfig"}"}}
+mode: iptables
+hostnameOverride: {NODE_NAME}
+clusterCIDR: {POD_SUBNET}
+bindAddress: 127.0.0.1
+healthzBindAddress: 127.0.0.1:{healthz}
+metricsBindAddress: 127.0.0.1:{metrics}
+# Leave the machine's conntrack sysctls alone (a sandboxed root may not set them).
+conntrack: {{maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}}
+"""
+    )
+
+
+def proxy_args(layout: Layout) -> list[str]:
+    return [f"--config={layout.root / 'kube-proxy.yaml'}", "--v=1"]
+
+
+def cleanup_proxy_rules() -> None:
+    """Remove kube-proxy's iptables chains (``kube-proxy --cleanup``), so a stopped
+    devcluster leaves the machine's firewall as it found it."""
+    folder = cache_root() / "bin" / f"node-{KUBERNETES_VERSION}-{cache_key(module_dir())[-10:]}"
+    binary = folder / "kube-proxy"
+    if binary.is_file():
+        subprocess.run([str(binary), "--cleanup"], capture_output=True, timeout=60, check=False)

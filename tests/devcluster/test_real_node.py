@@ -23,6 +23,8 @@ from scheduler.devcluster import realnode
 from scheduler.devcluster.build import ensure_binaries
 from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler.devcluster.image import ensure_image
+from tests.charts.render import CHART
+from tests.charts.test_install import Plane, failed_creates, wait_for
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -32,7 +34,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     if not (os.environ.get("CI") or os.geteuid() == 0):
         pytest.skip("a real node needs root (kubelet, containerd, a bridge)")
     dev = DevCluster(tmp_path_factory.mktemp("real-node") / "state")
-    dev.up(ClusterConfig(nodes=1, real_node=True), progress=print)
+    dev.up(ClusterConfig(nodes=1, real_node=True, with_kube_scheduler=True), progress=print)
     try:
         yield dev
     finally:
@@ -126,6 +128,141 @@ def test_lattice_image_runs_on_the_real_node_under_restricted(cluster: DevCluste
     assert state["terminated"]["exitCode"] == 0
     assert state["terminated"]["message"].split() == ["lattice", __version__, "65532"]
     assert pod["status"]["podIP"].startswith("10.88.")
+
+
+def test_chart_installed_the_usual_way_runs_on_the_real_node(
+    cluster: DevCluster, tmp_path: Path
+) -> None:
+    """helm install -n lattice-system --create-namespace with the image built here: real
+    containers, Ready, one leader by its in-cluster token, a pod bound; the agent on the
+    real node only, reporting this machine's CPUs; killing the leader's container hands
+    over to the standby."""
+    plane = Plane(cluster, tmp_path)
+    image = ensure_image(print)
+    layout = realnode.Layout(cluster.state_dir / "real-node")
+    not_kwok = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "type", "operator": "NotIn", "values": ["kwok"]}]}
+                ]
+            }
+        }
+    }
+    plane.helm(
+        "install",
+        "lattice",
+        str(CHART),
+        "-n",
+        "lattice-system",
+        "--create-namespace",
+        "--set",
+        f"image.repository={image.ref.rsplit(':', 1)[0]}",
+        "--set",
+        f"image.tag={image.ref.rsplit(':', 1)[1]}",
+        "--set",
+        "image.pullPolicy=Never",
+        "--set-json",
+        f"scheduler.affinity={json.dumps(not_kwok)}",
+        "--set-json",
+        f"agent.affinity={json.dumps(not_kwok)}",
+        "--set",
+        f"agent.kubeletConfig.path={layout.kubelet_config}",
+        "--wait",
+        "--timeout=5m",
+    )
+    label = plane.run(
+        "label", "ns", "lattice-system", "pod-security.kubernetes.io/enforce=restricted"
+    )
+    assert label.returncode == 0, label.stderr
+    assert "violate" not in label.stderr.lower(), label.stderr  # running pods meet restricted
+
+    def ready_schedulers() -> list[dict[str, Any]] | None:
+        pods = plane.get("pods", "-n", "lattice-system")["items"]
+        ok = [
+            p
+            for p in pods
+            if p["spec"].get("nodeName") == realnode.NODE_NAME
+            and all(c.get("ready") for c in p["status"].get("containerStatuses") or [{}])
+        ]
+        return ok if len(ok) == 2 else None
+
+    pods = wait_for(ready_schedulers, "both scheduler replicas Ready on the real node", 180)
+    assert all(
+        c["restartCount"] == 0 and c["containerID"].startswith("containerd://")
+        for p in pods
+        for c in p["status"]["containerStatuses"]
+    )
+    names = {p["metadata"]["name"] for p in pods}
+
+    def holder() -> str | None:
+        leases = plane.get("leases", "-n", "lattice-system")["items"]
+        held = [lease["spec"].get("holderIdentity") or "" for lease in leases]
+        return next((h for h in held if any(n in h for n in names)), None)
+
+    leader_identity = wait_for(holder, "a replica holds the Lease", 120)
+    leader = next(n for n in names if n in leader_identity)
+
+    def bound(name: str) -> str | None:
+        pod = plane.get("pod", "-n", "default", name)
+        node: str | None = pod["spec"].get("nodeName")
+        return node
+
+    probe = """
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  schedulerName: lattice
+  containers: [{{name: c, image: localhost/none, resources: {{requests: {{cpu: 10m}}}}}}]
+  affinity: {{nodeAffinity: {{requiredDuringSchedulingIgnoredDuringExecution:
+    {{nodeSelectorTerms: [{{matchExpressions: [{{key: type, operator: In, values: [kwok]}}]}}]}}}}}}
+"""
+    plane.kubectl("apply", "-f", "-", stdin=probe.format(name="probe-1"))
+    assert wait_for(lambda: bound("probe-1"), "the leader binds a pod", 90).startswith("kwok-")
+
+    def published() -> dict[str, Any] | None:
+        got = plane.run("get", "nodetopology", realnode.NODE_NAME, "-o", "json")
+        return json.loads(got.stdout) if got.returncode == 0 else None
+
+    topology = wait_for(published, "the agent publishes the real node's NodeTopology", 120)
+    assert topology["spec"]["summary"]["cpus"] == os.cpu_count()
+    agents = plane.get("pods", "-n", "lattice-agent")["items"]
+    assert [p["spec"]["nodeName"] for p in agents] == [realnode.NODE_NAME]
+
+    # The leader's container dies; the standby takes the Lease and binds the next pod.
+    leader_pod = next(p for p in pods if p["metadata"]["name"] == leader)
+    container = leader_pod["status"]["containerStatuses"][0]["containerID"].split("//", 1)[1]
+    ctr = ["ctr", "--address", str(layout.socket), "--namespace", "k8s.io"]
+    killed = subprocess.run([*ctr, "tasks", "kill", "--signal", "SIGKILL", container], check=False)
+    assert killed.returncode == 0
+    killed_at = time.monotonic()
+    plane.kubectl("apply", "-f", "-", stdin=probe.format(name="probe-2"))
+    wait_for(lambda: bound("probe-2"), "the standby binds the next pod", 90)
+    took = time.monotonic() - killed_at
+    print(f"standby bound the next pod {took:.1f}s after the leader's container was killed")
+    # The identity is the pod's name, so the leader's restarted container may take the
+    # Lease back at once (the old process is dead: no two leaders); when the pod itself
+    # goes (deleted: it releases the Lease on SIGTERM), the warm standby takes over.
+    standby = next(n for n in names if n != leader)
+    plane.kubectl("delete", "pod", "-n", "lattice-system", leader, "--wait=false")
+    wait_for(
+        lambda: standby if standby in (holder() or "") else None,
+        "the standby holds the Lease once the leader's pod is deleted",
+        60,
+    )
+    plane.kubectl("apply", "-f", "-", stdin=probe.format(name="probe-3"))
+    wait_for(lambda: bound("probe-3"), "the standby binds a pod", 60)
+    events = plane.get("events", "-n", "default", "--field-selector", "reason=Scheduled")
+    by = {e["involvedObject"]["name"]: e.get("reportingInstance") for e in events["items"]}
+    assert by.get("probe-3") == standby, by
+    assert failed_creates(plane, "lattice-system", "lattice-agent") == []
+    restarts = [
+        c["restartCount"]
+        for p in plane.get("pods", "-n", "lattice-system")["items"]
+        for c in p["status"].get("containerStatuses") or []
+    ]
+    assert max(restarts) == 0, restarts  # the killed container's pod is gone; no restart loop
 
 
 def test_down_stops_containers_and_unmounts(cluster: DevCluster) -> None:
