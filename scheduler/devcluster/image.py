@@ -81,25 +81,31 @@ def missing_tools() -> list[str]:
     return [tool for tool in TOOLS if shutil.which(tool) is None]
 
 
+def apt_install(packages: Sequence[str], missing: Sequence[str], progress: Progress) -> None:
+    """Install Debian ``packages`` for the ``missing`` tools, if we are root on Debian;
+    else an error naming them (the project's own set-up: CI's machine starts bare)."""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise ImageError(
+            f"{', '.join(missing)} not found; install Debian's packages "
+            f"({' '.join(packages)}) or their equivalents (as root)"
+        )
+    progress(f"installing {' '.join(packages)} with apt-get (missing: {', '.join(missing)})")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for args in (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
+    ):
+        done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise ImageError(f"{' '.join(args[:2])} failed:\n{done.stderr[-2000:]}")
+
+
 def ensure_tools(progress: Progress = _print) -> None:
     """Install the Debian packages the build needs, if missing and we may."""
     missing = missing_tools()
     if not missing:
         return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise ImageError(
-            f"{', '.join(missing)} not found; install Debian's packages "
-            f"({' '.join(APT_PACKAGES)}) or their equivalents"
-        )
-    progress(f"installing {' '.join(APT_PACKAGES)} with apt-get (missing: {', '.join(missing)})")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for args in (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES],
-    ):
-        done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise ImageError(f"{' '.join(args[:2])} failed:\n{done.stderr[-2000:]}")
+    apt_install(APT_PACKAGES, missing, progress)
     still = missing_tools()
     if still:
         raise ImageError(f"apt-get installed the packages but {', '.join(still)} is missing")

@@ -41,7 +41,7 @@ from scheduler.devcluster.build import (
     checkout_path,
     module_dir,
 )
-from scheduler.devcluster.image import ImageError, images_dir
+from scheduler.devcluster.image import ImageError, apt_install, images_dir
 
 NODE_NAME = "lattice-real-0"
 BRIDGE = "lattice0"
@@ -84,20 +84,7 @@ def ensure_packages(progress: Progress = _say) -> None:
         missing.append("CNI plugins")
     if not missing:
         return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise RealNodeError(
-            f"{', '.join(missing)} not found; a real node needs root and Debian's packages "
-            f"{' '.join(APT_PACKAGES)}"
-        )
-    progress(f"installing {' '.join(APT_PACKAGES)} with apt-get")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for args in (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES],
-    ):
-        done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RealNodeError(f"{' '.join(args[:2])} failed:\n{done.stderr[-2000:]}")
+    apt_install(APT_PACKAGES, missing, progress)
 
 
 def cni_bin_dir() -> Path | None:
