@@ -114,15 +114,22 @@ class Disagreement:
         return f"{self.case}: kube-scheduler: {theirs}\n    lattice: {line}\n    pod: {self.pod}"
 
 
-def agree(kube: Verdict, ours: Ours) -> bool:
-    decision = ours.decision
+def agree_on_feasibility(kube: Verdict, decision: Decision) -> bool:
+    """kube's node is feasible for us; or no node is, for the same reasons."""
     if kube.node is not None:
-        return kube.node in decision.feasible and kube.node in ours.best
+        return kube.node in decision.feasible
     if decision.feasible:
         return False
     if kube.reasons is not None:
         return decision.reason_counts() == kube.reasons
     return kube.prefilter is not None and kube.prefilter in decision.summary
+
+
+def agree(kube: Verdict, ours: Ours) -> bool:
+    """Feasibility, and kube's node among our highest scored."""
+    if not agree_on_feasibility(kube, ours.decision):
+        return False
+    return kube.node is None or kube.node in ours.best
 
 
 async def test_core_agrees_with_kube_scheduler(
