@@ -91,6 +91,12 @@ class Case:
     """Cluster-scoped, named after the case's namespace."""
     pvcs: list[Body] = field(default_factory=list)
     rwop_claims: set[str] = field(default_factory=set)
+    nominee: Body | None = None
+    """A pending pod nominated to one of the pool's nodes (``nominee_node``): priority 1000
+    and ``preemptionPolicy: Never``, selecting a label no node has, so it stays pending and
+    kube-scheduler keeps its nomination; it counts on that node for the preemptor (of equal
+    or lower priority) in the cycle and the dry run."""
+    nominee_node: str = ""
     sampled: bool = False
     """A pool of :data:`LARGE_POOL` nodes: kube-scheduler's dry run examines only
     ``max(10 %, 100)`` of them from a random offset, so its pick is compared by its
@@ -129,6 +135,7 @@ class PreemptionGenerator:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.volume_rng = random.Random(seed * 7919 + 23)
+        self.nominee_rng = random.Random(seed * 6271 + 41)
         self.seed = seed
 
     def case(self, round_index: int, index: int) -> Case:
@@ -142,7 +149,28 @@ class PreemptionGenerator:
         self._budgets(case)
         case.preemptor = self._preemptor(case)
         self._volumes(case)
+        self._nominee(case)
         return case
+
+    def _nominee(self, case: Case) -> None:
+        """Sometimes a nominated pod on one of the pool's nodes (own generator, so the
+        seed's cases are otherwise what they were without it)."""
+        r = self.nominee_rng
+        if r.random() >= 0.3:
+            return
+        case.nominee_node = r.choice(case.nodes)["metadata"]["name"]
+        case.nominee = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "nominee", "namespace": case.namespace, "labels": {"app": "web"}},
+            "spec": {
+                "priorityClassName": NEVER[0],
+                "nodeSelector": {"pool": case.namespace, "lattice.dev/nominee": "never"},
+                "containers": [
+                    _container(r.choice(("500m", "1", "1500m")), r.choice(("256Mi", "1Gi")))
+                ],
+            },
+        }
 
     def large_case(self, round_index: int) -> Case:
         """One pool of :data:`LARGE_POOL` full 2-cpu nodes (distinct priorities per node,
