@@ -15,6 +15,13 @@ stored). Agreement means:
   :func:`no_preemption_message`; if kube bound the pod without preempting, Lattice found that
   node feasible.
 
+One case per run (with at least 50 cases) is a pool of 160 nodes, where kube-scheduler's dry
+run examines only ``max(10 %, 100)`` candidates from a random offset, so its pick cannot
+be predicted. It is compared by kube's candidate criteria instead: Lattice's dry run over
+every potential node must find kube's node a candidate with exactly kube's victims, and at
+most ``potential - 100`` candidates strictly better than it (kube's sample held its node
+and left out every better one).
+
 ``--preempt-cases`` (default 200) sets how many cases, ``--diff-seed`` which (drawn per run
 unless given; see ``tests/e2e/differential/seeds.py``).
 """
@@ -23,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -31,13 +38,19 @@ from kubernetes_asyncio import client
 
 from scheduler.core.explain import Decision
 from scheduler.core.from_api import as_pending, counts_on_node, snapshot_from_api
+from scheduler.core.nominated import schedule_with_nominated
 from scheduler.core.preemption import (
+    MIN_CANDIDATES_ABSOLUTE,
+    Candidate,
     Inputs,
     Preemption,
     no_preemption_message,
+    num_candidates,
+    potential_nodes,
     preempt,
 )
 from scheduler.core.schedule import Framework
+from scheduler.core.snapshot import Snapshot
 from scheduler.core.volumes import volume_state_from_api
 from scheduler.devcluster.kube import api_client
 from scheduler.model.pdb import PodDisruptionBudget
@@ -46,7 +59,7 @@ from scheduler.model.pod_facts import PodFacts
 from tests.conftest import report_line
 from tests.e2e.differential.harness import own_plane
 from tests.e2e.differential.preemption import Before, KubePreemption, PreemptionKubeSide
-from tests.e2e.differential.preemption_gen import Body, PreemptionGenerator
+from tests.e2e.differential.preemption_gen import LARGE_POOL, Body, PreemptionGenerator
 from tests.e2e.differential.seeds import DiffRun, failure_hint
 
 CASES_PER_ROUND = 25
@@ -75,8 +88,17 @@ class Ours:
     """Our PostFilter message when we did not preempt."""
 
 
-def lattice_preempts(before: Before, stored: Body) -> Ours:
-    """Lattice's decision and evaluator on exactly what kube-scheduler saw."""
+@dataclass
+class World:
+    """What Lattice's evaluator reads, built from what kube-scheduler saw."""
+
+    framework: Framework
+    snapshot: Snapshot
+    decision: Decision
+    inputs: Inputs
+
+
+def lattice_world(before: Before, stored: Body) -> World:
     built = snapshot_from_api(before.nodes, before.pods, before.namespaces)
     assert not built.skipped
     pod = Pod.from_api(as_pending(stored))
@@ -90,19 +112,100 @@ def lattice_preempts(before: Before, stored: Body) -> Ours:
     )
     assert not storage.skipped
     volumes = storage.state
+    nominated = [
+        (Pod.from_api(b), b["status"]["nominatedNodeName"])
+        for b in before.pods
+        if not b["spec"].get("nodeName") and (b.get("status") or {}).get("nominatedNodeName")
+    ]
     framework = Framework()
-    decision = framework.schedule(built.snapshot, pod, seed=0, volumes=volumes)
-    if decision.selected is not None:
-        return Ours(decision, None)
+    decision = schedule_with_nominated(
+        framework, built.snapshot, pod, nominated, seed=0, volumes=volumes
+    )
     inputs = Inputs(
         pdbs=[PodDisruptionBudget.from_api(b) for b in before.pdbs],
+        nominated=nominated,
         facts=facts,
         volumes=volumes,
     )
-    found = preempt(framework, built.snapshot, decision, inputs)
+    return World(framework, built.snapshot, decision, inputs)
+
+
+def lattice_preempts(before: Before, stored: Body) -> Ours:
+    """Lattice's decision and evaluator on exactly what kube-scheduler saw."""
+    w = lattice_world(before, stored)
+    framework, decision, inputs = w.framework, w.decision, w.inputs
+    if decision.selected is not None:
+        return Ours(decision, None)
+    found = preempt(framework, w.snapshot, decision, inputs)
     if found is not None:
         return Ours(decision, found)
-    return Ours(decision, None, no_preemption_message(framework, built.snapshot, decision, inputs))
+    return Ours(decision, None, no_preemption_message(framework, w.snapshot, decision, inputs))
+
+
+SAMPLED: list[str] = []
+"""How each large-pool pick compared (for the report)."""
+PRIORITY_OFFSET = 2**31
+"""kube adds MaxInt32 + 1 to each victim's priority before summing (so fewer victims win)."""
+
+
+def criteria(c: Candidate, facts: Inputs) -> tuple[float, ...]:
+    """``pickOneNodeForPreemption``'s order, larger is better: fewest budget violations,
+    lowest highest victim priority, lowest sum of (offset) priorities, fewest victims, the
+    latest start among the highest-priority victims."""
+    top = max(v.priority for v in c.victims)
+    return (
+        -c.pdb_violations,
+        -top,
+        -sum(v.priority + PRIORITY_OFFSET for v in c.victims),
+        -len(c.victims),
+        min(facts.facts_of(v).start_key for v in c.victims if v.priority == top),
+    )
+
+
+def every_candidate(w: World) -> tuple[dict[str, Candidate], int]:
+    """Lattice's candidates on every potential node (dry runs from offsets that together
+    cover them all), and how many potential nodes there are."""
+    names = potential_nodes(w.snapshot, w.decision)
+    found: dict[str, Candidate] = {}
+    seed = 0
+    while len(names) and len(found) < len(names) and seed < 200:
+        got = preempt(w.framework, w.snapshot, w.decision, replace(w.inputs, seed=seed))
+        for c in got.candidates if got else ():
+            found.setdefault(c.node, c)
+        seed += 1
+    return found, len(names)
+
+
+def sampled_problems(kube: KubePreemption, w: World) -> list[str]:
+    """kube's pick judged by its own candidate criteria (empty: consistent); the last line
+    of a consistent pick's report is in :data:`SAMPLED`."""
+    if kube.node is None or not kube.victims:
+        return [f"kube-scheduler did not preempt in the large pool ({kube.message!r})"]
+    found, potential = every_candidate(w)
+    if len(found) < potential:
+        return [f"lattice's dry runs found {len(found)} candidates of {potential} nodes"]
+    if potential < MIN_CANDIDATES_ABSOLUTE + 50:
+        return [f"only {potential} potential nodes: kube's sampling is not exercised"]
+    mine = found.get(kube.node)
+    if mine is None:
+        return [f"kube's node {kube.node} is no candidate for lattice"]
+    problems = []
+    if {v.name for v in mine.victims} != set(kube.victims):
+        theirs, ours = sorted(kube.victims), sorted(v.name for v in mine.victims)
+        problems.append(f"victims on {kube.node}: kube {theirs}, lattice {ours}")
+    key = criteria(mine, w.inputs)
+    better = [n for n, c in found.items() if criteria(c, w.inputs) > key]
+    unexamined = potential - num_candidates(potential)
+    SAMPLED.append(
+        f"{kube.node}: {len(better)} of {potential} candidates beat it, at most {unexamined} "
+        f"may; {sum(criteria(c, w.inputs) == key for c in found.values())} tie with it"
+    )
+    if len(better) > unexamined:
+        problems.append(
+            f"{len(better)} candidates beat kube's {kube.node} {key}, but kube's dry run "
+            f"left out at most {unexamined} of {potential} nodes"
+        )
+    return problems
 
 
 def agree(kube: KubePreemption, ours: Ours) -> bool:
@@ -162,13 +265,26 @@ async def test_preemption_agrees_with_kube_scheduler(
     victims_total = ties = 0
     claimed = rwop_preempted = 0
     round_index = 0
+    sampled = nominees = 0
     while done < cases:
         batch = [gen.case(round_index, i) for i in range(min(CASES_PER_ROUND, cases - done))]
+        if round_index == 0 and cases >= 50:
+            batch[-1] = gen.large_case(round_index)
         before = await kube.prepare(batch)
         stored, verdicts = await kube.preempt(batch)
         for case, body, verdict in zip(batch, stored, verdicts, strict=True):
+            if case.sampled:
+                done += 1
+                sampled += 1
+                preempted += bool(verdict.victims)
+                victims_total += len(verdict.victims)
+                problems = sampled_problems(verdict, lattice_world(before, body))
+                if problems:
+                    disagreements.append(f"seed {seed} {case.namespace}: " + "; ".join(problems))
+                continue
             ours = lattice_preempts(before, body)
             done += 1
+            nominees += case.nominee is not None
             preempted += bool(verdict.victims)
             bound += verdict.bound is not None and not verdict.victims
             victims_total += len(verdict.victims)
@@ -193,10 +309,18 @@ async def test_preemption_agrees_with_kube_scheduler(
         f"preempted with {victims_total} victims, {bound} bound without preemption, "
         f"{done - preempted - bound} not helped; {ties} with nodes tied at every criterion; "
         f"{claimed} preemptors with a claim, {rwop_preempted} of them evicting the holder "
-        "of its ReadWriteOncePod claim), "
+        f"of its ReadWriteOncePod claim; {sampled} in a {LARGE_POOL}-node pool, compared by "
+        "kube's candidate criteria), "
         f"{agreed} agree ({100.0 * agreed / done:.1f}%), {elapsed:.0f} s"
     )
+    report_line(
+        f"preemption differential, nominated pods: {nominees} cases with one "
+        f"({kube.nominee_seconds:.0f} s to set them up)"
+    )
+    if SAMPLED:
+        report_line("preemption differential, large pool: " + "; ".join(SAMPLED))
     assert done == cases
+    assert sampled == (cases >= 50)
     assert not disagreements, (
         failure_hint(diff_run, DIFF_SUITE) + "\n" + "\n".join(disagreements[:20])
     )

@@ -9,7 +9,10 @@ they migrate to) kube-scheduler decides on a real control plane; Lattice's core 
 decides on the same objects read back from the API server:
 
 * kube-scheduler chose node n (bound the pod, or annotated a claim to provision there)
-  =>  n is in Lattice's feasible set, and Lattice's volume plan for n is valid;
+  =>  n is in Lattice's feasible set, and Lattice's volume plan for n is valid: it binds
+  to existing PVs the claims kube-scheduler bound and provisions those it provisioned, each
+  PV it picked passes an independent check (``volumes_check.py``), and it is kube's PV
+  where only one fits (as small as kube's where the pod binds one claim);
 * kube-scheduler failed  =>  Lattice's feasible set is empty and its per-reason node
   counts (or PreFilter message) equal those of kube-scheduler's FailedScheduling message.
 
@@ -39,10 +42,11 @@ from tests.conftest import report_line
 from tests.e2e.differential.gen import Body
 from tests.e2e.differential.harness import Verdict, own_plane
 from tests.e2e.differential.seeds import DiffRun, failure_hint
+from tests.e2e.differential.volumes_check import KubeVolumes, plan_problems
 from tests.e2e.differential.volumes_gen import VolumeGenerator
 from tests.e2e.differential.volumes_harness import VolumeKubeSide, VolumeWorld
 from tests.e2e.differential.volumes_objects import schedule_with_volumes
-from tests.e2e.test_differential import agree
+from tests.e2e.test_differential import agree_on_feasibility
 
 CASES_PER_CLUSTER = 10
 
@@ -84,11 +88,53 @@ class Disagreement:
     kube: Verdict
     lattice: Decision
     pod: Body
+    plan: list[str] | None = None
+    """Why Lattice's volume plan for kube's node is invalid (the choices agreed)."""
 
     def __str__(self) -> str:
         ours = f"feasible={list(self.lattice.feasible)} counts={self.lattice.reason_counts()}"
+        if self.plan:
+            ours = "volume plan: " + "; ".join(self.plan)
         theirs = self.kube.node or self.kube.message
         return f"{self.case}: kube-scheduler: {theirs}\n    lattice: {ours}\n    pod: {self.pod}"
+
+
+def check_plan(
+    snapshot: Snapshot,
+    volumes: VolumeState,
+    pod: Pod,
+    body: Body,
+    node: str,
+    world: VolumeWorld,
+    kube: KubeVolumes,
+) -> list[str]:
+    """Lattice's volume plan for kube's node, checked against the pod's API body and the
+    objects as they were when its case began (empty: valid)."""
+    try:
+        plan = plan_volume_bindings(snapshot, volumes, pod, node)
+    except ValueError as exc:
+        return [f"no plan for kube's node: {exc}"]
+    ns = pod.namespace
+    (node_body,) = [n for n in world.nodes if n["metadata"]["name"] == node]
+    claims = {
+        v["persistentVolumeClaim"]["claimName"]
+        for v in body["spec"].get("volumes") or ()
+        if "persistentVolumeClaim" in v
+    }
+    unbound = {
+        c["metadata"]["name"]: c
+        for c in world.pvcs
+        if c["metadata"]["namespace"] == ns
+        and c["metadata"]["name"] in claims
+        and not c["spec"].get("volumeName")
+    }
+    pvs = {p["metadata"]["name"]: p for p in world.pvs}
+    # Claims the PV controller had bound before the case (Immediate ones) are not kube's.
+    kube = KubeVolumes(
+        {c: v for c, v in kube.static.items() if c in unbound},
+        frozenset(c for c in kube.provisioned if c in unbound),
+    )
+    return plan_problems(plan, kube, namespace=ns, node=node_body, unbound=unbound, pvs=pvs)
 
 
 async def test_volume_plugins_agree_with_kube_scheduler(
@@ -108,9 +154,10 @@ async def test_volume_plugins_agree_with_kube_scheduler(
     started = time.monotonic()
     for index in range((cases + CASES_PER_CLUSTER - 1) // CASES_PER_CLUSTER):
         vc = gen.cluster(index, min(CASES_PER_CLUSTER, cases - done))
-        snapshot, volumes = lattice_view(await kube.setup(vc))
+        world = await kube.setup(vc)
+        snapshot, volumes = lattice_view(world)
         for case in vc.cases:
-            verdict = await kube.place(vc, case)
+            verdict, written = await kube.place(vc, case)
             pod = Pod.from_api(case.pod)
             decision, _ = schedule_with_volumes(snapshot, pod, volumes)
             done += 1
@@ -119,14 +166,17 @@ async def test_volume_plugins_agree_with_kube_scheduler(
             seen.update(
                 list(verdict.reasons or ()) or ([verdict.prefilter] if verdict.prefilter else [])
             )
-            ok = agree(verdict, decision)
+            ok = agree_on_feasibility(verdict, decision)
+            problems: list[str] = []
             if ok and verdict.node is not None:
                 # Lattice could bind there too: its volume writes for kube's node are valid.
-                plan = plan_volume_bindings(snapshot, volumes, pod, verdict.node)
-                planned += plan is not None
-            if not ok:
+                problems = check_plan(
+                    snapshot, volumes, pod, case.pod, verdict.node, world, written
+                )
+                planned += bool(written.static or written.provisioned)
+            if not ok or problems:
                 name = f"seed {seed} cluster {index} {case.pod['metadata']['name']}"
-                disagreements.append(Disagreement(name, verdict, decision, case.pod))
+                disagreements.append(Disagreement(name, verdict, decision, case.pod, problems))
         await kube.teardown(vc)
     wall = time.monotonic() - started
     rate = 100.0 * (done - len(disagreements)) / done
@@ -141,6 +191,8 @@ async def test_volume_plugins_agree_with_kube_scheduler(
         + "; ".join(f"{reason} ({n})" for reason, n in seen.most_common())
     )
     assert done == cases
+    # The plan check means something only if kube wrote volumes in some cases.
+    assert planned >= cases // 20, f"only {planned}/{cases} cases had volume writes to compare"
     assert not disagreements, (
         failure_hint(diff_run, DIFF_SUITE) + "\n" + "\n".join(str(d) for d in disagreements[:20])
     )

@@ -61,15 +61,24 @@ class Generator:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
+        self.roomy = False
+        """Every other cluster: bigger nodes and few hard constraints, so most pods fit
+        several nodes and kube-scheduler's scores, not its filters, decide where."""
+
+    def _hard(self, p: float) -> float:
+        """The probability of a constraint that filters nodes (a third of it in a roomy
+        cluster)."""
+        return p / 3 if self.roomy else p
 
     def cluster(self, index: int, incoming: int) -> Cluster:
         r = self.rng
         ns = f"diff-{self.seed}-{index}"
         cl = Cluster(index, ns, ns + "-o")
-        for i in range(r.randint(2, 5)):
+        self.roomy = index % 2 == 1
+        for i in range(r.randint(3, 8) if self.roomy else r.randint(2, 5)):
             cl.nodes.append(self.node(f"dn-{self.seed}-{index}-{i}"))
         names = [n["metadata"]["name"] for n in cl.nodes]
-        for i in range(r.randint(0, 8)):
+        for i in range(r.randint(0, 16) if self.roomy else r.randint(0, 8)):
             cl.existing.append(self.existing_pod(f"ex-{i}", r.choice(names), cl))
         for i in range(incoming):
             cl.incoming.append(self.incoming_pod(f"in-{i}", cl))
@@ -85,9 +94,9 @@ class Generator:
         if r.random() < 0.7:
             labels["tier"] = str(r.randint(1, 5))
         capacity = {
-            "cpu": r.choice(("1", "2", "4")),
-            "memory": r.choice(("2Gi", "4Gi", "8Gi")),
-            "pods": r.choice(("3", "110", "110")),
+            "cpu": r.choice(("4", "8", "16") if self.roomy else ("1", "2", "4")),
+            "memory": r.choice(("8Gi", "16Gi", "32Gi") if self.roomy else ("2Gi", "4Gi", "8Gi")),
+            "pods": "110" if self.roomy else r.choice(("3", "110", "110")),
             "ephemeral-storage": "20Gi",
         }
         if r.random() < 0.35:
@@ -95,10 +104,14 @@ class Generator:
         if r.random() < 0.2:
             capacity["hugepages-2Mi"] = "64Mi"
         spec: Body = {}
-        taints = [dict(t) for t, p in TAINTS if r.random() < p]
+        taints = [
+            dict(t)
+            for t, p in TAINTS
+            if r.random() < (p if t["effect"] == "PreferNoSchedule" else self._hard(p))
+        ]
         if taints:
             spec["taints"] = taints
-        if r.random() < 0.1:
+        if r.random() < self._hard(0.1):
             spec["unschedulable"] = True
         return {
             "apiVersion": "v1",
@@ -117,11 +130,11 @@ class Generator:
         cpus = ("100m", "500m", "1", "1500m", "3") if big else ("100m", "250m", "500m", "1")
         mems = ("64Mi", "1Gi", "3Gi", "6Gi") if big else ("128Mi", "512Mi", "1Gi")
         req = {"cpu": r.choice(cpus), "memory": r.choice(mems)}
-        if r.random() < 0.2:
+        if r.random() < self._hard(0.2):
             req["nvidia.com/gpu"] = r.choice(("1", "2"))
-        if big and r.random() < 0.1:
+        if big and r.random() < self._hard(0.1):
             req["ephemeral-storage"] = r.choice(("1Gi", "30Gi"))
-        if big and r.random() < 0.1:
+        if big and r.random() < self._hard(0.1):
             req["hugepages-2Mi"] = r.choice(("32Mi", "128Mi"))
         return req
 
@@ -142,20 +155,39 @@ class Generator:
             term["namespaceSelector"] = {"matchLabels": {"team": "b"}}
         return term
 
+    def _weighted_terms(self, cl: Cluster) -> list[Body]:
+        r = self.rng
+        return [
+            {"weight": r.choice((1, 5, 50, 100)), "podAffinityTerm": self._term(cl)}
+            for _ in range(r.randint(1, 2))
+        ]
+
     def existing_pod(self, name: str, node: str, cl: Cluster) -> Body:
         r = self.rng
-        ports = [r.choice((8080, 9090))] if r.random() < 0.2 else None
+        ports = [r.choice((8080, 9090))] if r.random() < self._hard(0.2) else None
         spec: Body = {
             "nodeName": node,
             "containers": [_container("c", self._requests(big=False), ports)],
             "tolerations": [{"operator": "Exists"}],
         }
-        if r.random() < 0.25:
-            spec["affinity"] = {
-                "podAntiAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": [self._term(cl)]
-                }
+        affinity: Body = {}
+        if r.random() < self._hard(0.25):
+            affinity["podAntiAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": [self._term(cl)]
             }
+        # Scored for the incoming pod (symmetrically): the hard-affinity weight and the
+        # existing pods' preferred terms.
+        if r.random() < 0.1:
+            affinity["podAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": [self._term(cl)]
+            }
+        for kind in ("podAffinity", "podAntiAffinity"):
+            if r.random() < 0.15:
+                affinity.setdefault(kind, {})["preferredDuringSchedulingIgnoredDuringExecution"] = (
+                    self._weighted_terms(cl)
+                )
+        if affinity:
+            spec["affinity"] = affinity
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -193,16 +225,16 @@ class Generator:
     def incoming_pod(self, name: str, cl: Cluster) -> Body:
         r = self.rng
         app = r.choice(APPS)
-        ports = [r.choice((8080, 9090))] if r.random() < 0.15 else None
+        ports = [r.choice((8080, 9090))] if r.random() < self._hard(0.15) else None
         spec: Body = {"containers": [_container("c", self._requests(big=True), ports)]}
         if r.random() < 0.2:
             spec["initContainers"] = [_container("init", self._requests(big=True))]
-        if r.random() < 0.25:
+        if r.random() < self._hard(0.25):
             spec["nodeSelector"] = r.choice(
                 ({"disk": "ssd"}, {ZONE: r.choice(("z1", "z2", "z3"))}, {"type": "kwok"})
             )
         affinity: Body = {}
-        if r.random() < 0.3:
+        if r.random() < self._hard(0.3):
             terms = []
             for _ in range(r.randint(1, 2)):
                 term: Body = {
@@ -219,14 +251,34 @@ class Generator:
             affinity["nodeAffinity"] = {
                 "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
             }
-        if r.random() < 0.15:
+        if r.random() < 0.3:
+            # Scores only: the weighted sum of the terms a node matches.
+            affinity.setdefault("nodeAffinity", {})[
+                "preferredDuringSchedulingIgnoredDuringExecution"
+            ] = [
+                {
+                    "weight": r.choice((1, 10, 50, 100)),
+                    "preference": {
+                        "matchExpressions": [
+                            self._node_requirement(cl) for _ in range(r.randint(1, 2))
+                        ]
+                    },
+                }
+                for _ in range(r.randint(1, 3))
+            ]
+        if r.random() < self._hard(0.15):
             affinity["podAffinity"] = {
                 "requiredDuringSchedulingIgnoredDuringExecution": [self._term(cl)]
             }
-        if r.random() < 0.2:
+        if r.random() < self._hard(0.2):
             affinity["podAntiAffinity"] = {
                 "requiredDuringSchedulingIgnoredDuringExecution": [self._term(cl)]
             }
+        for kind in ("podAffinity", "podAntiAffinity"):
+            if r.random() < 0.2:
+                affinity.setdefault(kind, {})["preferredDuringSchedulingIgnoredDuringExecution"] = (
+                    self._weighted_terms(cl)
+                )
         if affinity:
             spec["affinity"] = affinity
         tolerations = []
@@ -244,7 +296,11 @@ class Generator:
             constraint: Body = {
                 "maxSkew": r.choice((1, 1, 2)),
                 "topologyKey": r.choice((ZONE, HOST)),
-                "whenUnsatisfiable": r.choice(("DoNotSchedule", "DoNotSchedule", "ScheduleAnyway")),
+                "whenUnsatisfiable": r.choice(
+                    ("DoNotSchedule", "ScheduleAnyway", "ScheduleAnyway")
+                    if self.roomy
+                    else ("DoNotSchedule", "DoNotSchedule", "ScheduleAnyway")
+                ),
                 "labelSelector": {"matchLabels": {"app": r.choice((app, app, r.choice(APPS)))}},
             }
             if constraint["whenUnsatisfiable"] == "DoNotSchedule" and r.random() < 0.3:

@@ -187,12 +187,22 @@ def _verdict(pod: Any) -> Verdict | None:
 
 
 @contextlib.contextmanager
-def own_plane(factory: pytest.TempPathFactory, name: str) -> Iterator[Path]:
+def own_plane(
+    factory: pytest.TempPathFactory, name: str, *, percentage_of_nodes_to_score: int | None = None
+) -> Iterator[Path]:
     """A control plane of a differential test's own, with kube-scheduler (and the
     controller manager's PV binder and disruption controller): the suite's nodes would
-    blur every verdict. Yields its kubeconfig."""
+    blur every verdict. ``percentage_of_nodes_to_score``: kube-scheduler's setting (100
+    makes its choice one over every feasible node, so it can be compared with ours); None
+    keeps its adaptive default. Yields its kubeconfig."""
     cluster = DevCluster(factory.mktemp(name) / "state")
-    cluster.up(ClusterConfig(nodes=0, with_kube_scheduler=True))
+    cluster.up(
+        ClusterConfig(
+            nodes=0,
+            with_kube_scheduler=True,
+            percentage_of_nodes_to_score=percentage_of_nodes_to_score,
+        )
+    )
     try:
         yield cluster.kubeconfig
     finally:

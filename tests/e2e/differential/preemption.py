@@ -73,6 +73,8 @@ class PreemptionKubeSide:
         self.policy = client.PolicyV1Api(api)
         self.scheduling = client.SchedulingV1Api(api)
         self.storage = client.StorageV1Api(api)
+        self.nominee_seconds = 0.0
+        """Spent creating nominees and waiting for their first failure."""
 
     async def install_priority_classes(self) -> None:
         """The PriorityClasses and the StorageClass every case uses."""
@@ -126,10 +128,45 @@ class PreemptionKubeSide:
             ]
         )
         await self._budgets_counted(cases)
+        started = asyncio.get_running_loop().time()
+        await self._nominees(cases)
+        self.nominee_seconds += asyncio.get_running_loop().time() - started
         # The scheduler's informers trail the API server by milliseconds; budgets have no
         # sentinel like pods do, so give them a moment.
         await asyncio.sleep(1.0)
         return await self._read()
+
+    async def _nominees(self, cases: Sequence[Case]) -> None:
+        """Create each case's nominee, let kube-scheduler fail it once (it can fit nowhere
+        and may not preempt), then write its nominatedNodeName, as a preemption would."""
+        with_nominee = [c for c in cases if c.nominee is not None]
+        await _bounded(
+            [
+                partial(self.core.create_namespaced_pod, c.namespace, cast(client.V1Pod, c.nominee))
+                for c in with_nominee
+            ]
+        )
+
+        async def failed(c: Case) -> bool:
+            pod = await self.core.read_namespaced_pod("nominee", c.namespace)
+            return any(
+                cond.type == "PodScheduled" and cond.status == "False"
+                for cond in pod.status.conditions or []
+            )
+
+        await asyncio.gather(
+            *(poll(partial(failed, c), within=60, interval=0.1) for c in with_nominee)
+        )
+        patch = [
+            partial(
+                self.core.patch_namespaced_pod_status,
+                "nominee",
+                c.namespace,
+                {"status": {"nominatedNodeName": c.nominee_node}},
+            )
+            for c in with_nominee
+        ]
+        await _bounded(patch)
 
     async def _volumes(self, cases: Sequence[Case]) -> None:
         """The cases' pre-bound pairs, bound by the PV controller before any pod exists."""

@@ -42,6 +42,9 @@ NEVER: Final = ("diff-never", 1000, "Never")
 STATIC_CLASS: Final = "diff-pre-static"
 """The StorageClass of every case's pre-bound volumes (cluster-scoped, created once)."""
 DRIVER: Final = "csi.lattice.dev"
+LARGE_POOL: Final = 160
+FULL_NODE: Final = ((500, 500, 500, 500), (1000, 500, 500), (1000, 1000), (1500, 500))
+"""How a large pool's 2-cpu nodes are filled: always full, so every node is a candidate."""
 RWOP: Final = "ReadWriteOncePod"
 
 
@@ -88,6 +91,16 @@ class Case:
     """Cluster-scoped, named after the case's namespace."""
     pvcs: list[Body] = field(default_factory=list)
     rwop_claims: set[str] = field(default_factory=set)
+    nominee: Body | None = None
+    """A pending pod nominated to one of the pool's nodes (``nominee_node``): priority 1000
+    and ``preemptionPolicy: Never``, selecting a label no node has, so it stays pending and
+    kube-scheduler keeps its nomination; it counts on that node for the preemptor (of equal
+    or lower priority) in the cycle and the dry run."""
+    nominee_node: str = ""
+    sampled: bool = False
+    """A pool of :data:`LARGE_POOL` nodes: kube-scheduler's dry run examines only
+    ``max(10 %, 100)`` of them from a random offset, so its pick is compared by its
+    candidate criteria, not as the one best node."""
 
     @property
     def preemptor_claims(self) -> list[str]:
@@ -122,6 +135,7 @@ class PreemptionGenerator:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.volume_rng = random.Random(seed * 7919 + 23)
+        self.nominee_rng = random.Random(seed * 6271 + 41)
         self.seed = seed
 
     def case(self, round_index: int, index: int) -> Case:
@@ -135,6 +149,84 @@ class PreemptionGenerator:
         self._budgets(case)
         case.preemptor = self._preemptor(case)
         self._volumes(case)
+        self._nominee(case)
+        return case
+
+    def _nominee(self, case: Case) -> None:
+        """Sometimes a nominated pod on one of the pool's nodes (own generator, so the
+        seed's cases are otherwise what they were without it)."""
+        r = self.nominee_rng
+        if r.random() >= 0.3:
+            return
+        case.nominee_node = r.choice(case.nodes)["metadata"]["name"]
+        case.nominee = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "nominee", "namespace": case.namespace, "labels": {"app": "web"}},
+            "spec": {
+                "priorityClassName": NEVER[0],
+                "nodeSelector": {"pool": case.namespace, "lattice.dev/nominee": "never"},
+                "containers": [
+                    _container(r.choice(("500m", "1", "1500m")), r.choice(("256Mi", "1Gi")))
+                ],
+            },
+        }
+
+    def large_case(self, round_index: int) -> Case:
+        """One pool of :data:`LARGE_POOL` full 2-cpu nodes (distinct priorities per node,
+        repeated across nodes) and a 1-cpu preemptor: every node is a potential node and
+        a candidate, with victims of different priorities, counts and sums. Drawn from a
+        generator of its own, so the seed's other cases are what they were without it."""
+        r = random.Random(self.seed * 104729 + round_index)
+        ns = f"pre-{self.seed}-{round_index}-large"
+        case = Case(ns, sampled=True)
+        for i in range(LARGE_POOL):
+            name = f"{ns}-n{i}"
+            capacity = {"cpu": "2", "memory": "8Gi", "pods": "110", "ephemeral-storage": "20Gi"}
+            case.nodes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "labels": {HOST: name, "pool": ns, ZONE: f"{ns}-z{i % 3}"},
+                        "annotations": {"kwok.x-k8s.io/node": "fake"},
+                    },
+                    "spec": {},
+                    "status": {"capacity": capacity, "allocatable": dict(capacity)},
+                }
+            )
+            shape = r.choice(FULL_NODE)
+            for k, (cpu, priority) in enumerate(
+                zip(shape, r.sample(LOW_PRIORITIES, len(shape)), strict=False)
+            ):
+                case.pods.append(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {
+                            "name": f"n{i}-p{k}",
+                            "namespace": ns,
+                            "labels": {"app": r.choice(APPS)},
+                        },
+                        "spec": {
+                            "nodeName": name,
+                            "priorityClassName": low_class(priority),
+                            "containers": [_container(f"{cpu}m", "256Mi")],
+                            "tolerations": [{"operator": "Exists"}],
+                        },
+                    }
+                )
+        case.preemptor = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "preemptor", "namespace": ns, "labels": {"app": "web"}},
+            "spec": {
+                "priorityClassName": HIGH[0],
+                "nodeSelector": {"pool": ns},
+                "containers": [_container("1", "256Mi")],
+            },
+        }
         return case
 
     def _volumes(self, case: Case) -> None:

@@ -29,6 +29,7 @@ from scheduler.devcluster.kube import poll
 from scheduler.model.volume import SELECTED_NODE
 from tests.e2e.differential.gen import Body
 from tests.e2e.differential.harness import KubeSide, Verdict, _verdict
+from tests.e2e.differential.volumes_check import KubeVolumes
 from tests.e2e.differential.volumes_gen import Case, VolumeCluster
 from tests.e2e.differential.volumes_objects import claim_volume, pv, pvc, storage_class
 
@@ -192,7 +193,8 @@ class VolumeKubeSide:
         bound = [p for p in pods if (p.get("spec") or {}).get("nodeName")]
         return VolumeWorld(nodes, bound, namespaces, pvs, pvcs, classes, csi_nodes, vas)
 
-    async def place(self, vc: VolumeCluster, case: Case) -> Verdict:
+    async def place(self, vc: VolumeCluster, case: Case) -> tuple[Verdict, KubeVolumes]:
+        """kube-scheduler's verdict, and the PVs it chose (or claims it provisioned)."""
         ns, name = vc.cluster.namespace, case.pod["metadata"]["name"]
         await self.core.create_namespaced_pod(ns, cast(client.V1Pod, case.pod))
 
@@ -208,11 +210,41 @@ class VolumeKubeSide:
             return None
 
         verdict = await poll(decided, within=60, interval=0.05)
+        written = KubeVolumes({}, frozenset())
+        if verdict.node is not None:
+            written = await self._written(ns, case, provisioning=verdict.prefilter == PROVISIONING)
         if verdict.prefilter == PROVISIONING:
             await self._release(ns, name, case)
             verdict = Verdict(verdict.node, None)
         await self.base._delete_pod(ns, name)
-        return verdict
+        return verdict, written
+
+    async def _written(self, ns: str, case: Case, *, provisioning: bool) -> KubeVolumes:
+        """The claimRefs kube-scheduler's PreBind wrote on PVs for the pod's own claims,
+        and the claims it annotated with its selected node.
+
+        PreBind writes every PV before any claim's annotation, so once one annotation is
+        seen the PVs are final; the other annotations follow one by one, so with
+        ``provisioning`` this waits (briefly) until each claim is annotated or has a PV."""
+        mine = set(case.claims)
+
+        async def read() -> KubeVolumes | None:
+            pvs = await _items(await self.core.list_persistent_volume(_preload_content=False))
+            static = {}
+            for body in pvs:
+                ref = body["spec"].get("claimRef") or {}
+                if ref.get("namespace") == ns and ref.get("name") in mine:
+                    static[ref["name"]] = body["metadata"]["name"]
+            annotated = set()
+            for claim in mine - set(static):
+                got = await self.core.read_namespaced_persistent_volume_claim(claim, ns)
+                if (got.metadata.annotations or {}).get(SELECTED_NODE):
+                    annotated.add(claim)
+            if provisioning and set(static) | annotated != mine:
+                return None
+            return KubeVolumes(static, frozenset(annotated))
+
+        return await poll(read, within=10, interval=0.05)
 
     async def _release(self, ns: str, name: str, case: Case) -> None:
         """End kube-scheduler's wait for a provisioner that does not exist.
