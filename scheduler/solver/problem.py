@@ -23,7 +23,11 @@ can run in a worker thread while the loop keeps mutating the cache.
 4. **Joint rules between members**, which per-member feasibility cannot see: inter-pod
    required anti-affinity among members (per domain of the term's key), required affinity
    of a member that starts its own group (no placed pod matches it yet: members that match
-   the term are kept in one domain, a conservative reading), hard topology spread over the
+   the term are kept in one domain, a conservative reading), required affinity of a
+   *follower* that selects other members but not itself (an MPI job's workers with affinity
+   to their launcher: the framework runs it without that affinity; the model keeps it in
+   one domain with the members it selects and places it only with one of them, which the
+   commit places first), hard topology spread over the
    final counts (placed pods plus matched members), host-port conflicts, and device
    exclusivity (a node where an aligned member could lose its alignment to another class's
    devices takes one Topology-using class only). Capacity between classes is the model's.
@@ -131,11 +135,18 @@ class AntiAffinity:
 @dataclass(frozen=True, slots=True, eq=False)
 class Together:
     """Placed members of ``classes`` all in one domain of ``key``, never on a node without
-    ``key`` (kube: such a node satisfies no required affinity term, nor counts as a match)."""
+    ``key`` (kube: such a node satisfies no required affinity term, nor counts as a match).
+
+    With a ``follower``: that class's required affinity selects ``anchors`` (other classes)
+    but not itself, and no placed pod matches it yet (an MPI launcher's workers): kube admits
+    a follower only next to a placed anchor, so it is placed only when some member of
+    ``anchors`` is (in the group's one domain), and committed after one."""
 
     classes: tuple[int, ...]
     key: str
     domain: IntArray
+    follower: int | None = None
+    anchors: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -221,6 +232,9 @@ class GangProblem:
     rejection: str | None = None
     """Set when the pre-check already rejects the gang."""
     build_time_s: float = 0.0
+    rank: tuple[int, ...] = ()
+    """Per class, its commit rank: 0, or one more than an anchor's (followers after the
+    members they need, see :class:`Together`). Empty: every class 0."""
 
     @property
     def num_nodes(self) -> int:
@@ -265,9 +279,19 @@ def build_problem(
 
     groups = _classes(snapshot, members) if merge else [[i] for i in range(len(members))]
     reps = [members[g[0]] for g in groups]
+    follows = _follows(snapshot, reps)
+    # A follower runs the framework without its required affinity: the model adds it back
+    # (one domain with an anchor); every other filter and every score still applies.
     decisions = [
-        framework.schedule(snapshot, rep, seed=seed, topology=topology, load=load, volumes=volumes)
-        for rep in reps
+        framework.schedule(
+            snapshot,
+            dataclasses.replace(rep, required_affinity=()) if c in follows else rep,
+            seed=seed,
+            topology=topology,
+            load=load,
+            volumes=volumes,
+        )
+        for c, rep in enumerate(reps)
     ]
     feasible_rows = [d.explanation.feasible_rows.astype(np.intp) for d in decisions]
     union: IndexArray = (
@@ -325,7 +349,7 @@ def build_problem(
         )
 
     anti = _anti_affinity(snapshot, reps, groups, union)
-    together = _together(snapshot, reps, groups, union)
+    together = _together(snapshot, reps, groups, union, follows)
     limit[outside_groups(together, c_count, k)] = 0  # bounds and sub-models see it too
     spreads = _spreads(snapshot, reps, union, topology, load)
     port_conflicts = _port_conflicts(reps)
@@ -399,6 +423,7 @@ def build_problem(
         weights=weights,
         reports=reports,
         build_time_s=time.perf_counter() - started,
+        rank=tuple(follows[c].rank if c in follows else 0 for c in range(c_count)),
     )
 
 
@@ -689,18 +714,79 @@ def _anti_affinity(
     return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class _Follow:
+    matched: tuple[int, ...]
+    """Other classes matching every required affinity term of the follower."""
+    anchors: tuple[int, ...]
+    """The matched classes of lower rank: one of them must be placed first."""
+    rank: int
+
+
+def _follows(snapshot: Snapshot, reps: Sequence[Pod]) -> dict[int, _Follow]:
+    """Classes whose required affinity selects other member classes but not themselves,
+    with no placed pod matching yet: kube's filter rejects them everywhere until a matching
+    pod is placed, which a member of the gang can be. Ranks make the anchoring acyclic (a
+    class anchors only on classes of lower rank); classes that only select each other, with
+    nothing else to start from, are left to the framework's rejection, as kube leaves them.
+    """
+    candidates: dict[int, tuple[int, ...]] = {}
+    for c, rep in enumerate(reps):
+        if not rep.required_affinity:
+            continue
+        state = required_state(snapshot.affinity_graph, rep)
+        if state.affinity_counts or state.pod_matches_own_affinity:
+            continue  # anchored by placed pods, or starts its own group (_together)
+        matched = tuple(
+            m
+            for m, other in enumerate(reps)
+            if m != c
+            and all(incoming_term_matches(t, other, snapshot) for t in rep.required_affinity)
+        )
+        if matched:
+            candidates[c] = matched
+    rank = {c: 0 for c in range(len(reps)) if c not in candidates}
+    changed = True
+    while changed:
+        changed = False
+        for c, matched in candidates.items():
+            known = [rank[m] for m in matched if m in rank]
+            if c not in rank and known:
+                rank[c] = 1 + min(known)
+                changed = True
+    return {
+        c: _Follow(matched, tuple(m for m in matched if m in rank and rank[m] < rank[c]), rank[c])
+        for c, matched in candidates.items()
+        if c in rank
+    }
+
+
 def _together(
-    snapshot: Snapshot, reps: Sequence[Pod], groups: Sequence[Sequence[int]], union: IndexArray
+    snapshot: Snapshot,
+    reps: Sequence[Pod],
+    groups: Sequence[Sequence[int]],
+    union: IndexArray,
+    follows: Mapping[int, _Follow],
 ) -> tuple[Together, ...]:
     """Required affinity of members that start their group (no placed pod matches yet).
 
     The framework lets such a member go anywhere; jointly, a member needs another matching
     pod in its domain. Keeping every matching member in one domain per key is sufficient
-    (stricter than needed when they could form several groups).
+    (stricter than needed when they could form several groups). A follower (see
+    :func:`_follows`) shares one domain per key with every member it selects, and needs an
+    anchor placed.
     """
     out: list[Together] = []
-    for rep in reps:
+    for c, rep in enumerate(reps):
         if not rep.required_affinity:
+            continue
+        keys = sorted({t.topology_key for t in rep.required_affinity})
+        follow = follows.get(c)
+        if follow is not None:
+            classes = tuple(sorted({c, *follow.matched}))
+            for key in keys:
+                domain = _domain_ids(snapshot, key, union)
+                out.append(Together(classes, key, domain, follower=c, anchors=follow.anchors))
             continue
         state = required_state(snapshot.affinity_graph, rep)
         if state.affinity_counts or not state.pod_matches_own_affinity:
@@ -712,9 +798,16 @@ def _together(
         )
         if sum(len(groups[m]) for m in matched) <= 1:
             continue
-        for key in sorted({t.topology_key for t in rep.required_affinity}):
+        for key in keys:
             out.append(Together(matched, key, _domain_ids(snapshot, key, union)))
     return tuple(out)
+
+
+def class_ranks(problem: GangProblem) -> IntArray:
+    """Per class, its commit rank (:attr:`GangProblem.rank`; 0 when none is recorded)."""
+    if len(problem.rank) == problem.num_classes:
+        return np.array(problem.rank, dtype=np.int64)
+    return np.zeros(problem.num_classes, dtype=np.int64)
 
 
 def outside_groups(together: Sequence[Together], classes: int, nodes: int) -> BoolArray:
@@ -806,6 +899,7 @@ __all__ = [
     "Together",
     "Weights",
     "build_problem",
+    "class_ranks",
     "member_signature",
     "outside_groups",
     "referenced_label_keys",
