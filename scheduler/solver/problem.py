@@ -53,9 +53,11 @@ from typing import Final
 
 import numpy as np
 
+from scheduler.core.explain import Decision
 from scheduler.core.framework import Cycle
 from scheduler.core.gpus import Free, GpuDemand, SizeClass, fragmentation
 from scheduler.core.load import LoadView
+from scheduler.core.nominated import nominated_by_node
 from scheduler.core.plugins import pod_topology_spread as spread_plugin
 from scheduler.core.plugins.inter_pod_affinity import incoming_term_matches, required_state
 from scheduler.core.plugins.node_ports import conflicts
@@ -261,16 +263,110 @@ def build_problem(
     seed: int = 0,
     merge: bool = True,
     volumes: VolumeState | None = None,
+    nominated: Sequence[tuple[Pod, str]] = (),
 ) -> GangProblem:
     """Run the framework once per member class and copy out what the solve needs.
     ``volumes``: the cluster's storage, for members with (bound) claims.
 
     ``need``: members that must be placed now (1..len(members)); the solve places more when
     they fit. ``merge=False`` gives every member its own class (the naive reference).
+
+    ``nominated``: pending pods and their ``status.nominatedNodeName`` (waiting for their
+    preemption's victims). As kube's filters count them for a pod of lower or equal priority
+    (``RunFilterPluginsWithNominatedPods``), those of priority >= the lowest member's hold
+    their nodes for this solve: the problem is built with them placed there (capacity, pod
+    slots, ports, affinity and spread counts), and a node is kept for a class only if the
+    class also passes it without them. The gang's own members' nominations are left out
+    (its plan replaces them), as the commit's re-check leaves them out. Conservative: a
+    member of higher priority than some counted nomination would be let through by the
+    commit where the solve kept out; the solve never plans what the commit refuses for a
+    nomination, except where kube adds each node's nominated pods alone and the spread
+    minimum moves with them all (rare; the commit then fails as a race).
     """
     started = time.perf_counter()
     if not 1 <= need <= len(members):
         raise ValueError(f"need must be within 1..{len(members)}, got {need}")
+    counted = counted_nominations(snapshot, members, nominated)
+    if not counted:
+        return _build(
+            framework, snapshot, gang, members, need, topology, load, seed, merge, volumes, None
+        )
+    groups = _classes(snapshot, members) if merge else [[i] for i in range(len(members))]
+    reps = [members[g[0]] for g in groups]
+    follows = _follows(snapshot, reps)
+    passes_without = [
+        _feasible_mask(
+            framework.schedule(
+                snapshot,
+                dataclasses.replace(rep, required_affinity=()) if c in follows else rep,
+                seed=seed,
+                topology=topology,
+                load=load,
+                volumes=volumes,
+            )
+        )
+        for c, rep in enumerate(reps)
+    ]
+    added: list[Pod] = []
+    try:
+        for pod, node in counted:
+            snapshot.add_pod(pod, node)
+            added.append(pod)
+        problem = _build(
+            framework,
+            snapshot,
+            gang,
+            members,
+            need,
+            topology,
+            load,
+            seed,
+            merge,
+            volumes,
+            passes_without,
+        )
+    finally:
+        for pod in added:
+            snapshot.remove_pod(pod)
+    return dataclasses.replace(problem, build_time_s=time.perf_counter() - started)
+
+
+def counted_nominations(
+    snapshot: Snapshot, members: Sequence[Pod], nominated: Sequence[tuple[Pod, str]]
+) -> list[tuple[Pod, str]]:
+    """The nominations a gang's solve counts: priority >= its lowest member's, not a
+    member's own, not placed already, on a node of the snapshot."""
+    if not nominated or not members:
+        return []
+    lowest = min(members, key=lambda m: m.priority)
+    own = {m.key for m in members}
+    by_node = nominated_by_node(snapshot, lowest, nominated)
+    return [(pod, node) for node, pods in by_node.items() for pod in pods if pod.key not in own]
+
+
+def _feasible_mask(decision: Decision) -> BoolArray:
+    explanation = decision.explanation
+    mask = np.zeros(explanation.num_nodes, dtype=np.bool_)
+    mask[explanation.feasible_rows] = True
+    return mask
+
+
+def _build(
+    framework: Framework,
+    snapshot: Snapshot,
+    gang: GangSpec,
+    members: Sequence[Pod],
+    need: int,
+    topology: TopologyState | None,
+    load: LoadView | None,
+    seed: int,
+    merge: bool,
+    volumes: VolumeState | None,
+    passes_without: Sequence[BoolArray] | None,
+) -> GangProblem:
+    """:func:`build_problem` on the snapshot as it is; ``passes_without``: per class, the
+    rows it passes without the counted nominations (a feasible row must pass both)."""
+    started = time.perf_counter()
     names = tuple(f"{m.namespace}/{m.name}" for m in members)
     shortfall = _min_resources_shortfall(snapshot, gang.min_resources)
     if shortfall is not None:
@@ -294,6 +390,8 @@ def build_problem(
         for c, rep in enumerate(reps)
     ]
     feasible_rows = [d.explanation.feasible_rows.astype(np.intp) for d in decisions]
+    if passes_without is not None:
+        feasible_rows = [rows[passes_without[c][rows]] for c, rows in enumerate(feasible_rows)]
     union: IndexArray = (
         np.unique(np.concatenate(feasible_rows)).astype(np.intp)
         if any(len(r) for r in feasible_rows)
@@ -900,6 +998,7 @@ __all__ = [
     "Weights",
     "build_problem",
     "class_ranks",
+    "counted_nominations",
     "member_signature",
     "outside_groups",
     "referenced_label_keys",
