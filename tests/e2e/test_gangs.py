@@ -350,6 +350,84 @@ async def test_an_mpijob_launcher_and_workers_with_affinity_to_it_are_placed_who
             await core.delete_node(name)
 
 
+def pod_scheduled(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled":
+            return cast(dict[str, Any], condition)
+    return None
+
+
+async def test_a_gang_counts_a_nomination_and_waits_unschedulable_not_in_error(
+    plane: Plane, api: client.ApiClient, ns: str, sched: LatticeProcess
+) -> None:
+    """Two nodes of our own, 4 CPU each; a pending pod of the same priority (gated, so it
+    stays pending) nominated to the first with 3 CPU, as a preemptor waiting for its
+    victims is. A gang of three 2-CPU members fits only by using that room. Before, the
+    solve ignored the nomination, the commit honoured it, and the gang failed as
+    SchedulerError ("the plan no longer fits", error backoff) forever; it must be
+    Unschedulable with the solve's own reason, and be placed once the nomination is gone."""
+    marker, taint = "lattice.test/nom", "lattice.test/nom"
+    suffix = ns[-20:]
+    nodes = [f"kwok-nom-{i}-{suffix}"[:63] for i in range(2)]
+    bodies = []
+    for name in nodes:
+        body = get_profile("small").node_body(name, 0)
+        body["metadata"]["labels"][marker] = "yes"
+        body["spec"]["taints"] = [{"key": taint, "value": "x", "effect": "NoSchedule"}]
+        bodies.append(body)
+    core = client.CoreV1Api(api)
+    await create_nodes(api, bodies)
+    toleration = {"key": taint, "operator": "Exists", "effect": "NoSchedule"}
+    term = {"matchExpressions": [{"key": marker, "operator": "In", "values": ["yes"]}]}
+    ours = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+    try:
+        holder = member("holder", "none", cpu="3", tolerations=[toleration], affinity=ours)
+        del holder["metadata"]["labels"][LABEL]
+        holder["spec"]["schedulingGates"] = [{"name": "lattice.test/hold"}]
+        await create_pods(api, ns, [holder])
+        await core.patch_namespaced_pod_status(
+            "holder", ns, {"status": {"nominatedNodeName": nodes[0]}}
+        )
+        await create_group(api, ns, "nom", 3)
+        names = {f"nom-{i}" for i in range(3)}
+        await create_pods(
+            api,
+            ns,
+            [member(n, "nom", cpu="2", tolerations=[toleration], affinity=ours) for n in names],
+        )
+
+        async def outcome() -> list[dict[str, Any]] | None:
+            pods = [p for p in await list_pods(api, ns) if p["metadata"]["name"] in names]
+            conditions = [pod_scheduled(p) for p in pods]
+            settled = [
+                c for c in conditions if c is not None and "quorum" not in c.get("message", "")
+            ]
+            return settled if len(settled) == len(names) else None
+
+        settled = await poll(outcome, within=60, interval=0.3)
+        assert {c.get("reason") for c in settled} == {"Unschedulable"}, settled
+        assert not [c for c in settled if "no longer fits" in c.get("message", "")], settled
+        await asyncio.sleep(3)  # retries (backoff) must keep it Unschedulable, never an error
+        assert await bound_names(api, ns) == set()
+        reasons = {
+            c.get("reason")
+            for p in await list_pods(api, ns)
+            if p["metadata"]["name"] in names and (c := pod_scheduled(p)) is not None
+        }
+        assert reasons == {"Unschedulable"}
+        await core.delete_namespaced_pod("holder", ns, grace_period_seconds=0)
+        await wait_names_bound(api, ns, names, within=60)
+    finally:
+        for p in await list_pods(api, ns):
+            await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        for name in nodes:
+            await core.delete_node(name)
+
+
 KUBEFLOW_PODGROUP = """
 apiVersion: scheduling.x-k8s.io/v1alpha1
 kind: PodGroup
