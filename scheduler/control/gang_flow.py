@@ -14,9 +14,11 @@ Theory of operation (one asyncio loop; see the table in :mod:`scheduler.control.
   change ends in :meth:`GangFlow.sync`, which makes the queue hold what the gang's state
   says: one gated or ready entry, or, once admitted, the remaining members one by one.
 * :meth:`GangFlow.schedule` runs in the scheduler's cycle: it builds the joint problem on
-  the snapshot now; the solve runs in a worker thread, one gang at a time, while the loop
-  keeps scheduling other pods; the commit re-checks every member against the cache as it
-  is *then*, assumes all of them or none, and binds them concurrently.
+  the snapshot now, other pods' nominations counted as kube's filters count them; the
+  solve runs in a worker thread, one gang at a time, while the loop keeps scheduling
+  other pods; the commit re-checks every member against the cache as it is *then*,
+  assumes all of them or none, and binds them concurrently. A plan the cache overtook
+  (a race) is Unschedulable and retried after the gang's backoff, never an error.
 * A member whose binding fails is re-placed within the plan's domain at once if it can
   be; otherwise it rejoins its gang, which is then partial and ranked first.
 * A gang that does not fit may preempt (:mod:`scheduler.solver.preempt`): the victim
@@ -98,6 +100,8 @@ class Host(Protocol):
     ) -> Decision: ...
 
     def preemption_inputs(self) -> Inputs: ...
+
+    def nominated(self) -> list[tuple[Pod, str]]: ...
 
     def preempt_for(
         self,
@@ -431,6 +435,7 @@ class GangFlow:
                 load=LoadView(self._load, self._wall_clock()),
                 seed=self._host.settings.seed,
                 volumes=self._cache.volumes,
+                nominated=self._host.nominated(),
             )
         except Exception as exc:  # a bug must cost the gang a retry, not the scheduler
             log.exception("gang_cycle_failed", reason=repr(exc))
@@ -592,6 +597,7 @@ class GangFlow:
                 load=LoadView(self._load, self._wall_clock()),
                 seed=seed,
                 volumes=self._cache.volumes,
+                nominated=host.nominated(),
             )
             if not search.needs_solve(trial):
                 await asyncio.sleep(0)  # the plan in hand decided: let the loop run between
@@ -756,8 +762,11 @@ class GangFlow:
         if failure or gang.need > 0:
             for pod, _, _ in assumed:
                 self._unassume_member(gang, pod)
+            # A race (pods placed, nominations made, members gone while the solver ran),
+            # not an error: Unschedulable, retried after the gang's backoff on the cache
+            # as it is now.
             message = f"gang {gang.key}: the plan no longer fits: {failure or 'members left'}"
-            self._failed(info, gang, message, log, started, unschedulable=False)
+            self._failed(info, gang, message, log, started, unschedulable=True, race=True)
             return
         self._queue.done(info)
         self._metrics.observe_attempt(AttemptResult.SCHEDULED, time.perf_counter() - started)
@@ -796,9 +805,12 @@ class GangFlow:
         *,
         unschedulable: bool,
         nominated: Mapping[PodKey, str] | None = None,
+        race: bool = False,
     ) -> None:
         """The gang as one unit: one requeue (one backoff), an event per member;
-        ``nominated``: members' nodes after a preemption, written with PodScheduled.
+        ``nominated``: members' nodes after a preemption, written with PodScheduled;
+        ``race``: unschedulable because the cluster moved during the attempt (a short
+        requeue: backoff, not the unschedulable pool).
 
         Metrics: one cycle, timed from the pop (solve and victim search included), as a
         single pod's cycle is; kube-scheduler's attempts one per pending member, as it
@@ -809,7 +821,9 @@ class GangFlow:
         self._metrics.count_attempt(
             result, self._host.settings.scheduler_name, pods=max(len(gang.pending), 1)
         )
-        queue = self._queue.requeue_after_failure(info, unschedulable=unschedulable, reason=message)
+        queue = self._queue.requeue_after_failure(
+            info, unschedulable=unschedulable, reason=message, race=race
+        )
         reason = UNSCHEDULABLE if unschedulable else SCHEDULER_ERROR
         gang.last_reason = reason
         gang.last_message = message

@@ -34,7 +34,8 @@ The moves, in one place::
     in-flight       requeue, error                     backoff (active if backoff is 0)
     in-flight       requeue, unschedulable             unschedulable, but backoff/active if a
                                                        cluster event or a relevant update of
-                                                       the pod arrived while it was in flight
+                                                       the pod arrived while it was in flight,
+                                                       or the failure was a race
     backoff         flush, backoff expired             active
     unschedulable   move_all_on_event, relevant        backoff while backing off, else active
     unschedulable   flush, stayed > max stay           backoff while backing off, else active
@@ -546,12 +547,15 @@ class SchedulingQueue(Generic[P]):
         return self._end_attempt(attempt) is not None
 
     def requeue_after_failure(
-        self, attempt: QueuedPodInfo[P], *, unschedulable: bool, reason: str
+        self, attempt: QueuedPodInfo[P], *, unschedulable: bool, reason: str, race: bool = False
     ) -> QueueName | None:
         """The attempt failed; None if the pod was deleted or recreated meanwhile.
 
         ``unschedulable``: no node fits, so only a cluster change helps; otherwise an error
-        (bind failure, API trouble) that a plain retry after backoff may fix.
+        (bind failure, API trouble) that a plain retry after backoff may fix. ``race``: an
+        unschedulable outcome caused by a change that arrived during the attempt (a gang's
+        plan overtaken at commit): the change already happened, so the pod retries after
+        its backoff, as when it missed an event.
         """
         entry = self._end_attempt(attempt)
         if entry is None:
@@ -560,7 +564,7 @@ class SchedulingQueue(Generic[P]):
         entry.enqueued_at = now
         entry.last_failure = reason
         entry.backoff_until = now + backoff_duration(entry.attempts, self._config)
-        missed_event = self._move_request_cycle >= entry.cycle or entry.updated_in_flight
+        missed_event = race or self._move_request_cycle >= entry.cycle or entry.updated_in_flight
         if unschedulable and not missed_event and not _is_gated(entry.pod):
             self._unschedulable[entry.key] = entry
             return QueueName.UNSCHEDULABLE

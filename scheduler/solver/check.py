@@ -100,6 +100,16 @@ def violations(problem: GangProblem, counts: IntArray) -> list[str]:
         domains = set(group.domain[placed].tolist())
         if len(domains) > 1 or -1 in domains:
             out.append(f"affinity group {group.classes} spans {rule_text(group.key, domains)}")
+        follower = group.follower
+        if (
+            follower is not None
+            and counts[follower].sum() > 0
+            and (not group.anchors or counts[list(group.anchors)].sum() == 0)
+        ):
+            out.append(
+                f"class {follower} placed without a member of {group.anchors} "
+                "its required affinity needs"
+            )
     for spread in p.spreads:
         final = spread.existing.copy()
         matched = counts[list(spread.matched)].sum(axis=0) * spread.counted

@@ -1,4 +1,5 @@
-"""Greedy placement: members in arrival order, each to its best node that still has room.
+"""Greedy placement: members in arrival order (followers after their anchors), each to its
+best node that still has room.
 
 This is what placing the members one by one would do (kube-scheduler's view of a gang):
 the node ranking is the framework's (not passed over by a preference first, then the
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scheduler.core.snapshot import BoolArray, IndexArray, IntArray
-from scheduler.solver.problem import GangProblem
+from scheduler.solver.problem import GangProblem, class_ranks
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -29,6 +30,8 @@ class GreedyResult:
     """(classes, local nodes) members placed."""
     assignment: tuple[int | None, ...]
     """Local node per member, None when it found no room."""
+    order: tuple[int, ...] = ()
+    """Members placed, in the order greedy placed them (a valid commit order)."""
 
     @property
     def placed(self) -> int:
@@ -79,7 +82,12 @@ def greedy(problem: GangProblem, nodes: IndexArray | None = None, *, seed: int =
     active = [c.topology_active for c in p.classes]
     ports = [bool(p.port_conflicts[c].any()) for c in range(num_c)]
 
-    for i, c in enumerate(p.member_class):
+    # Anchors before the followers that need them (rank), else arrival order.
+    rank = class_ranks(p)
+    sequence = sorted(range(len(p.member_class)), key=lambda m: (int(rank[p.member_class[m]]), m))
+    placed_order: list[int] = []
+    for i in sequence:
+        c = p.member_class[i]
         cand = order[c]
         if not len(cand):
             continue
@@ -102,6 +110,8 @@ def greedy(problem: GangProblem, nodes: IndexArray | None = None, *, seed: int =
             if c in group.classes:
                 d = group.domain[cand]
                 ok &= (d >= 0) & ((chosen[g] < 0) | (d == chosen[g]))
+            if group.follower == c and not counts[list(group.anchors)].any():
+                ok &= False  # no anchor placed: kube's filter would reject it everywhere
         for s, spread in enumerate(p.spreads):
             matched = c in spread.matched
             if spread.cls != c and not matched:
@@ -132,6 +142,7 @@ def greedy(problem: GangProblem, nodes: IndexArray | None = None, *, seed: int =
             continue
         n = int(cand[hits[0]])
         assignment[i] = n
+        placed_order.append(i)
         counts[c, n] += 1
         free[:, n] -= p.request[c]
         pods[n] -= 1
@@ -158,4 +169,4 @@ def greedy(problem: GangProblem, nodes: IndexArray | None = None, *, seed: int =
             device_user[n] = c
         if p.topology_key is not None:
             gang_domain = int(p.domain[n])
-    return GreedyResult(counts, tuple(assignment))
+    return GreedyResult(counts, tuple(assignment), tuple(placed_order))

@@ -14,7 +14,8 @@ class alone can use needs no capacity row at all. Rows are added only where they
   the selected ones, ``others <= U * (1 - mine)`` when the owner selects itself (then
   ``mine <= 1``), else through one boolean;
 * affinity groups: no variable on a node without the group's key (kube: such a node
-  satisfies no required affinity term), one boolean per domain, at most one set;
+  satisfies no required affinity term), one boolean per domain, at most one set; a
+  follower's members ``<= |follower| * (anchors' members)``;
 * hard spread: the final count per domain is a linear expression; a variable ``low`` is
   below every eligible domain's count, and where the owner class has members
   ``count - low <= maxSkew``;
@@ -205,6 +206,8 @@ class _Builder:
 
     def _together(self) -> None:
         for group in self.p.together:
+            if group.follower is not None:
+                self._anchored(group.follower, group.anchors)
             domains = self._by_domain(group.domain, group.classes)
             if len(domains) < 2:
                 continue
@@ -214,6 +217,18 @@ class _Builder:
                 self.model.add(self._sum(pairs) <= self._ubs(pairs) * z)
                 flags.append(z)
             self.model.add(cp_model.LinearExpr.sum(flags) <= 1)
+
+    def _anchored(self, follower: int, anchors: Sequence[int]) -> None:
+        """No member of ``follower`` without one of ``anchors`` (the group's one-domain
+        rule puts them together)."""
+        mine = [(follower, n) for n in self.by_class.get(follower, [])]
+        if not mine:
+            return
+        theirs = [(a, n) for a in anchors for n in self.by_class.get(a, [])]
+        if not theirs:
+            self.model.add(self._sum(mine) == 0)
+            return
+        self.model.add(self._sum(mine) <= self._ubs(mine) * self._sum(theirs))
 
     def _spreads(self) -> None:
         for s in self.p.spreads:

@@ -104,6 +104,13 @@ def solve_naive(
             for i in members_of(group.classes):
                 model.add(y(i, nodes) <= z)
         model.add(cp_model.LinearExpr.sum(flags) <= 1)
+        if group.follower is not None:
+            # Each follower member needs some anchor member placed.
+            anchors = members_of(group.anchors)
+            everywhere = set(range(k))
+            some = cp_model.LinearExpr.sum([y(j, everywhere) for j in anchors])
+            for i in members_of((group.follower,)):
+                model.add(y(i, everywhere) <= some)
     for s in p.spreads:
         by_domain = domains(s.domain)
         final = {}

@@ -2,8 +2,11 @@
 
 The model holds hard topology spread on the *final* counts; the commit re-checks members
 one at a time (the framework, against the cache with the members before it assumed).
-Every other rule holds in any order: capacity, pod slots and host ports are sums, required
-anti-affinity is pairwise and an affinity group shares one labelled domain. Spread does
+Every other rule holds in any order but one: capacity, pod slots and host ports are sums,
+required anti-affinity is pairwise and an affinity group shares one labelled domain; a
+*follower* (required affinity to other members, not to itself, nothing placed matching)
+passes kube's filter only once one of its anchors is placed, so members go by class rank
+(:attr:`~scheduler.solver.problem.GangProblem.rank`) first. Spread does
 not: kube admits a pod while ``its domain's count + self - the global minimum <= maxSkew``
 (PodTopologySpread's filter, the minimum taken before the pod), so committing
 ``[a1, a1, b1, b1]`` with maxSkew 1 stops at the second member, while
@@ -23,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from scheduler.core.snapshot import IntArray
-from scheduler.solver.problem import GangProblem
+from scheduler.solver.problem import GangProblem, class_ranks
 
 
 def commit_order(problem: GangProblem, counts: IntArray) -> tuple[tuple[int, int], ...]:
@@ -37,11 +40,17 @@ def commit_order(problem: GangProblem, counts: IntArray) -> tuple[tuple[int, int
         nodes = nodes[np.lexsort((nodes, -p.score[c, nodes]))]
         cells.extend((c, int(n)) for n in nodes.tolist())
     members = [list(k.members[: int(counts[c].sum())]) for c, k in enumerate(p.classes)]
+    rank = class_ranks(p)
+
+    def ranked(steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Anchors before the followers that need them, else member order."""
+        return sorted(steps, key=lambda step: (int(rank[p.member_class[step[0]]]), step))
+
     if not p.spreads:
         out: list[tuple[int, int]] = []
         for c, n in cells:
             out.extend((members[c].pop(0), n) for _ in range(int(counts[c, n])))
-        return tuple(sorted(out))
+        return tuple(ranked(out))
 
     cls = np.array([c for c, _ in cells], dtype=np.int64)
     node = np.array([n for _, n in cells], dtype=np.int64)
@@ -59,8 +68,12 @@ def commit_order(problem: GangProblem, counts: IntArray) -> tuple[tuple[int, int
     upcoming = np.array([m[0] if m else 0 for m in members], dtype=np.int64)
     """Per class, its next member's index (ties go to the earliest member)."""
     out = []
+    followers = [(g.follower, list(g.anchors)) for g in p.together if g.follower is not None]
     while left.any():
         ok = left > 0
+        for follower, anchors in followers:
+            if not any(taken[a] for a in anchors):
+                ok &= cls != follower  # an anchor goes first
         above = np.full(len(cells), -1, dtype=np.int64)
         for s, spread in enumerate(p.spreads):
             final = current[s]
@@ -92,7 +105,7 @@ def commit_order(problem: GangProblem, counts: IntArray) -> tuple[tuple[int, int
             for _ in range(int(left[i])):
                 rest.append((members[c][taken[c]], n))
                 taken[c] += 1
-        out.extend(sorted(rest))
+        out.extend(ranked(rest))
     return tuple(out)
 
 

@@ -239,8 +239,11 @@ def problem_without(
     load: LoadView | None = None,
     seed: int = 0,
     volumes: VolumeState | None = None,
+    nominated: Sequence[tuple[Pod, str]] = (),
 ) -> GangProblem:
-    """The gang's problem on the snapshot with ``removed`` gone (restored on return)."""
+    """The gang's problem on the snapshot with ``removed`` gone (restored on return);
+    ``nominated`` counted as :func:`~scheduler.solver.problem.build_problem` counts them."""
+    gone = {p.key for p in removed}
     with without(snapshot, removed, topology, volumes):
         return build_problem(
             framework,
@@ -252,6 +255,7 @@ def problem_without(
             load=load,
             seed=seed,
             volumes=volumes,
+            nominated=[(p, n) for p, n in nominated if p.key not in gone],
         )
 
 

@@ -23,7 +23,11 @@ can run in a worker thread while the loop keeps mutating the cache.
 4. **Joint rules between members**, which per-member feasibility cannot see: inter-pod
    required anti-affinity among members (per domain of the term's key), required affinity
    of a member that starts its own group (no placed pod matches it yet: members that match
-   the term are kept in one domain, a conservative reading), hard topology spread over the
+   the term are kept in one domain, a conservative reading), required affinity of a
+   *follower* that selects other members but not itself (an MPI job's workers with affinity
+   to their launcher: the framework runs it without that affinity; the model keeps it in
+   one domain with the members it selects and places it only with one of them, which the
+   commit places first), hard topology spread over the
    final counts (placed pods plus matched members), host-port conflicts, and device
    exclusivity (a node where an aligned member could lose its alignment to another class's
    devices takes one Topology-using class only). Capacity between classes is the model's.
@@ -49,9 +53,11 @@ from typing import Final
 
 import numpy as np
 
+from scheduler.core.explain import Decision
 from scheduler.core.framework import Cycle
 from scheduler.core.gpus import Free, GpuDemand, SizeClass, fragmentation
 from scheduler.core.load import LoadView
+from scheduler.core.nominated import nominated_by_node
 from scheduler.core.plugins import pod_topology_spread as spread_plugin
 from scheduler.core.plugins.inter_pod_affinity import incoming_term_matches, required_state
 from scheduler.core.plugins.node_ports import conflicts
@@ -131,11 +137,18 @@ class AntiAffinity:
 @dataclass(frozen=True, slots=True, eq=False)
 class Together:
     """Placed members of ``classes`` all in one domain of ``key``, never on a node without
-    ``key`` (kube: such a node satisfies no required affinity term, nor counts as a match)."""
+    ``key`` (kube: such a node satisfies no required affinity term, nor counts as a match).
+
+    With a ``follower``: that class's required affinity selects ``anchors`` (other classes)
+    but not itself, and no placed pod matches it yet (an MPI launcher's workers): kube admits
+    a follower only next to a placed anchor, so it is placed only when some member of
+    ``anchors`` is (in the group's one domain), and committed after one."""
 
     classes: tuple[int, ...]
     key: str
     domain: IntArray
+    follower: int | None = None
+    anchors: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -221,6 +234,9 @@ class GangProblem:
     rejection: str | None = None
     """Set when the pre-check already rejects the gang."""
     build_time_s: float = 0.0
+    rank: tuple[int, ...] = ()
+    """Per class, its commit rank: 0, or one more than an anchor's (followers after the
+    members they need, see :class:`Together`). Empty: every class 0."""
 
     @property
     def num_nodes(self) -> int:
@@ -247,16 +263,110 @@ def build_problem(
     seed: int = 0,
     merge: bool = True,
     volumes: VolumeState | None = None,
+    nominated: Sequence[tuple[Pod, str]] = (),
 ) -> GangProblem:
     """Run the framework once per member class and copy out what the solve needs.
     ``volumes``: the cluster's storage, for members with (bound) claims.
 
     ``need``: members that must be placed now (1..len(members)); the solve places more when
     they fit. ``merge=False`` gives every member its own class (the naive reference).
+
+    ``nominated``: pending pods and their ``status.nominatedNodeName`` (waiting for their
+    preemption's victims). As kube's filters count them for a pod of lower or equal priority
+    (``RunFilterPluginsWithNominatedPods``), those of priority >= the lowest member's hold
+    their nodes for this solve: the problem is built with them placed there (capacity, pod
+    slots, ports, affinity and spread counts), and a node is kept for a class only if the
+    class also passes it without them. The gang's own members' nominations are left out
+    (its plan replaces them), as the commit's re-check leaves them out. Conservative: a
+    member of higher priority than some counted nomination would be let through by the
+    commit where the solve kept out; the solve never plans what the commit refuses for a
+    nomination, except where kube adds each node's nominated pods alone and the spread
+    minimum moves with them all (rare; the commit then fails as a race).
     """
     started = time.perf_counter()
     if not 1 <= need <= len(members):
         raise ValueError(f"need must be within 1..{len(members)}, got {need}")
+    counted = counted_nominations(snapshot, members, nominated)
+    if not counted:
+        return _build(
+            framework, snapshot, gang, members, need, topology, load, seed, merge, volumes, None
+        )
+    groups = _classes(snapshot, members) if merge else [[i] for i in range(len(members))]
+    reps = [members[g[0]] for g in groups]
+    follows = _follows(snapshot, reps)
+    passes_without = [
+        _feasible_mask(
+            framework.schedule(
+                snapshot,
+                dataclasses.replace(rep, required_affinity=()) if c in follows else rep,
+                seed=seed,
+                topology=topology,
+                load=load,
+                volumes=volumes,
+            )
+        )
+        for c, rep in enumerate(reps)
+    ]
+    added: list[Pod] = []
+    try:
+        for pod, node in counted:
+            snapshot.add_pod(pod, node)
+            added.append(pod)
+        problem = _build(
+            framework,
+            snapshot,
+            gang,
+            members,
+            need,
+            topology,
+            load,
+            seed,
+            merge,
+            volumes,
+            passes_without,
+        )
+    finally:
+        for pod in added:
+            snapshot.remove_pod(pod)
+    return dataclasses.replace(problem, build_time_s=time.perf_counter() - started)
+
+
+def counted_nominations(
+    snapshot: Snapshot, members: Sequence[Pod], nominated: Sequence[tuple[Pod, str]]
+) -> list[tuple[Pod, str]]:
+    """The nominations a gang's solve counts: priority >= its lowest member's, not a
+    member's own, not placed already, on a node of the snapshot."""
+    if not nominated or not members:
+        return []
+    lowest = min(members, key=lambda m: m.priority)
+    own = {m.key for m in members}
+    by_node = nominated_by_node(snapshot, lowest, nominated)
+    return [(pod, node) for node, pods in by_node.items() for pod in pods if pod.key not in own]
+
+
+def _feasible_mask(decision: Decision) -> BoolArray:
+    explanation = decision.explanation
+    mask = np.zeros(explanation.num_nodes, dtype=np.bool_)
+    mask[explanation.feasible_rows] = True
+    return mask
+
+
+def _build(
+    framework: Framework,
+    snapshot: Snapshot,
+    gang: GangSpec,
+    members: Sequence[Pod],
+    need: int,
+    topology: TopologyState | None,
+    load: LoadView | None,
+    seed: int,
+    merge: bool,
+    volumes: VolumeState | None,
+    passes_without: Sequence[BoolArray] | None,
+) -> GangProblem:
+    """:func:`build_problem` on the snapshot as it is; ``passes_without``: per class, the
+    rows it passes without the counted nominations (a feasible row must pass both)."""
+    started = time.perf_counter()
     names = tuple(f"{m.namespace}/{m.name}" for m in members)
     shortfall = _min_resources_shortfall(snapshot, gang.min_resources)
     if shortfall is not None:
@@ -265,11 +375,23 @@ def build_problem(
 
     groups = _classes(snapshot, members) if merge else [[i] for i in range(len(members))]
     reps = [members[g[0]] for g in groups]
+    follows = _follows(snapshot, reps)
+    # A follower runs the framework without its required affinity: the model adds it back
+    # (one domain with an anchor); every other filter and every score still applies.
     decisions = [
-        framework.schedule(snapshot, rep, seed=seed, topology=topology, load=load, volumes=volumes)
-        for rep in reps
+        framework.schedule(
+            snapshot,
+            dataclasses.replace(rep, required_affinity=()) if c in follows else rep,
+            seed=seed,
+            topology=topology,
+            load=load,
+            volumes=volumes,
+        )
+        for c, rep in enumerate(reps)
     ]
     feasible_rows = [d.explanation.feasible_rows.astype(np.intp) for d in decisions]
+    if passes_without is not None:
+        feasible_rows = [rows[passes_without[c][rows]] for c, rows in enumerate(feasible_rows)]
     union: IndexArray = (
         np.unique(np.concatenate(feasible_rows)).astype(np.intp)
         if any(len(r) for r in feasible_rows)
@@ -325,7 +447,7 @@ def build_problem(
         )
 
     anti = _anti_affinity(snapshot, reps, groups, union)
-    together = _together(snapshot, reps, groups, union)
+    together = _together(snapshot, reps, groups, union, follows)
     limit[outside_groups(together, c_count, k)] = 0  # bounds and sub-models see it too
     spreads = _spreads(snapshot, reps, union, topology, load)
     port_conflicts = _port_conflicts(reps)
@@ -399,6 +521,7 @@ def build_problem(
         weights=weights,
         reports=reports,
         build_time_s=time.perf_counter() - started,
+        rank=tuple(follows[c].rank if c in follows else 0 for c in range(c_count)),
     )
 
 
@@ -689,18 +812,79 @@ def _anti_affinity(
     return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class _Follow:
+    matched: tuple[int, ...]
+    """Other classes matching every required affinity term of the follower."""
+    anchors: tuple[int, ...]
+    """The matched classes of lower rank: one of them must be placed first."""
+    rank: int
+
+
+def _follows(snapshot: Snapshot, reps: Sequence[Pod]) -> dict[int, _Follow]:
+    """Classes whose required affinity selects other member classes but not themselves,
+    with no placed pod matching yet: kube's filter rejects them everywhere until a matching
+    pod is placed, which a member of the gang can be. Ranks make the anchoring acyclic (a
+    class anchors only on classes of lower rank); classes that only select each other, with
+    nothing else to start from, are left to the framework's rejection, as kube leaves them.
+    """
+    candidates: dict[int, tuple[int, ...]] = {}
+    for c, rep in enumerate(reps):
+        if not rep.required_affinity:
+            continue
+        state = required_state(snapshot.affinity_graph, rep)
+        if state.affinity_counts or state.pod_matches_own_affinity:
+            continue  # anchored by placed pods, or starts its own group (_together)
+        matched = tuple(
+            m
+            for m, other in enumerate(reps)
+            if m != c
+            and all(incoming_term_matches(t, other, snapshot) for t in rep.required_affinity)
+        )
+        if matched:
+            candidates[c] = matched
+    rank = {c: 0 for c in range(len(reps)) if c not in candidates}
+    changed = True
+    while changed:
+        changed = False
+        for c, matched in candidates.items():
+            known = [rank[m] for m in matched if m in rank]
+            if c not in rank and known:
+                rank[c] = 1 + min(known)
+                changed = True
+    return {
+        c: _Follow(matched, tuple(m for m in matched if m in rank and rank[m] < rank[c]), rank[c])
+        for c, matched in candidates.items()
+        if c in rank
+    }
+
+
 def _together(
-    snapshot: Snapshot, reps: Sequence[Pod], groups: Sequence[Sequence[int]], union: IndexArray
+    snapshot: Snapshot,
+    reps: Sequence[Pod],
+    groups: Sequence[Sequence[int]],
+    union: IndexArray,
+    follows: Mapping[int, _Follow],
 ) -> tuple[Together, ...]:
     """Required affinity of members that start their group (no placed pod matches yet).
 
     The framework lets such a member go anywhere; jointly, a member needs another matching
     pod in its domain. Keeping every matching member in one domain per key is sufficient
-    (stricter than needed when they could form several groups).
+    (stricter than needed when they could form several groups). A follower (see
+    :func:`_follows`) shares one domain per key with every member it selects, and needs an
+    anchor placed.
     """
     out: list[Together] = []
-    for rep in reps:
+    for c, rep in enumerate(reps):
         if not rep.required_affinity:
+            continue
+        keys = sorted({t.topology_key for t in rep.required_affinity})
+        follow = follows.get(c)
+        if follow is not None:
+            classes = tuple(sorted({c, *follow.matched}))
+            for key in keys:
+                domain = _domain_ids(snapshot, key, union)
+                out.append(Together(classes, key, domain, follower=c, anchors=follow.anchors))
             continue
         state = required_state(snapshot.affinity_graph, rep)
         if state.affinity_counts or not state.pod_matches_own_affinity:
@@ -712,9 +896,16 @@ def _together(
         )
         if sum(len(groups[m]) for m in matched) <= 1:
             continue
-        for key in sorted({t.topology_key for t in rep.required_affinity}):
+        for key in keys:
             out.append(Together(matched, key, _domain_ids(snapshot, key, union)))
     return tuple(out)
+
+
+def class_ranks(problem: GangProblem) -> IntArray:
+    """Per class, its commit rank (:attr:`GangProblem.rank`; 0 when none is recorded)."""
+    if len(problem.rank) == problem.num_classes:
+        return np.array(problem.rank, dtype=np.int64)
+    return np.zeros(problem.num_classes, dtype=np.int64)
 
 
 def outside_groups(together: Sequence[Together], classes: int, nodes: int) -> BoolArray:
@@ -806,6 +997,8 @@ __all__ = [
     "Together",
     "Weights",
     "build_problem",
+    "class_ranks",
+    "counted_nominations",
     "member_signature",
     "outside_groups",
     "referenced_label_keys",

@@ -139,7 +139,9 @@ class _Best:
     counts: IntArray
     sub: _Sub
     assignment: tuple[int | None, ...] | None
-    """Greedy's own member order when the answer is greedy's."""
+    """Greedy's own nodes when the answer is greedy's."""
+    order: tuple[int, ...] = ()
+    """Greedy's placement order (anchors before followers), with :attr:`assignment`."""
 
     @property
     def placed(self) -> int:
@@ -183,7 +185,7 @@ def solve(
         value = objective(p, s.greedy.counts)
         greedy_best = max(greedy_best, value)
         if best_greedy is None or value > best_greedy.value:
-            best_greedy = _Best(value, s.greedy.counts, s, s.greedy.assignment)
+            best_greedy = _Best(value, s.greedy.counts, s, s.greedy.assignment, s.greedy.order)
         if best is None or value > best.value:
             best = best_greedy
         if value >= s.max_objective:
@@ -329,7 +331,8 @@ def _placements(p: GangProblem, best: _Best) -> tuple[tuple[int, str], ...]:
     them so), else :func:`~scheduler.solver.order.commit_order`."""
     names = p.node_names
     if best.assignment is not None:
-        return tuple((i, names[n]) for i, n in enumerate(best.assignment) if n is not None)
+        nodes = best.assignment
+        return tuple((i, names[n]) for i in best.order if (n := nodes[i]) is not None)
     return tuple((i, names[n]) for i, n in commit_order(p, best.counts))
 
 

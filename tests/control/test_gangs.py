@@ -590,7 +590,9 @@ async def test_finished_members_count_for_nothing_as_in_coscheduling() -> None:
 async def test_a_plan_that_no_longer_fits_at_commit_is_rolled_back_whole() -> None:
     """Pods placed while the solver ran: the commit re-checks each member, assumes none
     when one no longer fits (the ones it had assumed are forgotten), binds nothing and
-    retries the gang as an error (backoff), its members pending again."""
+    retries the gang after its backoff (a short requeue, not the unschedulable pool), its
+    members pending again. A race is Unschedulable, never SchedulerError: before, it was
+    counted as result=error and reported as SchedulerError."""
     sched, writer = scheduler(nodes=2, cpu="4")
     sched.podgroup_upserted(podgroup("g", 2))
     for name in "ab":
@@ -612,7 +614,13 @@ async def test_a_plan_that_no_longer_fits_at_commit_is_rolled_back_whole() -> No
     failed = [e for e in writer.events if "the plan no longer fits" in e[3]]
     assert {e[1] for e in failed} == {"a", "b"}
     errors = sample(sched, "scheduler_schedule_attempts_total", result="error", profile="lattice")
-    assert errors == 2
+    assert errors == 0
+    unschedulable = sample(
+        sched, "scheduler_schedule_attempts_total", result="unschedulable", profile="lattice"
+    )
+    assert unschedulable == 2
+    reasons = {c[1] for c in writer.conditions if c[0] in ("a", "b")}
+    assert reasons == {"Unschedulable"}, writer.conditions
 
 
 async def test_a_gang_past_its_schedule_timeout_is_failed_and_still_retried() -> None:

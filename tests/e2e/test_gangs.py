@@ -271,6 +271,163 @@ async def test_a_spread_gang_commits_the_plan_only_an_interleaved_order_allows(
             await core.delete_node(name)
 
 
+@pytest.mark.parametrize("key", ["kubernetes.io/hostname", "topology.kubernetes.io/zone"])
+async def test_an_mpijob_launcher_and_workers_with_affinity_to_it_are_placed_whole(
+    plane: Plane, api: client.ApiClient, ns: str, sched: LatticeProcess, key: str
+) -> None:
+    """An MPIJob's shape: 1 launcher, 4 workers with required pod affinity to the
+    launcher's labels (on ``key``), the launcher with none, created workers first. No
+    placed pod matches the workers' term, and they do not match it themselves, so each
+    member alone is rejected everywhere: the gang was reported proven infeasible. Nodes of
+    our own: zone a has two of 2 CPU, zone b one of 1 CPU. With the zone key, 5 x 500m
+    fit no single node, so the gang must share zone a over both its nodes; with hostname,
+    5 x 300m fit one node, where all must go."""
+    marker, taint = "lattice.test/mpi", "lattice.test/mpi"
+    suffix = ns[-20:]
+    nodes = {
+        f"kwok-mpi-{zone}{i}-{suffix}"[:63]: (zone, cpu)
+        for zone, i, cpu in (("a", 0, "2"), ("a", 1, "2"), ("b", 0, "1"))
+    }
+    bodies = []
+    for name, (zone, cpu) in nodes.items():
+        body = get_profile("small").node_body(name, 0)
+        body["metadata"]["labels"][marker] = "yes"
+        body["metadata"]["labels"]["topology.kubernetes.io/zone"] = f"mpi-{zone}-{suffix}"
+        body["status"]["capacity"]["cpu"] = body["status"]["allocatable"]["cpu"] = cpu
+        body["spec"]["taints"] = [{"key": taint, "value": "x", "effect": "NoSchedule"}]
+        bodies.append(body)
+    core = client.CoreV1Api(api)
+    await create_nodes(api, bodies)
+    cpu = "300m" if key == "kubernetes.io/hostname" else "500m"
+    try:
+        await create_group(api, ns, "mpi", 5)
+        toleration = {"key": taint, "operator": "Exists", "effect": "NoSchedule"}
+        ours = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": marker, "operator": "In", "values": ["yes"]}]}
+                ]
+            }
+        }
+        to_launcher = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchLabels": {"training.kubeflow.org/job-role": "launcher"}
+                    },
+                    "topologyKey": key,
+                }
+            ]
+        }
+        names = [f"mpi-worker-{i}" for i in range(4)] + ["mpi-launcher"]
+        for name in names:
+            role = "launcher" if name == "mpi-launcher" else "worker"
+            affinity: dict[str, Any] = {"nodeAffinity": ours}
+            if role == "worker":
+                affinity["podAffinity"] = to_launcher
+            body = member(name, "mpi", cpu=cpu, tolerations=[toleration], affinity=affinity)
+            body["metadata"]["labels"]["training.kubeflow.org/job-role"] = role
+            await create_pods(api, ns, [body])  # one by one: workers arrive first
+        await wait_names_bound(api, ns, set(names), within=60)
+        pods = await list_pods(api, ns)
+        where = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+        home = where["mpi-launcher"]
+        if key == "kubernetes.io/hostname":
+            assert set(where.values()) == {home}, where
+        else:
+            assert {nodes[n][0] for n in where.values()} == {"a"}, where
+            assert len(set(where.values())) == 2, where
+        refused = [
+            e.message
+            for e in await events_of(api, ns, "FailedScheduling")
+            if "waiting for quorum" not in e.message
+        ]
+        assert refused == [], "the gang was refused or its commit failed"
+    finally:
+        for p in await list_pods(api, ns):
+            await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        for name in nodes:
+            await core.delete_node(name)
+
+
+def pod_scheduled(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled":
+            return cast(dict[str, Any], condition)
+    return None
+
+
+async def test_a_gang_counts_a_nomination_and_waits_unschedulable_not_in_error(
+    plane: Plane, api: client.ApiClient, ns: str, sched: LatticeProcess
+) -> None:
+    """Two nodes of our own, 4 CPU each; a pending pod of the same priority (gated, so it
+    stays pending) nominated to the first with 3 CPU, as a preemptor waiting for its
+    victims is. A gang of three 2-CPU members fits only by using that room. Before, the
+    solve ignored the nomination, the commit honoured it, and the gang failed as
+    SchedulerError ("the plan no longer fits", error backoff) forever; it must be
+    Unschedulable with the solve's own reason, and be placed once the nomination is gone."""
+    marker, taint = "lattice.test/nom", "lattice.test/nom"
+    suffix = ns[-20:]
+    nodes = [f"kwok-nom-{i}-{suffix}"[:63] for i in range(2)]
+    bodies = []
+    for name in nodes:
+        body = get_profile("small").node_body(name, 0)
+        body["metadata"]["labels"][marker] = "yes"
+        body["spec"]["taints"] = [{"key": taint, "value": "x", "effect": "NoSchedule"}]
+        bodies.append(body)
+    core = client.CoreV1Api(api)
+    await create_nodes(api, bodies)
+    toleration = {"key": taint, "operator": "Exists", "effect": "NoSchedule"}
+    term = {"matchExpressions": [{"key": marker, "operator": "In", "values": ["yes"]}]}
+    ours = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+    try:
+        holder = member("holder", "none", cpu="3", tolerations=[toleration], affinity=ours)
+        del holder["metadata"]["labels"][LABEL]
+        holder["spec"]["schedulingGates"] = [{"name": "lattice.test/hold"}]
+        await create_pods(api, ns, [holder])
+        await core.patch_namespaced_pod_status(
+            "holder", ns, {"status": {"nominatedNodeName": nodes[0]}}
+        )
+        await create_group(api, ns, "nom", 3)
+        names = {f"nom-{i}" for i in range(3)}
+        await create_pods(
+            api,
+            ns,
+            [member(n, "nom", cpu="2", tolerations=[toleration], affinity=ours) for n in names],
+        )
+
+        async def outcome() -> list[dict[str, Any]] | None:
+            pods = [p for p in await list_pods(api, ns) if p["metadata"]["name"] in names]
+            conditions = [pod_scheduled(p) for p in pods]
+            settled = [
+                c for c in conditions if c is not None and "quorum" not in c.get("message", "")
+            ]
+            return settled if len(settled) == len(names) else None
+
+        settled = await poll(outcome, within=60, interval=0.3)
+        assert {c.get("reason") for c in settled} == {"Unschedulable"}, settled
+        assert not [c for c in settled if "no longer fits" in c.get("message", "")], settled
+        await asyncio.sleep(3)  # retries (backoff) must keep it Unschedulable, never an error
+        assert await bound_names(api, ns) == set()
+        reasons = {
+            c.get("reason")
+            for p in await list_pods(api, ns)
+            if p["metadata"]["name"] in names and (c := pod_scheduled(p)) is not None
+        }
+        assert reasons == {"Unschedulable"}
+        await core.delete_namespaced_pod("holder", ns, grace_period_seconds=0)
+        await wait_names_bound(api, ns, names, within=60)
+    finally:
+        for p in await list_pods(api, ns):
+            await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        for name in nodes:
+            await core.delete_node(name)
+
+
 KUBEFLOW_PODGROUP = """
 apiVersion: scheduling.x-k8s.io/v1alpha1
 kind: PodGroup
