@@ -233,7 +233,10 @@ def describe(case: str, kube: KubePreemption, ours: Ours, stored: Body) -> str:
         f"tied={list(p.tied)} candidates="
         + str({c.node: sorted(v.name for v in c.victims) for c in p.candidates})
     )
-    theirs = f"{kube.node} {sorted(kube.victims)} bound={kube.bound} message={kube.message!r}"
+    theirs = (
+        f"{kube.node} {sorted(kube.victims)} bound={kube.bound} message={kube.message!r}"
+        f" elsewhere={sorted(kube.elsewhere)}"
+    )
     return (
         f"{case}:\n    kube-scheduler: {theirs}\n    lattice: {mine}\n"
         f"    lattice cycle: {ours.decision.summary}\n    pod: {stored.get('spec')}"
@@ -266,6 +269,7 @@ async def test_preemption_agrees_with_kube_scheduler(
     claimed = rwop_preempted = 0
     round_index = 0
     sampled = nominees = 0
+    retried: list[str] = []
     while done < cases:
         batch = [gen.case(round_index, i) for i in range(min(CASES_PER_ROUND, cases - done))]
         if round_index == 0 and cases >= 50:
@@ -273,6 +277,8 @@ async def test_preemption_agrees_with_kube_scheduler(
         before = await kube.prepare(batch)
         stored, verdicts = await kube.preempt(batch)
         for case, body, verdict in zip(batch, stored, verdicts, strict=True):
+            if verdict.elsewhere:
+                retried.append(f"{case.namespace}: {sorted(verdict.elsewhere)}")
             if case.sampled:
                 done += 1
                 sampled += 1
@@ -319,7 +325,14 @@ async def test_preemption_agrees_with_kube_scheduler(
     )
     if SAMPLED:
         report_line("preemption differential, large pool: " + "; ".join(SAMPLED))
+    report_line(
+        f"preemption differential, kube-scheduler evicted on a second node (an earlier "
+        f"attempt on a lagging view; its final node compared): {len(retried)} cases "
+        + "; ".join(retried)
+    )
     assert done == cases
+    # Rare under load, never seen when idle; many would mean the harness races kube.
+    assert len(retried) <= max(2, cases // 50), retried
     assert sampled == (cases >= 50)
     assert not disagreements, (
         failure_hint(diff_run, DIFF_SUITE) + "\n" + "\n".join(disagreements[:20])
