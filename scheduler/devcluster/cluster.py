@@ -510,6 +510,10 @@ class DevCluster:
 
     def _start_apiserver(self, state: ClusterState, bins: Binaries) -> None:
         pkid = self.state_dir / "pki"
+        # Logs, exec and port-forward go from the API server to the real node's kubelet,
+        # which authenticates clients by certificate: give the server one, as kubeadm does,
+        # and dial nodes by address (nothing resolves the node's name here).
+        kubelet_cert, kubelet_key = pki.write_client_cert(pkid, pki.APISERVER_KUBELET_CLIENT)
         self._start(
             state,
             "kube-apiserver",
@@ -542,6 +546,9 @@ class DevCluster:
                 # server stops listening at once but lingers until it is killed 10 s later
                 # (restart_component, and clients' reconnects, wait for that).
                 "--shutdown-watch-termination-grace-period=2s",
+                f"--kubelet-client-certificate={kubelet_cert}",
+                f"--kubelet-client-key={kubelet_key}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--v=1",
             ],
         )

@@ -37,6 +37,8 @@ class User:
 ADMIN = User("lattice-admin", ("system:masters",))
 KUBE_SCHEDULER = User("system:kube-scheduler")
 KWOK = User("kwok-controller", ("system:masters",))
+APISERVER_KUBELET_CLIENT = User("kube-apiserver-kubelet-client", ("system:masters",))
+"""The API server's identity towards kubelets (logs, exec), named as kubeadm names it."""
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:

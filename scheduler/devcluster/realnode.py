@@ -280,7 +280,8 @@ current-context: dev
     layout.kubelet_config.write_text(
         f"""apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+# The node's address on the host-only bridge: the API server dials it for logs and exec.
+address: {NODE_IP}
 port: {port}
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
