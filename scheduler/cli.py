@@ -435,6 +435,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_explain(sub)
     _add_run(sub)
     _add_simulate(sub)
+    from scheduler.control.selftest import add_arguments as selftest_arguments
+
+    selftest_arguments(
+        sub.add_parser(
+            "selftest",
+            help="check an installed Lattice: its Service answers /readyz and a probe pod is "
+            "bound (what `helm test` runs)",
+        )
+    )
     from scheduler.graph.cli import add_arguments as graph_arguments
 
     graph_arguments(
@@ -465,6 +474,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return explain(args)
     if args.command == "simulate":
         return _simulate(args)
+    if args.command == "selftest":
+        from scheduler.control.selftest import run as selftest
+
+        return selftest(args)
     if args.command == "agent":
         from scheduler.agent.main import run
 

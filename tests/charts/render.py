@@ -32,6 +32,8 @@ CRDS = REPO / "crds"
 RELEASE = "lattice"
 
 SHARED = "templates/namespaces.yaml"
+HOOKS = "templates/tests/"
+"""``helm test``'s objects: not in ``manifests/`` (``kubectl apply`` would run the test at once)."""
 FILES = {
     "scheduler.yaml": (
         "templates/scheduler/",
@@ -98,7 +100,7 @@ def documents(rendered: str) -> list[tuple[str, str]]:
 
 def manifest_files(rendered: str) -> dict[str, str]:
     """File name -> text, for every file of ``manifests/``."""
-    docs = documents(rendered)
+    docs = [(s, t) for s, t in documents(rendered) if not s.startswith(HOOKS)]
     out = {}
     for name, (folder, what) in FILES.items():
         picked = [text for source, text in docs if source == SHARED or source.startswith(folder)]

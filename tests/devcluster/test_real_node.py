@@ -166,6 +166,8 @@ def test_chart_installed_the_usual_way_runs_on_the_real_node(
         f"scheduler.affinity={json.dumps(not_kwok)}",
         "--set-json",
         f"agent.affinity={json.dumps(not_kwok)}",
+        "--set-json",
+        f"test.affinity={json.dumps(not_kwok)}",
         "--set",
         f"agent.kubeletConfig.path={layout.kubelet_config}",
         "--wait",
@@ -265,6 +267,56 @@ spec:
     killed_once = restarts.pop(leader, 1)  # still terminating: its one restart was the kill
     assert killed_once <= 1, restarts
     assert set(restarts.values()) == {0}, restarts  # the others never restarted: no loop
+
+
+def test_helm_test_upgrade_and_rollback(cluster: DevCluster, tmp_path: Path) -> None:
+    """After the install above: `helm test` runs `lattice selftest` in a real container
+    (the Service's /readyz answers, a probe pod is bound); `helm upgrade --reuse-values`
+    to one replica at debug level and `helm rollback` to the first revision both roll out."""
+    plane = Plane(cluster, tmp_path)
+    out = plane.helm("test", "lattice", "-n", "lattice-system", "--logs", "--timeout=3m")
+    assert "Phase:          Succeeded" in out, out
+    assert "answered 200" in out, out
+    assert "bound probe pod" in out, out
+    probes = plane.get(
+        "pods", "-n", "lattice-system", "-l", "app.kubernetes.io/component=selftest-probe"
+    )
+    assert probes["items"] == []  # the probe is deleted
+
+    def rolled_out(replicas: int, level: str) -> list[dict[str, Any]] | None:
+        dep = plane.get("deployment", "-n", "lattice-system", "lattice-scheduler")
+        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        status = dep.get("status") or {}
+        done = (
+            dep["spec"]["replicas"] == replicas
+            and f"--log-level={level}" in args
+            and status.get("updatedReplicas") == replicas
+            and status.get("readyReplicas") == replicas
+            and status.get("replicas") == replicas
+        )
+        return [dep] if done else None
+
+    plane.helm(
+        "upgrade",
+        "lattice",
+        str(CHART),
+        "-n",
+        "lattice-system",
+        "--reuse-values",
+        "--set",
+        "scheduler.replicas=1",
+        "--set",
+        "scheduler.logLevel=debug",
+        "--wait",
+        "--timeout=5m",
+    )
+    wait_for(lambda: rolled_out(1, "debug"), "the upgrade to 1 replica at debug rolled out", 180)
+    plane.helm("rollback", "lattice", "1", "-n", "lattice-system", "--wait", "--timeout=5m")
+    wait_for(lambda: rolled_out(2, "info"), "the rollback to 2 replicas at info rolled out", 180)
+    history = plane.helm("history", "lattice", "-n", "lattice-system", "-o", "json")
+    assert [r["revision"] for r in json.loads(history)] == [1, 2, 3]
+    again = plane.helm("test", "lattice", "-n", "lattice-system", "--timeout=3m")
+    assert "Phase:          Succeeded" in again, again
 
 
 def test_down_stops_containers_and_unmounts(cluster: DevCluster) -> None:
