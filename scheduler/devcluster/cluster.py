@@ -554,7 +554,33 @@ class DevCluster:
         )
         self._wait_ready(state, "kube-apiserver")
 
+    def _retry_on_taken_port(
+        self, state: ClusterState, name: str, start: Callable[[], None]
+    ) -> None:
+        """Start a component; if it exited because another process took its port between
+        our choice and its bind, choose another and start it again (twice at most)."""
+        for attempt in range(3):
+            try:
+                start()
+                return
+            except DevClusterError:
+                if attempt == 2 or not process.port_taken(self.log(name)):
+                    raise
+                state.pids.pop(name, None)
+                state.ports[name] = process.free_port()
+                with self.log(name).open("a") as fh:
+                    fh.write(
+                        f"\n# lattice devcluster: port taken, retrying on {state.ports[name]}\n"
+                    )
+
     def _start_controller_manager(self, state: ClusterState, bins: Binaries) -> None:
+        self._retry_on_taken_port(
+            state,
+            "kube-controller-manager",
+            lambda: self._start_controller_manager_once(state, bins),
+        )
+
+    def _start_controller_manager_once(self, state: ClusterState, bins: Binaries) -> None:
         pkid = self.state_dir / "pki"
         self._start(
             state,
@@ -687,6 +713,13 @@ class DevCluster:
             time.sleep(1)
 
     def _start_kube_scheduler(
+        self, state: ClusterState, bins: Binaries, config: ClusterConfig
+    ) -> None:
+        self._retry_on_taken_port(
+            state, "kube-scheduler", lambda: self._start_kube_scheduler_once(state, bins, config)
+        )
+
+    def _start_kube_scheduler_once(
         self, state: ClusterState, bins: Binaries, config: ClusterConfig
     ) -> None:
         sched_cfg: dict[str, Any] = {

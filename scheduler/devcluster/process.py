@@ -8,18 +8,58 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import time
 from pathlib import Path
 
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
 
 def free_port() -> int:
-    """A free TCP port on loopback (the kernel's choice; a race is possible but rare)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A free TCP port on loopback, below the kernel's ephemeral range.
+
+    A port the kernel hands out (bind to 0) can be taken again by any outgoing
+    connection (the API server opens many to etcd) before our component binds it;
+    a port below the ephemeral range is only ever taken by another listener.
+    """
+    low = _ephemeral_low()
+    first = 20000 if low > 24000 else 10000
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(first, max(first + 1, low))
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a crowded range
+        sock.bind(("127.0.0.1", 0))
+        chosen: int = sock.getsockname()[1]
+        return chosen
+
+
+def port_taken(log: Path) -> bool:
+    """Whether a component's log says it exited because its port was in use."""
+    try:
+        with log.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 16384))
+            return b"address already in use" in fh.read()
+    except OSError:
+        return False
 
 
 def start(binary: Path, args: list[str], log: Path, env: dict[str, str] | None = None) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.devcluster import process
-from scheduler.devcluster.cluster import AlreadyRunning, ClusterConfig, DevCluster
+from scheduler.devcluster.cluster import AlreadyRunning, ClusterConfig, ClusterState, DevCluster
 from tests.conftest import ControlPlane
 
 
@@ -72,3 +72,43 @@ def test_cli_up_status_down_leaves_no_process(tmp_path: Path) -> None:
 def test_unknown_profile_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown node profile 'nope'; choose one of"):
         DevCluster(tmp_path / "s").up(ClusterConfig(node_profile="nope"))
+
+
+def test_free_port_is_outside_the_ephemeral_range() -> None:
+    """Outgoing connections take ephemeral ports; a listener's port must not be one."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {process.free_port() for _ in range(20)}
+    assert len(ports) == 20
+    assert all(port < low for port in ports)
+
+
+def test_a_component_whose_port_is_taken_starts_on_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CI failure: something bound kube-controller-manager's port between our choice
+    and its start. The cluster must come up anyway, on another port."""
+    import socket
+
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    original = DevCluster._write_credentials
+
+    def take_port(self: DevCluster, state: ClusterState) -> None:
+        original(self, state)
+        state.ports["kube-controller-manager"] = taken
+        self._save(state)
+
+    monkeypatch.setattr(DevCluster, "_write_credentials", take_port)
+    cluster = DevCluster(tmp_path / "state")
+    try:
+        state = cluster.up(ClusterConfig(nodes=1))
+        assert state.ports["kube-controller-manager"] != taken
+        assert all(cluster.running().values())
+        log = cluster.log("kube-controller-manager").read_text()
+        assert "address already in use" in log
+        assert "retrying on" in log
+    finally:
+        cluster.down()
+        holder.close()
