@@ -319,6 +319,46 @@ def test_helm_test_upgrade_and_rollback(cluster: DevCluster, tmp_path: Path) -> 
     assert "Phase:          Succeeded" in again, again
 
 
+def test_uninstall_leaves_what_the_readme_says_and_its_cleanup_removes_it(
+    cluster: DevCluster, tmp_path: Path
+) -> None:
+    """`helm uninstall` removes the chart's objects; what the running software created
+    (the LatticeScheduler object, the agent's NodeTopology, the Lease) stays, as the
+    README says, until the README's cleanup commands remove it."""
+    plane = Plane(cluster, tmp_path)
+    plane.helm("uninstall", "lattice", "-n", "lattice-system", "--wait", "--timeout=3m")
+
+    def chart_gone() -> bool | None:
+        left = plane.run(
+            "get",
+            "deployments,daemonsets,services",
+            "-A",
+            "-l",
+            "app.kubernetes.io/part-of=lattice",
+            "-o",
+            "name",
+        )
+        agent_ns = plane.run(
+            "get", "namespace", "lattice-agent", "--ignore-not-found", "-o", "name"
+        )
+        return True if not left.stdout.strip() and not agent_ns.stdout.strip() else None
+
+    wait_for(chart_gone, "the chart's workloads and the agent's namespace deleted", 180)
+    schedulers = plane.get("latticeschedulers")["items"]
+    assert [o["metadata"]["name"] for o in schedulers] == ["lattice"]
+    topologies = [o["metadata"]["name"] for o in plane.get("nodetopologies")["items"]]
+    assert topologies == [realnode.NODE_NAME]
+    leases = [o["metadata"]["name"] for o in plane.get("leases", "-n", "lattice-system")["items"]]
+    assert "lattice-scheduler" in leases, leases
+
+    plane.kubectl("delete", "latticeschedulers.lattice.dev,nodetopologies.lattice.dev", "--all")
+    plane.kubectl("delete", "namespace", "lattice-system", "--wait=true", "--timeout=120s")
+    assert plane.get("latticeschedulers")["items"] == []
+    assert plane.get("nodetopologies")["items"] == []
+    gone = plane.run("get", "namespace", "lattice-system", "--ignore-not-found", "-o", "name")
+    assert gone.stdout.strip() == ""
+
+
 def test_down_stops_containers_and_unmounts(cluster: DevCluster) -> None:
     """Last in this module: down leaves no container process and no mount behind."""
     ns = "real-node-test"
