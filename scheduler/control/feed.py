@@ -18,7 +18,8 @@ field that the snapshot, the affinity graph and the device ledger read; see
 * a **status-only change of a bound pod** (it started, its IP or conditions changed): only
   its resourceVersion moves on;
 * a **node heartbeat** (conditions, images, addresses): nothing at all;
-* a **pending pod's own status** (the PodScheduled condition we wrote): nothing at all.
+* a **pending pod's own status** (the PodScheduled condition we wrote): nothing at all (a
+  changed ``nominatedNodeName`` is read: see :func:`~scheduler.control.intake.pending_fingerprint`).
 
 Pods move between the two pod streams; :class:`~scheduler.control.intake.PodTracker` holds
 the rule (only the assigned stream changes the snapshot; a pending DELETED only means "no
@@ -64,6 +65,7 @@ from scheduler.control.intake import (
     Update,
     bound_fingerprint,
     node_fingerprint,
+    pending_fingerprint,
     pod_fingerprint,
 )
 from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
@@ -329,7 +331,7 @@ class Feed:
             self._upsert_pending(ev.obj, ev.uid)
 
     def _upsert_pending(self, obj: RawObject, uid: str) -> None:
-        fp = pod_fingerprint(obj)
+        fp = pending_fingerprint(obj)
         if self._pending_fp.get(uid) == fp:
             self.stats.pending_unchanged += 1
             return

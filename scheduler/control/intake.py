@@ -486,8 +486,9 @@ def pod_fingerprint(raw: Mapping[str, Any]) -> Fingerprint:
     Left out on purpose: every other status field (conditions, container states, IPs,
     start times: the status-only updates of a running pod), annotations other than
     ``lattice.dev/``, ``resourceVersion``/``managedFields``, ``nominatedNodeName`` (no
-    filter or score reads it) and the non-terminal phase (Pending -> Running changes
-    nothing a decision reads; terminal pods leave the assigned stream anyway).
+    filter or score reads it; :func:`pending_fingerprint` adds it for pending pods) and the
+    non-terminal phase (Pending -> Running changes nothing a decision reads; terminal pods
+    leave the assigned stream anyway).
     """
     meta: Mapping[str, Any] = raw.get("metadata") or {}
     spec: Mapping[str, Any] = raw.get("spec") or {}
@@ -526,6 +527,17 @@ def pod_fingerprint(raw: Mapping[str, Any]) -> Fingerprint:
             for c in status.get("conditions") or ()
         ),
     )
+
+
+def pending_fingerprint(raw: Mapping[str, Any]) -> Fingerprint:
+    """:func:`pod_fingerprint` and ``status.nominatedNodeName``: no filter or score reads
+    it, but the preemptor keeps a pending pod's nomination (it counts for pods of lower or
+    equal priority), so an update that only sets it (a previous leader's preemption, seen
+    while this replica stood by) must be read, as kube-scheduler's queue updates its
+    nominator on every update of a pending pod. The status we write with it (PodScheduled)
+    still changes nothing."""
+    status: Mapping[str, Any] = raw.get("status") or {}
+    return (*pod_fingerprint(raw), status.get("nominatedNodeName"))
 
 
 def bound_fingerprint(

@@ -281,7 +281,7 @@ class Scheduler:
         ):
             self._drop_from_queue(key)
             self.forget_reports(str(meta.get("uid", "")))
-            self.preemptor.forget_pod(ident(body))
+            self._pending_gone(ident(body), key)
             if gang is not None:
                 self.gang_flow.member_gone(gang, key)
             return
@@ -355,7 +355,7 @@ class Scheduler:
         if info is not None and (not uid or info.pod.uid == uid):
             self._drop_from_queue(key)
         self.cache.topology.gpu_demand.set_pending(key, None)  # a gang member, too
-        self.preemptor.forget_pod(ident(body))
+        self._pending_gone(ident(body), key)
         cached = self.cache.cached_pod(key)
         removed = False
         if cached is not None and (not uid or cached.pod.uid == uid):
@@ -401,12 +401,12 @@ class Scheduler:
         if info is not None and info.pod.uid == uid:
             self._drop_from_queue(key)
         self.cache.topology.gpu_demand.set_pending(key, None)
-        self.preemptor.end_nomination(ident(body))
         if bound:
+            self.preemptor.end_nomination(ident(body))
             return
         if uid in self._prebinding:
             self._prebinding[uid] = False
-        self.preemptor.forget_pod(ident(body))
+        self._pending_gone(ident(body), key)
         self.forget_reports(uid)
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if gang is not None:
@@ -427,11 +427,30 @@ class Scheduler:
                         pod_key(queued.namespace, queued.name), None
                     )
                     self.forget_reports(queued.uid)
-                    self.preemptor.forget_pod(queued.uid or f"{queued.namespace}/{queued.name}")
+                    self._pending_gone(
+                        queued.uid or f"{queued.namespace}/{queued.name}",
+                        pod_key(queued.namespace, queued.name),
+                    )
         for gang in list(self.gang_flow.gangs):
             gone = [k for k, m in gang.pending.items() if m.uid not in live]
             for key in gone:
                 self.gang_flow.member_gone(gang.key, key)
+
+    def _pending_gone(self, ident_key: str, key: PodKey) -> None:
+        """A pod of ours deleted (or finished) before it was placed: its facts and its
+        nomination are forgotten. The nomination kept pods of lower or equal priority off
+        its node; they are retried now, as kube-scheduler moves them (an AssignedPodDelete
+        for those priorities) when a nominated pod is deleted, not at the unschedulable
+        pool's flush minutes later."""
+        ended = self.preemptor.nominations.get(ident_key)
+        self.preemptor.forget_pod(ident_key)
+        if ended is None:
+            return
+        priority = ended[0].priority
+        self.queue.move_all_on_event(
+            ClusterEvent(ClusterEventType.POD_DELETED, subject=key),
+            pre_check=lambda queued: queued.priority <= priority,
+        )
 
     def _drop_from_queue(self, key: str) -> None:
         self.cache.topology.gpu_demand.set_pending(key, None)

@@ -360,3 +360,27 @@ def test_a_paged_relist_drops_what_its_pages_did_not_show(sched: Scheduler) -> N
     assert "uid-0" not in feed.tracker._bound
     assert "uid-2" not in feed.tracker._bound
     assert feed._paged == {}
+
+
+def test_a_nomination_written_to_a_pending_pod_is_read_and_its_own_status_still_skipped(
+    sched: Scheduler, feed: Feed
+) -> None:
+    """A status update that only sets ``nominatedNodeName`` (a previous leader's
+    preemption, while this replica stood by) must reach the preemptor: its nomination
+    counts for pods of lower or equal priority, as kube's nominator counts it on the pod's
+    update. Other status-only updates (the PodScheduled we wrote) stay skipped."""
+    body = pending_body("pree", "1")
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.ADDED, body))])
+    assert sched.nominated() == []
+    status = {"phase": "Pending", "nominatedNodeName": "n1"}
+    nominated = raw({**copy.deepcopy(dict(body)), "status": status})
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.MODIFIED, nominated))])
+    assert [(p.name, node) for p, node in sched.nominated()] == [("pree", "n1")]
+    skipped = feed.stats.pending_unchanged
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    reported = raw(
+        {**copy.deepcopy(dict(nominated)), "status": {**status, "conditions": [condition]}}
+    )
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.MODIFIED, reported))])
+    assert feed.stats.pending_unchanged == skipped + 1
+    assert [(p.name, node) for p, node in sched.nominated()] == [("pree", "n1")]

@@ -426,3 +426,38 @@ async def test_a_nomination_ends_when_the_pod_is_deleted_or_bound_elsewhere() ->
     sched.pod_upserted(elsewhere)
     assert nominated_to(sched, "moved") is None
     assert sched.preemptor.nominations == {}
+
+
+@pytest.mark.parametrize("how", ["deleted", "terminating"])
+async def test_a_nominated_pods_deletion_retries_the_pods_it_kept_out(how: str) -> None:
+    """As kube-scheduler's deletePodFromSchedulingQueue: a pending pod with a nomination
+    deleted moves the unschedulable pods of lower or equal priority (its room is free), at
+    once rather than at the unschedulable pool's flush; pods of higher priority, which the
+    nomination never held back, stay where they are."""
+    sched, writer = setup(nodes=1, cpu="2")
+    hi = pending("hi", "2", 100)
+    hi["status"]["nominatedNodeName"] = "n0"  # nominated by an earlier leader
+    sched.pod_upserted(hi)
+    sched.queue.delete(sched.queue.get(pod_key("default", "hi")).pod)  # type: ignore[union-attr]
+    sched.pod_upserted(pending("lo", "1", 100))  # equal priority: held back
+    sched.pod_upserted(pending("top", "3", 1000))  # too big anyway, never held back
+    cycle(sched, "top")
+    cycle(sched, "lo")
+    await sched.drain(10)
+    assert not writer.binds
+    lo, top = pod_key("default", "lo"), pod_key("default", "top")
+    assert sched.queue.where(lo) is sched.queue.where(top) is QueueName.UNSCHEDULABLE
+    if how == "deleted":
+        sched.pending_left(hi, bound=False)
+    else:
+        terminating = copy.deepcopy(hi)
+        terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        sched.pod_upserted(terminating)
+    assert sched.preemptor.nominations == {}
+    assert sched.queue.where(lo) in (QueueName.ACTIVE, QueueName.BACKOFF)
+    assert sched.queue.where(top) is QueueName.UNSCHEDULABLE
+    sched.queue.flush(now=float("inf"))  # its backoff (and top's stay) over
+    cycle(sched, "top")
+    cycle(sched, "lo")
+    await sched.drain(10)
+    assert ("lo", "n0") in writer.binds
