@@ -291,22 +291,10 @@ def build_problem(
         return _build(
             framework, snapshot, gang, members, need, topology, load, seed, merge, volumes, None
         )
-    groups = _classes(snapshot, members) if merge else [[i] for i in range(len(members))]
-    reps = [members[g[0]] for g in groups]
-    follows = _follows(snapshot, reps)
-    passes_without = [
-        _feasible_mask(
-            framework.schedule(
-                snapshot,
-                dataclasses.replace(rep, required_affinity=()) if c in follows else rep,
-                seed=seed,
-                topology=topology,
-                load=load,
-                volumes=volumes,
-            )
-        )
-        for c, rep in enumerate(reps)
-    ]
+    _, _, _, without = _class_decisions(
+        framework, snapshot, members, merge, topology, load, seed, volumes
+    )
+    passes_without = [_feasible_mask(d) for d in without]
     added: list[Pod] = []
     try:
         for pod, node in counted:
@@ -351,6 +339,37 @@ def _feasible_mask(decision: Decision) -> BoolArray:
     return mask
 
 
+def _class_decisions(
+    framework: Framework,
+    snapshot: Snapshot,
+    members: Sequence[Pod],
+    merge: bool,
+    topology: TopologyState | None,
+    load: LoadView | None,
+    seed: int,
+    volumes: VolumeState | None,
+) -> tuple[list[list[int]], list[Pod], dict[int, _Follow], list[Decision]]:
+    """The member classes, their representatives, the followers among them and one
+    framework decision per class. A follower runs the framework without its required
+    affinity: the model adds it back (one domain with an anchor); every other filter and
+    every score still applies."""
+    groups = _classes(snapshot, members) if merge else [[i] for i in range(len(members))]
+    reps = [members[g[0]] for g in groups]
+    follows = _follows(snapshot, reps)
+    decisions = [
+        framework.schedule(
+            snapshot,
+            dataclasses.replace(rep, required_affinity=()) if c in follows else rep,
+            seed=seed,
+            topology=topology,
+            load=load,
+            volumes=volumes,
+        )
+        for c, rep in enumerate(reps)
+    ]
+    return groups, reps, follows, decisions
+
+
 def _build(
     framework: Framework,
     snapshot: Snapshot,
@@ -373,22 +392,9 @@ def _build(
         keys = tuple(m.key for m in members)
         return _rejected(gang, need, names, keys, shortfall, time.perf_counter() - started)
 
-    groups = _classes(snapshot, members) if merge else [[i] for i in range(len(members))]
-    reps = [members[g[0]] for g in groups]
-    follows = _follows(snapshot, reps)
-    # A follower runs the framework without its required affinity: the model adds it back
-    # (one domain with an anchor); every other filter and every score still applies.
-    decisions = [
-        framework.schedule(
-            snapshot,
-            dataclasses.replace(rep, required_affinity=()) if c in follows else rep,
-            seed=seed,
-            topology=topology,
-            load=load,
-            volumes=volumes,
-        )
-        for c, rep in enumerate(reps)
-    ]
+    groups, reps, follows, decisions = _class_decisions(
+        framework, snapshot, members, merge, topology, load, seed, volumes
+    )
     feasible_rows = [d.explanation.feasible_rows.astype(np.intp) for d in decisions]
     if passes_without is not None:
         feasible_rows = [rows[passes_without[c][rows]] for c, rows in enumerate(feasible_rows)]
