@@ -444,6 +444,15 @@ def build_parser() -> argparse.ArgumentParser:
             "bound (what `helm test` runs)",
         )
     )
+    from scheduler.control.cleanup import add_arguments as cleanup_arguments
+
+    cleanup_arguments(
+        sub.add_parser(
+            "cleanup",
+            help="delete what a running Lattice created: its LatticeScheduler object, the "
+            "agent's NodeTopology objects, the Lease (the chart's post-delete hook runs it)",
+        )
+    )
     from scheduler.graph.cli import add_arguments as graph_arguments
 
     graph_arguments(
@@ -478,6 +487,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from scheduler.control.selftest import run as selftest
 
         return selftest(args)
+    if args.command == "cleanup":
+        from scheduler.control.cleanup import run as cleanup
+
+        return cleanup(args)
     if args.command == "agent":
         from scheduler.agent.main import run
 

@@ -8,19 +8,20 @@ Node, so deleting the node garbage-collects its topology.
 
 from __future__ import annotations
 
-from typing import Final, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from scheduler.model.topology import (
     API_VERSION,
     KIND,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
     NodeTopology,
     NodeTopologySpec,
     NodeTopologyStatus,
     NodeTopologyStatusSpec,
 )
 
-MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
-MANAGED_BY: Final = "lattice-agent"
+__all__ = ["MANAGED_BY", "MANAGED_BY_LABEL", "node_topology_object"]
 
 
 class OwnerReference(TypedDict):

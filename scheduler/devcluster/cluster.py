@@ -373,6 +373,14 @@ class DevCluster:
             self._wait_ready(state, name)
         return time.monotonic() - stopped
 
+    def node_image(self) -> str:
+        """The Lattice image imported into the real node at ``up`` (``--real-node``)."""
+        state = self.load_state()
+        ref = state.config.get("lattice_image") if state is not None else None
+        if not ref:
+            raise DevClusterError("no real node with a Lattice image in this cluster")
+        return str(ref)
+
     def stop_component(self, name: str) -> bool:
         """Stop one recorded process (SIGTERM, then SIGKILL) and forget it."""
         state = self.load_state()
@@ -640,7 +648,11 @@ class DevCluster:
         realnode.ensure_packages(say)
         image.ensure_tools(say)
         node_bins = realnode.ensure_node_binaries(say)
-        archives = [realnode.ensure_pause(say), image.ensure_image(say).archive]
+        built = image.ensure_image(say)
+        archives = [realnode.ensure_pause(say), built.archive]
+        # The image the node has: a later ensure_image() builds another tag when the tree
+        # changed meanwhile (an edit during a test run), which this node would not have.
+        state.config["lattice_image"] = built.ref
         realnode.ensure_bridge()
         pkid = self.state_dir / "pki"
         cert, key = pki.write_client_cert(

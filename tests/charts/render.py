@@ -32,8 +32,9 @@ CRDS = REPO / "crds"
 RELEASE = "lattice"
 
 SHARED = "templates/namespaces.yaml"
-HOOKS = "templates/tests/"
-"""``helm test``'s objects: not in ``manifests/`` (``kubectl apply`` would run the test at once)."""
+HOOKS = ("templates/tests/", "templates/hooks/")
+"""Hook objects (``helm test``, the post-delete cleanup): not in ``manifests/`` (``kubectl
+apply`` would run them at once)."""
 FILES = {
     "scheduler.yaml": (
         "templates/scheduler/",

@@ -22,7 +22,6 @@ from scheduler import __version__
 from scheduler.devcluster import realnode
 from scheduler.devcluster.build import ensure_binaries
 from scheduler.devcluster.cluster import ClusterConfig, DevCluster
-from scheduler.devcluster.image import ensure_image
 from tests.charts.render import CHART
 from tests.charts.test_install import Plane, failed_creates, wait_for
 
@@ -107,7 +106,7 @@ def test_lattice_image_runs_on_the_real_node_under_restricted(cluster: DevCluste
     assert kubectl(cluster, "create", "namespace", ns).returncode == 0
     label = "pod-security.kubernetes.io/enforce=restricted"
     assert kubectl(cluster, "label", "namespace", ns, label).returncode == 0
-    image = ensure_image(print).ref
+    image = cluster.node_image()
     done = kubectl(
         cluster,
         "apply",
@@ -138,7 +137,7 @@ def test_chart_installed_the_usual_way_runs_on_the_real_node(
     real node only, reporting this machine's CPUs; killing the leader's container hands
     over to the standby."""
     plane = Plane(cluster, tmp_path)
-    image = ensure_image(print)
+    image = cluster.node_image()
     layout = realnode.Layout(cluster.state_dir / "real-node")
     not_kwok = {
         "nodeAffinity": {
@@ -157,9 +156,9 @@ def test_chart_installed_the_usual_way_runs_on_the_real_node(
         "lattice-system",
         "--create-namespace",
         "--set",
-        f"image.repository={image.ref.rsplit(':', 1)[0]}",
+        f"image.repository={image.rsplit(':', 1)[0]}",
         "--set",
-        f"image.tag={image.ref.rsplit(':', 1)[1]}",
+        f"image.tag={image.rsplit(':', 1)[1]}",
         "--set",
         "image.pullPolicy=Never",
         "--set-json",
@@ -168,6 +167,8 @@ def test_chart_installed_the_usual_way_runs_on_the_real_node(
         f"agent.affinity={json.dumps(not_kwok)}",
         "--set-json",
         f"test.affinity={json.dumps(not_kwok)}",
+        "--set-json",
+        f"cleanup.affinity={json.dumps(not_kwok)}",
         "--set",
         f"agent.kubeletConfig.path={layout.kubelet_config}",
         "--wait",
@@ -319,20 +320,40 @@ def test_helm_test_upgrade_and_rollback(cluster: DevCluster, tmp_path: Path) -> 
     assert "Phase:          Succeeded" in again, again
 
 
-def test_uninstall_leaves_what_the_readme_says_and_its_cleanup_removes_it(
+def test_uninstall_leaves_only_the_crds_and_the_release_namespace(
     cluster: DevCluster, tmp_path: Path
 ) -> None:
-    """`helm uninstall` removes the chart's objects; what the running software created
-    (the LatticeScheduler object, the agent's NodeTopology, the Lease) stays, as the
-    README says, until the README's cleanup commands remove it."""
+    """`helm uninstall` removes the chart's objects, and its post-delete hook (`lattice
+    cleanup`, a real container) what the running software created: the LatticeScheduler
+    object, the agent's NodeTopology, the Lease. The hook's own objects go too; a
+    NodeTopology someone else wrote stays."""
     plane = Plane(cluster, tmp_path)
+    assert [o["metadata"]["name"] for o in plane.get("latticeschedulers")["items"]] == ["lattice"]
+    assert [o["metadata"]["name"] for o in plane.get("nodetopologies")["items"]] == [
+        realnode.NODE_NAME
+    ]
+    foreign = {
+        "apiVersion": "lattice.dev/v1alpha1",
+        "kind": "NodeTopology",
+        "metadata": {"name": "not-ours"},  # no managed-by label: not the agent's
+        "spec": plane.get("nodetopology", realnode.NODE_NAME)["spec"],
+    }
+    plane.kubectl("create", "-f", "-", stdin=json.dumps(foreign))
     plane.helm("uninstall", "lattice", "-n", "lattice-system", "--wait", "--timeout=3m")
 
     def chart_gone() -> bool | None:
         left = plane.run(
             "get",
-            "deployments,daemonsets,services",
+            "deployments,daemonsets,services,jobs,serviceaccounts",
             "-A",
+            "-l",
+            "app.kubernetes.io/part-of=lattice",
+            "-o",
+            "name",
+        )
+        cluster_wide = plane.run(
+            "get",
+            "clusterroles,clusterrolebindings",
             "-l",
             "app.kubernetes.io/part-of=lattice",
             "-o",
@@ -341,28 +362,37 @@ def test_uninstall_leaves_what_the_readme_says_and_its_cleanup_removes_it(
         agent_ns = plane.run(
             "get", "namespace", "lattice-agent", "--ignore-not-found", "-o", "name"
         )
-        return True if not left.stdout.strip() and not agent_ns.stdout.strip() else None
+        empty = not (left.stdout.strip() or cluster_wide.stdout.strip() or agent_ns.stdout.strip())
+        return True if empty else None
 
-    wait_for(chart_gone, "the chart's workloads and the agent's namespace deleted", 180)
-    schedulers = plane.get("latticeschedulers")["items"]
-    assert [o["metadata"]["name"] for o in schedulers] == ["lattice"]
-    topologies = [o["metadata"]["name"] for o in plane.get("nodetopologies")["items"]]
-    assert topologies == [realnode.NODE_NAME]
-    leases = [o["metadata"]["name"] for o in plane.get("leases", "-n", "lattice-system")["items"]]
-    assert "lattice-scheduler" in leases, leases
-
-    plane.kubectl("delete", "latticeschedulers.lattice.dev,nodetopologies.lattice.dev", "--all")
-    plane.kubectl("delete", "namespace", "lattice-system", "--wait=true", "--timeout=120s")
+    try:
+        wait_for(
+            chart_gone, "the chart's, the hooks' objects and the agent's namespace deleted", 180
+        )
+    except AssertionError:
+        left = plane.run(
+            "get",
+            "all,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,ns",
+            "-A",
+            "-l",
+            "app.kubernetes.io/part-of=lattice",
+            "-o",
+            "name",
+        )
+        raise AssertionError(f"left after uninstall:\n{left.stdout}{left.stderr}") from None
     assert plane.get("latticeschedulers")["items"] == []
-    assert plane.get("nodetopologies")["items"] == []
-    gone = plane.run("get", "namespace", "lattice-system", "--ignore-not-found", "-o", "name")
-    assert gone.stdout.strip() == ""
+    assert [o["metadata"]["name"] for o in plane.get("nodetopologies")["items"]] == ["not-ours"]
+    leases = [o["metadata"]["name"] for o in plane.get("leases", "-n", "lattice-system")["items"]]
+    assert "lattice-scheduler" not in leases, leases
+    plane.kubectl("delete", "nodetopology", "not-ours")
+    crds = plane.kubectl("get", "crd", "-o", "name")
+    assert "latticeschedulers.lattice.dev" in crds  # Helm never deletes a chart's CRDs
 
 
 def test_down_stops_containers_and_unmounts(cluster: DevCluster) -> None:
     """Last in this module: down leaves no container process and no mount behind."""
     ns = "real-node-test"
-    image = ensure_image(print).ref
+    image = cluster.node_image()
     body = POD.format(ns=ns, node=realnode.NODE_NAME, image=image, script="sleep 3600")
     body = body.replace("name: version", "name: sleeper")
     assert kubectl(cluster, "apply", "-f", "-", stdin=body).returncode == 0
