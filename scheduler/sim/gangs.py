@@ -6,7 +6,8 @@ Theory of operation
   grouped into gangs of ``min_members``..``max_members`` (seeded): a gang starts at the
   first multi-GPU task not yet taken; in a *mixed* gang (``mixed_share`` of them) the
   members are the next multi-GPU tasks as they come (each keeps its own cpu, memory and
-  GPUs), in the others the next ones of the first member's GPU count. The gang takes the
+  GPUs), in the others the next ones of the first member's GPU count (fewer than
+  ``min_members`` left: that task stays a single pod). The gang takes the
   first member's place in the order; the other tasks (1-GPU and CPU-only) stay single pods
   between the gangs. Every item then gets churn times as :func:`~scheduler.sim.trace.
   with_churn` gives tasks: Poisson arrivals at offered GPU load ``load`` and a run time
@@ -28,8 +29,12 @@ Theory of operation
   arrival (Poisson arrivals see time averages): the expected free GPUs the request mix
   cannot use (:func:`~scheduler.core.gpus.fragmentation`, GPUPlacement's measure), the
   free GPUs no size of the mix can use (:func:`~scheduler.core.gpus.stranded`), and the
-  free GPUs an 8-GPU member cannot use (on nodes with 1-7 GPUs free).
+  free GPUs an 8-GPU member cannot use (on nodes with 1-7 GPUs free). Why the arms differ:
+  *rescued* counts CP-SAT admissions greedy alone fell short of, *replanned* admissions
+  greedy would also have made but on other nodes (greedy re-run on the same problem), and
+  the solve statuses say how rejections ended (``infeasible``: proven, no placement exists).
 
+`lattice simulate --gangs` runs :func:`compare` and prints :func:`format_rows`.
 Pure apart from the wall clock (solve times).
 """
 
@@ -37,9 +42,10 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -112,8 +118,9 @@ def group_gangs(
         chosen = [i for i in multi[cursor:] if i not in taken and (mixed or tasks[i].gpus == want)][
             :size
         ]
-        if len(chosen) < 2:  # the trace ran out of partners: it stays a single pod
-            break
+        if len(chosen) < min_members:  # too few partners left: it stays a single pod
+            cursor += 1
+            continue
         taken.update(chosen)
         starts[first] = tuple(tasks[i] for i in chosen)
         cursor += 1
@@ -167,6 +174,20 @@ def gang_stream(
     return items
 
 
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One change of the replayed cluster (``replay_arm(record=True)``)."""
+
+    at: float
+    kind: str
+    """``place`` (``pods``: every member and its node, in one event), ``delete`` (the
+    item's pods leave) or ``give_up`` (it waited ``patience`` and never started)."""
+    item: int
+    """Index of the item in the stream."""
+    pods: tuple[tuple[str, str], ...] = ()
+    """(pod name, node name) for ``place``; (pod name, "") for ``delete``."""
+
+
 @dataclass(slots=True)
 class ArmResult:
     """What one arm (``spec.gang.solver``) made of the stream."""
@@ -197,10 +218,51 @@ class ArmResult:
     solves: int = 0
     solve_s: float = 0.0
     seconds: float = 0.0
+    statuses: Counter[str] = field(default_factory=Counter)
+    """How the solves ended (:class:`~scheduler.solver.solve.SolveStatus` values)."""
+    short: int = 0
+    """Gang attempts not solved: too few free GPUs for the members (:func:`_gang_may_fit`)."""
+    recheck_failed: int = 0
+    """Admitted plans a member's re-check on its planned node refused (nothing placed)."""
+    admitted_names: list[str] = field(default_factory=list)
+    """The admitted gangs' names, in admission order."""
+    rescued_names: list[str] = field(default_factory=list)
+    """The ``rescued`` gangs' names."""
+    replanned: int = 0
+    """Gangs admitted where greedy also admits but CP-SAT's plan puts the members' GPUs on
+    other nodes than greedy alone would, on the same problem (CP-SAT arm only)."""
+    events: list[Event] = field(default_factory=list)
+    """Every placement, deletion and give-up, when recorded (``record=True``)."""
 
     @property
     def mean_wait(self) -> float | None:
         return float(np.mean(self.waits)) if self.waits else None
+
+    def to_json(self) -> dict[str, Any]:
+        wait = self.mean_wait
+        return {
+            "arm": self.arm,
+            "gangs": {"arrived": self.gangs, "admitted": self.admitted, "givenUp": self.given_up},
+            "mixedGangs": {"arrived": self.mixed, "admitted": self.mixed_admitted},
+            "rescued": self.rescued,
+            "gangGpus": {"arrived": self.gang_gpus, "admitted": self.admitted_gpus},
+            "meanGangWaitSeconds": None if wait is None else round(wait, 3),
+            "singles": {"arrived": self.singles, "placed": self.singles_placed},
+            "allocatedGpuPercentTimeAvg": round(self.allocated_pct_time, 3),
+            "unallocatedGpuPercentEnd": round(self.unallocated_pct_end, 3),
+            "fragmentationPercentAvg": round(self.frag_pct, 3),
+            "strandedPercentAvg": round(self.stranded_pct, 3),
+            "freeOnPartialNodesPercentAvg": round(self.not_whole_pct, 3),
+            "solves": self.solves,
+            "solveSeconds": round(self.solve_s, 3),
+            "statuses": dict(sorted(self.statuses.items())),
+            "tooFewFreeGpus": self.short,
+            "recheckFailed": self.recheck_failed,
+            "seconds": round(self.seconds, 3),
+            "admittedGangs": list(self.admitted_names),
+            "rescuedGangs": list(self.rescued_names),
+            "replanned": self.replanned,
+        }
 
 
 def _gang_may_fit(free_gpus: np.ndarray, members: Sequence[Task]) -> bool:
@@ -210,6 +272,15 @@ def _gang_may_fit(free_gpus: np.ndarray, members: Sequence[Task]) -> bool:
         if int((free_gpus // s).sum()) < sum(1 for t in members if t.gpus >= s):
             return False
     return True
+
+
+def _gpus_by_node(
+    placements: Sequence[tuple[int, str]], pods: Sequence[Pod]
+) -> Counter[tuple[str, int]]:
+    return Counter(
+        (node, sum(pods[i].resources.requests.get(r, 0) for r in GPU_RESOURCES))
+        for i, node in placements
+    )
 
 
 def replay_arm(
@@ -222,8 +293,10 @@ def replay_arm(
     time_limit_s: float = 1.0,
     profile: Profile = DEFAULT_PROFILE,
     on_item: Callable[[], object] | None = None,
+    record: bool = False,
 ) -> ArmResult:
-    """Replay ``items`` on a fresh copy of the trace's cluster (module docstring)."""
+    """Replay ``items`` on a fresh copy of the trace's cluster (module docstring).
+    ``record``: keep every :class:`Event` in ``events`` (tests check them independently)."""
     result = ArmResult(CPSAT if use_solver else GREEDY)
     total = trace.gpus
     framework = Framework(profile)
@@ -241,22 +314,23 @@ def replay_arm(
     attempts = 0
     started = time.perf_counter()
 
-    def place_single(n: int, item: Item, now: float) -> bool:
+    def place_single(n: int, item: Item) -> list[tuple[str, str]] | None:
         pod = item.members[0].pod
         seed_n = seed * _SEED_STRIDE + n + attempts * len(items)
         decision = framework.schedule(snapshot, pod, seed=seed_n, topology=topology)
         if decision.selected is None:
-            return False
+            return None
         topology.gpu_demand.set_pending(pod.key, None)
         snapshot.add_pod(pod, decision.selected)
         topology.pod_placed(pod, decision.selected, decision.annotations)
-        return True
+        return [(pod.name, decision.selected)]
 
-    def place_gang(n: int, item: Item, now: float) -> bool:
+    def place_gang(n: int, item: Item) -> list[tuple[str, str]] | None:
         assert item.gang is not None
         free_gpus = Free.of(snapshot, GPU_RESOURCES).gpus
         if not _gang_may_fit(free_gpus, item.members):
-            return False
+            result.short += 1
+            return None
         pods = [t.pod for t in item.members]
         seed_n = seed * _SEED_STRIDE + n + attempts * len(items)
         problem = build_problem(
@@ -265,9 +339,11 @@ def replay_arm(
         plan = solve(problem, time_limit_s=time_limit_s, seed=seed, use_solver=use_solver)
         result.solves += 1
         result.solve_s += plan.solve_time_s
+        result.statuses[str(plan.status)] += 1
         if not plan.admitted:
-            return False
+            return None
         done: list[Pod] = []
+        where: list[tuple[str, str]] = []
         for index, node in plan.placements:  # the commit's re-check, member by member
             pod = pods[index]
             decision = framework.schedule(
@@ -277,24 +353,34 @@ def replay_arm(
                 for gone in done:
                     snapshot.remove_pod(gone)
                     topology.pod_removed(gone.key)
-                return False
+                result.recheck_failed += 1
+                return None
             snapshot.add_pod(pod, decision.selected)
             topology.pod_placed(pod, decision.selected, decision.annotations)
             done.append(pod)
+            where.append((pod.name, decision.selected))
         for pod in pods:
             topology.gpu_demand.set_pending(pod.key, None)
         if plan.greedy_placed < plan.need:
             result.rescued += 1
-        return True
+            result.rescued_names.append(item.gang.name)
+        elif use_solver:
+            alone = solve(problem, time_limit_s=time_limit_s, seed=seed, use_solver=False)
+            if _gpus_by_node(alone.placements, pods) != _gpus_by_node(plan.placements, pods):
+                result.replanned += 1
+        return where
 
     def place(n: int, item: Item, now: float) -> bool:
-        placed = (place_gang if item.gang is not None else place_single)(n, item, now)
-        if not placed:
+        placed = (place_gang if item.gang is not None else place_single)(n, item)
+        if placed is None:
             return False
+        if record:
+            result.events.append(Event(now, "place", n, tuple(placed)))
         clock.move(now, item.gpus)
         heapq.heappush(leaving, (now + item.run, n, tuple(t.pod for t in item.members)))
         if item.gang is not None:
             result.admitted += 1
+            result.admitted_names.append(item.gang.name)
             result.admitted_gpus += item.gpus
             result.mixed_admitted += item.mixed
             result.waits.append(now - item.created)
@@ -322,6 +408,8 @@ def replay_arm(
         for n, item in list(waiting.items()):
             if item.created + patience <= now:
                 del waiting[n]
+                if record:
+                    result.events.append(Event(now, "give_up", n))
                 if item.gang is not None:
                     result.given_up += 1
                 for t in item.members:
@@ -332,7 +420,11 @@ def replay_arm(
         (those whose patience ran out before the deletion are given up first)."""
         nonlocal attempts
         while leaving and leaving[0][0] <= now:
-            when, _, pods = heapq.heappop(leaving)
+            when, n_left, pods = heapq.heappop(leaving)
+            if record:
+                result.events.append(
+                    Event(when, "delete", n_left, tuple((p.name, "") for p in pods))
+                )
             for pod in pods:
                 snapshot.remove_pod(pod)
                 topology.pod_removed(pod.key)
@@ -391,6 +483,8 @@ def every_kth_node(trace: Trace, k: int) -> Trace:
     reaches a steady state instead of filling the full cluster once."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    if k == 1:
+        return trace
     if trace.placed:
         raise ValueError("every_kth_node: a trace with placed pods cannot lose nodes")
     keep = list(range(0, len(trace.nodes), k))
@@ -405,6 +499,40 @@ def every_kth_node(trace: Trace, k: int) -> Trace:
     )
 
 
+def default_patience(durations: Sequence[float]) -> float:
+    """How long a gang waits by default: the median of the (clipped) run times."""
+    return float(np.median(run_pool(durations)))
+
+
+def _replay_with_progress(
+    trace: Trace,
+    items: Sequence[Item],
+    arm: str,
+    *,
+    progress: bool,
+    patience: float,
+    seed: int,
+    time_limit_s: float,
+) -> ArmResult:
+    def run(on_item: Callable[[], object] | None) -> ArmResult:
+        return replay_arm(
+            trace,
+            items,
+            use_solver=arm == CPSAT,
+            patience=patience,
+            seed=seed,
+            time_limit_s=time_limit_s,
+            on_item=on_item,
+        )
+
+    if not progress:
+        return run(None)
+    from tqdm import tqdm
+
+    with tqdm(total=len(items), desc=f"seed {seed} {arm}", unit="item", leave=True) as bar:
+        return run(bar.update)
+
+
 @dataclass(frozen=True, slots=True)
 class SeedRun:
     seed: int
@@ -412,6 +540,15 @@ class SeedRun:
     gangs: int
     mixed: int
     results: tuple[ArmResult, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "items": self.items,
+            "gangs": self.gangs,
+            "mixedGangs": self.mixed,
+            "arms": [r.to_json() for r in self.results],
+        }
 
 
 def compare(
@@ -427,9 +564,11 @@ def compare(
     min_members: int = 2,
     max_members: int = 16,
     on_run: Callable[[SeedRun], object] | None = None,
+    progress: bool = False,
 ) -> list[SeedRun]:
-    """Both arms over the stream of each seed. ``patience`` None: the median run time."""
-    wait = float(np.median(run_pool(durations))) if patience is None else patience
+    """Both arms over the stream of each seed. ``patience`` None: :func:`default_patience`.
+    ``progress``: a tqdm bar per seed and arm on stderr."""
+    wait = default_patience(durations) if patience is None else patience
     runs: list[SeedRun] = []
     for seed in seeds:
         items = gang_stream(
@@ -443,10 +582,11 @@ def compare(
             max_members=max_members,
         )
         arms = tuple(
-            replay_arm(
+            _replay_with_progress(
                 trace,
                 items,
-                use_solver=arm == CPSAT,
+                arm,
+                progress=progress,
                 patience=wait,
                 seed=seed,
                 time_limit_s=time_limit_s,
@@ -472,6 +612,7 @@ COLUMNS: Final = (
     "gangs admitted",
     "mixed admitted",
     "rescued",
+    "replanned",
     "gang GPUs admitted",
     "mean gang wait s",
     "singles placed",
@@ -498,6 +639,7 @@ def format_rows(runs: Sequence[SeedRun]) -> str:
                     f"{r.admitted}/{r.gangs}",
                     f"{r.mixed_admitted}/{r.mixed}",
                     str(r.rescued),
+                    str(r.replanned) if r.arm == CPSAT else "-",
                     f"{r.admitted_gpus}/{r.gang_gpus}",
                     "-" if wait is None else f"{wait:.0f}",
                     f"{r.singles_placed}/{r.singles}",
