@@ -248,32 +248,36 @@ def _two_nodes() -> Trace:
 
 
 @pytest.mark.parametrize(
-    ("patience", "admitted", "wait"),
+    ("patience", "given_up_at", "wait"),
     [
-        (50.0, False, None),  # nothing leaves before t=52: given up
-        (200.0, False, None),  # one node frees at t=100, not enough; given up at t=202
-        (2000.0, True, 999.0),  # both nodes free at t=1001: it starts then
+        (50.0, 100.0, None),  # its patience ran out before the first deletion
+        (200.0, 1001.0, None),  # one node frees at t=100: not enough
+        (500.0, 1001.0, None),  # both free at t=1001, but it was given up at t=502
+        (2000.0, None, 999.0),  # both free at t=1001: it starts then
     ],
 )
 @pytest.mark.parametrize("use_solver", [True, False], ids=[CPSAT, GREEDY])
 def test_a_waiting_gang_starts_when_room_frees_or_is_given_up(
-    patience: float, admitted: bool, wait: float | None, use_solver: bool
+    patience: float, given_up_at: float | None, wait: float | None, use_solver: bool
 ) -> None:
     items = [
         _item(0, [8], 0.0, 100.0, gang=False),
         _item(1, [8], 1.0, 1000.0, gang=False),
         _item(2, [8, 8], 2.0, 10.0, gang=True),
+        _item(3, [1], 3000.0, 10.0, gang=False),  # keeps the replay going past t=1001
     ]
     trace = _two_nodes()
     result = replay_arm(trace, items, use_solver=use_solver, patience=patience, record=True)
     _check_events(trace, items, result)
+    admitted = given_up_at is None
     assert (result.admitted, result.given_up) == ((1, 0) if admitted else (0, 1))
     assert result.waits == ([] if wait is None else [wait])
-    gang_events = [e for e in result.events if e.item == 2]
-    if not admitted:
-        (give_up,) = gang_events
-        assert give_up.kind == "give_up"
-        assert give_up.at >= 2.0 + patience
+    assert result.singles_placed == 3
+    gang_events = [(e.kind, e.at) for e in result.events if e.item == 2]
+    if admitted:
+        assert gang_events == [("place", 1001.0), ("delete", 1011.0)]
+    else:
+        assert gang_events == [("give_up", given_up_at)]
 
 
 @pytest.mark.parametrize("use_solver", [True, False], ids=[CPSAT, GREEDY])
