@@ -368,6 +368,13 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="end the stream after its N-th gang (default: the whole task list)",
     )
     gangs.add_argument(
+        "--shuffle",
+        action="store_true",
+        help="gangs and pods arrive in a seeded random order, not the task list's (the "
+        "multigpu40 list has its multi-GPU tasks at the end: in file order the gangs "
+        "arrive as one burst)",
+    )
+    gangs.add_argument(
         "--seeds",
         type=int,
         nargs="+",
@@ -493,6 +500,7 @@ def _simulate_gangs(args: argparse.Namespace, refuse: Callable[[str, int], int])
             min_members=low,
             max_members=high,
             progress=not args.no_progress and sys.stderr.isatty(),
+            shuffle=args.shuffle,
         )
     except (TraceError, ValueError) as exc:
         return refuse(str(exc), 1)
@@ -506,6 +514,7 @@ def _simulate_gangs(args: argparse.Namespace, refuse: Callable[[str, int], int])
             "load": args.load,
             "members": [low, high],
             "mixedShare": args.mixed_share,
+            "shuffle": args.shuffle,
             "patienceSeconds": patience,
             "solverTimeLimitSeconds": args.solver_time_limit,
             "runs": [r.to_json() for r in results],
@@ -514,7 +523,9 @@ def _simulate_gangs(args: argparse.Namespace, refuse: Callable[[str, int], int])
     else:
         print(
             f"{trace.name}: {len(trace.nodes)} nodes, {trace.gpus} GPUs; gangs of "
-            f"{low}-{high} members ({args.mixed_share:g} mixed), load {args.load:g}, "
+            f"{low}-{high} members ({args.mixed_share:g} mixed"
+            + (", shuffled" if args.shuffle else ", task-list order")
+            + f"), load {args.load:g}, "
             f"patience {patience:g} s, CP-SAT limit {args.solver_time_limit:g} s per solve"
         )
         print(format_rows(results))

@@ -147,8 +147,12 @@ def gang_stream(
     max_members: int = 16,
     mixed_share: float = 0.5,
     gangs: int | None = None,
+    shuffle: bool = False,
 ) -> list[Item]:
-    """:func:`group_gangs` of the trace's tasks with churn times (module docstring)."""
+    """:func:`group_gangs` of the trace's tasks with churn times (module docstring).
+    ``shuffle``: the grouped entries arrive in a seeded random order instead of the file's
+    (in ``openb_pod_list_multigpu40.csv`` nearly all multi-GPU tasks are its last rows, so
+    in file order the gangs come as one burst at the end of the stream)."""
     if not load > 0 or trace.gpus <= 0:
         raise ValueError("a gang stream needs load > 0 and a cluster with GPUs")
     pool = run_pool(durations)
@@ -160,6 +164,9 @@ def gang_stream(
         mixed_share=mixed_share,
         gangs=gangs,
     )
+    if shuffle:
+        permutation = np.random.default_rng([seed, 13]).permutation(len(order))
+        order = [order[int(i)] for i in permutation]
     rng = np.random.default_rng([seed, 11])
     runs = rng.choice(pool, size=len(order))
     gpu_seconds = sum(sum(t.gpus for t in g) * r for g, r in zip(order, runs, strict=True))
@@ -565,6 +572,7 @@ def compare(
     max_members: int = 16,
     on_run: Callable[[SeedRun], object] | None = None,
     progress: bool = False,
+    shuffle: bool = False,
 ) -> list[SeedRun]:
     """Both arms over the stream of each seed. ``patience`` None: :func:`default_patience`.
     ``progress``: a tqdm bar per seed and arm on stderr."""
@@ -580,6 +588,7 @@ def compare(
             mixed_share=mixed_share,
             min_members=min_members,
             max_members=max_members,
+            shuffle=shuffle,
         )
         arms = tuple(
             _replay_with_progress(

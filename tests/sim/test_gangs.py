@@ -156,6 +156,29 @@ def test_stream_is_deterministic_for_a_seed() -> None:
     assert key(7) != key(8)
 
 
+def test_shuffle_permutes_the_same_entries_deterministically() -> None:
+    # The multi-GPU tasks at the end, as in the multigpu40 list: in file order the gangs
+    # are the last entries; shuffled, they spread over the stream.
+    tasks = _tasks([1, 0, 1, 1] * 10 + [8, 2, 4, 8, 4, 2] * 4)
+    trace = _cluster(tasks)
+
+    def stream(shuffle: bool, seed: int = 3) -> list[Item]:
+        return gang_stream(trace, _DURATIONS, load=1.2, seed=seed, max_members=3, shuffle=shuffle)
+
+    def entries(items: list[Item]) -> list[tuple[str, ...]]:
+        return [tuple(t.pod.name for t in i.members) for i in items]
+
+    plain, mixed = stream(False), stream(True)
+    assert sorted(entries(plain)) == sorted(entries(mixed))
+    assert entries(plain) != entries(mixed)
+    assert entries(stream(True)) == entries(mixed)
+    assert entries(stream(True, seed=4)) != entries(mixed)
+    half = len(plain) // 2
+    assert not any(i.gang for i in plain[:half])
+    assert any(i.gang for i in mixed[:half])
+    assert [i.created for i in mixed] == sorted(i.created for i in mixed)
+
+
 def test_every_kth_node_keeps_file_order() -> None:
     trace = Trace([gpu_node(f"n{i}") for i in range(10)], [], _tasks(), 0, name="t")
     kept = every_kth_node(trace, 3)

@@ -76,7 +76,9 @@ def test_the_real_command_prints_both_arms_per_seed_with_consistent_numbers(
         timeout=120,
     ).stdout
     header, columns, *lines = out.splitlines()
-    assert header.startswith("tasks: 12 nodes, 80 GPUs; gangs of 2-4 members (0.5 mixed)")
+    assert header.startswith(
+        "tasks: 12 nodes, 80 GPUs; gangs of 2-4 members (0.5 mixed, task-list order)"
+    )
     assert "load 1.5, patience 400 s" in header
     assert columns.split() == " ".join(COLUMNS).split()
     rows = [dict(zip(COLUMNS, line.split(), strict=True)) for line in lines]
@@ -167,3 +169,24 @@ def test_bad_member_ranges_exit_2(
         main([*_argv(tmp_path), "--gang-members", members])
     assert info.value.code == 2
     assert "--gang-members" in capsys.readouterr().err
+
+
+def test_shuffle_keeps_the_gangs_and_changes_the_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = []
+    for extra in ((), ("--shuffle",)):
+        assert main(_argv(tmp_path, *extra, "-o", "json")) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    plain, shuffled = docs
+    assert (plain["shuffle"], shuffled["shuffle"]) == (False, True)
+    for a, b in zip(plain["runs"], shuffled["runs"], strict=True):
+        assert (a["items"], a["gangs"], a["mixedGangs"]) == (
+            b["items"],
+            b["gangs"],
+            b["mixedGangs"],
+        )
+    names = [
+        sorted(arm["admittedGangs"]) for doc in docs for run in doc["runs"] for arm in run["arms"]
+    ]
+    assert names[: len(names) // 2] != names[len(names) // 2 :]
