@@ -314,6 +314,91 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sim.add_argument("--plot", type=Path, metavar="FILE.png", help="write FGD's figure here")
     sim.add_argument("-o", "--output", choices=("table", "json"), default="table")
     sim.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    gangs = sim.add_argument_group(
+        "gang stream (--gangs)",
+        "The trace's multi-GPU tasks grouped into gangs, everything given churn times as "
+        "--churn does, replayed once with the gang solver's CP-SAT (spec.gang.solver: "
+        "CPSAT) and once with greedy alone (Greedy); a gang is placed all or nothing, what "
+        "does not fit waits until --patience runs out. Needs --nodes, --tasks and "
+        "--durations; prints one row per seed and arm (or -o json).",
+    )
+    gangs.add_argument(
+        "--gangs", action="store_true", help="replay a gang stream, CP-SAT against greedy"
+    )
+    gangs.add_argument(
+        "--gang-members",
+        type=_member_range,
+        default=(2, 16),
+        metavar="MIN-MAX",
+        help="members per gang, drawn uniformly (default 2-16)",
+    )
+    gangs.add_argument(
+        "--mixed-share",
+        type=_number(float, minimum=0, strict=False),
+        default=0.5,
+        metavar="SHARE",
+        help="share (0..1) of gangs whose members keep their own GPU counts; the others "
+        "take only tasks of their first member's count (default 0.5)",
+    )
+    gangs.add_argument(
+        "--load",
+        type=_POSITIVE,
+        default=1.2,
+        help="offered GPU load of the stream (default 1.2)",
+    )
+    gangs.add_argument(
+        "--patience",
+        type=_POSITIVE,
+        metavar="SECONDS",
+        help="trace seconds a gang or pod waits before it is given up (default: the "
+        "median of the --durations run times)",
+    )
+    gangs.add_argument(
+        "--every-kth-node",
+        type=_POSITIVE_INT,
+        default=1,
+        metavar="K",
+        help="keep every K-th node of --nodes (file order, so the mix stays the trace's; "
+        "default 1: all)",
+    )
+    gangs.add_argument(
+        "--max-gangs",
+        type=_POSITIVE_INT,
+        metavar="N",
+        help="end the stream after its N-th gang (default: the whole task list)",
+    )
+    gangs.add_argument(
+        "--shuffle",
+        action="store_true",
+        help="gangs and pods arrive in a seeded random order, not the task list's (the "
+        "multigpu40 list has its multi-GPU tasks at the end: in file order the gangs "
+        "arrive as one burst)",
+    )
+    gangs.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="one stream per seed, both arms each (default: --seed)",
+    )
+    gangs.add_argument(
+        "--solver-time-limit",
+        type=_POSITIVE,
+        default=1.0,
+        metavar="SECONDS",
+        help="CP-SAT's limit per solve, as spec.gang.solverTimeLimitSeconds (default 1)",
+    )
+
+
+def _member_range(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition("-")
+    try:
+        bounds = (int(low), int(high if sep else low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN-MAX, got {text!r}") from None
+    if not 2 <= bounds[0] <= bounds[1]:
+        raise argparse.ArgumentTypeError(f"members must be 2 <= MIN <= MAX, got {text!r}")
+    return bounds
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -332,6 +417,8 @@ def _simulate(args: argparse.Namespace) -> int:
         print(f"lattice simulate: {message}", file=sys.stderr)
         return code
 
+    if args.gangs:
+        return _simulate_gangs(args, refuse)
     csv_given = args.nodes is not None or args.tasks is not None
     if args.dump is not None and csv_given:
         return refuse("give either --dump or --nodes and --tasks, not both", 2)
@@ -373,6 +460,75 @@ def _simulate(args: argparse.Namespace) -> int:
             plot.plot(run, args.plot)
         except (OSError, ValueError, plot.PlotError) as exc:  # ValueError: unknown format
             return refuse(f"cannot write {args.plot}: {exc}")
+    return 0
+
+
+def _simulate_gangs(args: argparse.Namespace, refuse: Callable[[str, int], int]) -> int:
+    from scheduler.sim.gangs import compare, default_patience, every_kth_node, format_rows
+    from scheduler.sim.trace import TraceError, durations_of, load_alibaba
+
+    if args.nodes is None or args.tasks is None or args.durations is None:
+        return refuse("--gangs needs --nodes, --tasks and --durations TASKS.csv", 2)
+    others = {
+        "--dump": args.dump is not None,
+        "--churn": args.churn is not None,
+        "--synthetic": args.synthetic is not None,
+        "--plot": args.plot is not None,
+        "--deletions": args.deletions,
+        "--wait": args.wait,
+    }
+    clash = [flag for flag, given in others.items() if given]
+    if clash:
+        return refuse(f"--gangs does not take {', '.join(clash)}", 2)
+    if args.mixed_share > 1:
+        return refuse("--mixed-share SHARE must be in 0..1", 2)
+    low, high = args.gang_members
+    seeds = list(dict.fromkeys(args.seeds)) if args.seeds else [args.seed]
+    try:
+        trace = every_kth_node(load_alibaba(args.nodes, args.tasks), int(args.every_kth_node))
+        runs = durations_of(load_alibaba(args.nodes, args.durations))
+        patience = default_patience(runs) if args.patience is None else args.patience
+        results = compare(
+            trace,
+            runs,
+            seeds=seeds,
+            load=args.load,
+            gangs=None if args.max_gangs is None else int(args.max_gangs),
+            patience=patience,
+            time_limit_s=args.solver_time_limit,
+            mixed_share=args.mixed_share,
+            min_members=low,
+            max_members=high,
+            progress=not args.no_progress and sys.stderr.isatty(),
+            shuffle=args.shuffle,
+        )
+    except (TraceError, ValueError) as exc:
+        return refuse(str(exc), 1)
+    except KeyboardInterrupt:
+        return 130
+    if args.output == "json":
+        doc = {
+            "trace": trace.name,
+            "nodes": len(trace.nodes),
+            "gpus": trace.gpus,
+            "load": args.load,
+            "members": [low, high],
+            "mixedShare": args.mixed_share,
+            "shuffle": args.shuffle,
+            "patienceSeconds": patience,
+            "solverTimeLimitSeconds": args.solver_time_limit,
+            "runs": [r.to_json() for r in results],
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        print(
+            f"{trace.name}: {len(trace.nodes)} nodes, {trace.gpus} GPUs; gangs of "
+            f"{low}-{high} members ({args.mixed_share:g} mixed"
+            + (", shuffled" if args.shuffle else ", task-list order")
+            + f"), load {args.load:g}, "
+            f"patience {patience:g} s, CP-SAT limit {args.solver_time_limit:g} s per solve"
+        )
+        print(format_rows(results))
     return 0
 
 

@@ -427,12 +427,9 @@ def with_churn(
     filling up. Deterministic for a given seed."""
     import numpy as np
 
-    pool = np.array([d for d in durations if d > 0], dtype=float)
-    if not len(pool) or not load > 0 or trace.gpus <= 0:
+    if not load > 0 or trace.gpus <= 0:
         raise ValueError("churn needs positive durations, load > 0 and a cluster with GPUs")
-    # The trace's run times are heavy-tailed (mean 50x the median): a few week-long tasks
-    # would set the arrival rate and leave the cluster idle between them. Clipped at p95.
-    pool = np.minimum(pool, np.percentile(pool, 95))
+    pool = run_pool(durations)
     if repeat < 1:
         raise ValueError("repeat must be >= 1")
     source = list(trace.tasks)
@@ -463,6 +460,18 @@ def with_churn(
         name=f"{trace.name}-churn{load:g}",
         node_bodies=trace.node_bodies,
     )
+
+
+def run_pool(durations: Sequence[float]) -> Any:
+    """The positive run times churn draws from, clipped at their 95th percentile: the
+    trace's run times are heavy-tailed (mean 50x the median), and a few week-long tasks
+    would set the arrival rate and leave the cluster idle between them."""
+    import numpy as np
+
+    pool = np.array([d for d in durations if d > 0], dtype=float)
+    if not len(pool):
+        raise ValueError("churn needs positive durations, load > 0 and a cluster with GPUs")
+    return np.minimum(pool, np.percentile(pool, 95))
 
 
 def durations_of(trace: Trace) -> list[float]:
