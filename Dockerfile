@@ -3,7 +3,7 @@
 # BASE is any Debian bookworm image with python3.11 and its venv module. With a
 # registry, the default (the official slim image) is pulled; `just image` builds
 # without one, from a local mmdebstrap of Debian bookworm with Debian's python3.11
-# (scheduler/devcluster/image.py). Everything lives in a virtualenv under /opt,
+# (lattice_dev/devcluster/image.py). Everything lives in a virtualenv under /opt,
 # so Debian's externally-managed python and the official image behave the same.
 ARG BASE=python:3.11-slim-bookworm
 

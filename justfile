@@ -12,7 +12,7 @@ demo:
 
 # Build the container image with buildah (no Docker, no registry), cached by content; prints its archive.
 image:
-    python -m scheduler.devcluster.image
+    python -m lattice_dev.devcluster.image
 
 # Stop the demo cluster and remove its state.
 down:
@@ -35,35 +35,35 @@ build:
 
 # Lattice beside kube-scheduler on one 1000-node control plane (prints pods/s, latency, CPU, RSS).
 bench *ARGS:
-    python -m scheduler.benchmarks.scheduling {{ARGS}}
+    python -m lattice_dev.benchmarks.scheduling {{ARGS}}
 
 # cProfile of `lattice run` (plain pods by default, `--workload` for the bench's others; 500 nodes, 1000 existing, 2000 pods): CPU ms/pod by area.
 profile *ARGS:
-    python -m scheduler.benchmarks.profile {{ARGS}}
+    python -m lattice_dev.benchmarks.profile {{ARGS}}
 
 # Load-aware placement on 60 kwok nodes, 20 % hot from foreign load: kube-scheduler vs Lattice, α table.
 bench-load *ARGS:
-    python -m scheduler.benchmarks.loadaware {{ARGS}}
+    python -m lattice_dev.benchmarks.loadaware {{ARGS}}
 
 # Peak RSS of lattice run on 5000 kwok nodes with 30 000 existing pods (~15 min set-up; --state-dir keeps the plane).
 bench-memory *ARGS:
-    python -m scheduler.benchmarks.memory {{ARGS}}
+    python -m lattice_dev.benchmarks.memory {{ARGS}}
 
 # The pure core's cycle time at 1000 and 5000 nodes against a per-node Python loop.
 bench-core:
-    python -m scheduler.core.bench
+    python -m lattice_dev.core.bench
 
 # One preemption at 1000 and 5000 nodes with 30 000 existing pods, four preemptor kinds, against the naive oracle.
 bench-preemption *ARGS:
-    python -m scheduler.benchmarks.preemption {{ARGS}}
+    python -m lattice_dev.benchmarks.preemption {{ARGS}}
 
 # Gangs on 64 gpu-8x kwok nodes under churn: Lattice CP-SAT, greedy-only, kube-scheduler (~8 min).
 bench-gang *ARGS:
-    python -m scheduler.benchmarks.gangs {{ARGS}}
+    python -m lattice_dev.benchmarks.gangs {{ARGS}}
 
 # GPU fragmentation, live: the Alibaba GPU trace on 1213 kwok nodes, Lattice vs kube-scheduler default and MostAllocated (~15 min; --synthetic SHARE --seed N for a drawn mix).
 bench-frag *ARGS:
-    python -m scheduler.benchmarks.frag {{ARGS}}
+    python -m lattice_dev.benchmarks.frag {{ARGS}}
 
 # Render manifests/ from charts/lattice (default values) and copy crds/ into the chart.
 manifests:

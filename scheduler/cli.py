@@ -8,6 +8,7 @@ credentials, unreachable API server, missing CRDs or RBAC) exits 1.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -59,8 +60,34 @@ def _port(text: str) -> int:
     return value
 
 
+DEV_TOOLING_MISSING = (
+    "is development tooling (the lattice_dev package), which is not installed with the "
+    "wheel or the image: run it from a checkout (`pip install -e .` there)"
+)
+
+
+def dev_tooling_available() -> bool:
+    """Whether ``lattice_dev`` (devcluster, demo, benchmarks) can be imported: shipped
+    nowhere, it is found beside ``scheduler/`` in a checkout (an editable install maps only
+    ``scheduler``, so the checkout's root is put on the path)."""
+    if importlib.util.find_spec("lattice_dev") is not None:
+        return True
+    root = Path(__file__).resolve().parent.parent
+    if (root / "lattice_dev" / "__init__.py").is_file():
+        sys.path.insert(0, str(root))
+        importlib.invalidate_caches()
+        return importlib.util.find_spec("lattice_dev") is not None
+    return False
+
+
+def _add_dev_missing(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for name in ("devcluster", "demo"):
+        missing = sub.add_parser(name, help=f"(from a checkout only) {name} {DEV_TOOLING_MISSING}")
+        missing.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
 def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from scheduler.devcluster.profiles import PROFILES
+    from lattice_dev.devcluster.profiles import PROFILES
 
     dev = sub.add_parser("devcluster", help="a local control plane with fake (kwok) nodes")
     dev.add_argument(
@@ -97,10 +124,10 @@ def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _devcluster(args: argparse.Namespace) -> int:
-    from scheduler.devcluster.build import BuildError, ensure_binaries
-    from scheduler.devcluster.cluster import ClusterConfig, DevCluster, DevClusterError
-    from scheduler.devcluster.image import ImageError
-    from scheduler.devcluster.realnode import RealNodeError
+    from lattice_dev.devcluster.build import BuildError, ensure_binaries
+    from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster, DevClusterError
+    from lattice_dev.devcluster.image import ImageError
+    from lattice_dev.devcluster.realnode import RealNodeError
 
     cluster = DevCluster(args.state_dir)
     try:
@@ -586,7 +613,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub: argparse._SubParsersAction[argparse.ArgumentParser] = parser.add_subparsers(
         dest="command", required=True, parser_class=_Parser
     )
-    _add_devcluster(sub)
+    dev = dev_tooling_available()
+    if dev:
+        _add_devcluster(sub)
+    else:
+        _add_dev_missing(sub)
     _add_agent(sub)
     _add_explain(sub)
     _add_run(sub)
@@ -614,13 +645,17 @@ def build_parser() -> argparse.ArgumentParser:
     graph_arguments(
         sub.add_parser("graph", help="DOT of the affinity graph around a pod or namespace")
     )
-    demo = sub.add_parser("demo", help="control plane + Lattice + a sample workload, shown")
-    demo.add_argument("--nodes", type=int, default=12)
+    if dev:
+        demo = sub.add_parser("demo", help="control plane + Lattice + a sample workload, shown")
+        demo.add_argument("--nodes", type=int, default=12)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("devcluster", "demo") and hasattr(args, "rest"):
+        print(f"lattice {args.command} {DEV_TOOLING_MISSING}", file=sys.stderr)
+        return 2
     if args.command == "devcluster":
         return _devcluster(args)
     if args.command == "graph":
@@ -628,7 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return graph(args)
     if args.command == "demo":
-        from scheduler.demo import main as demo
+        from lattice_dev.demo import main as demo
 
         return demo(args.nodes)
     if args.command == "run":

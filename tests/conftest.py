@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.cluster import ClusterConfig, ClusterState, DevCluster
-from scheduler.devcluster.kube import api_client
+from lattice_dev.devcluster.cluster import ClusterConfig, ClusterState, DevCluster
+from lattice_dev.devcluster.kube import api_client
 from tests.e2e.differential.seeds import SEED_ENV, choose_seed, diff_runs, seed_line
 
 SUITE_NODES = int(os.environ.get("LATTICE_TEST_NODES", "4"))

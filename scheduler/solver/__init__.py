@@ -27,8 +27,8 @@ one at a time while the gang still fits (the plan in hand, else a solve, decides
 timeout spares the victim).
 
 Counting members per node instead of one boolean per member and node keeps the model small
-enough for thousands of nodes (:mod:`scheduler.solver.naive` is the boolean reference the
-tests compare with; ``python -m scheduler.solver.bench`` prints the scaling).
+enough for thousands of nodes (:mod:`lattice_dev.solver.naive` is the boolean reference the
+tests compare with; ``python -m lattice_dev.solver.bench`` prints the scaling).
 """
 
 from scheduler.solver.check import objective, violations

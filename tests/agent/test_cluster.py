@@ -9,9 +9,9 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.kube import poll
 from scheduler.agent.publisher import KubernetesTopologyApi, run_publisher
 from scheduler.agent.runner import AgentSettings
-from scheduler.devcluster.kube import poll
 from scheduler.model.topology import GROUP, PLURAL, VERSION, NodeTopologyStatus
 from tests.agent.crd_schema import CRD_PATH
 from tests.agent.fakes import FakeClock, LiveProc

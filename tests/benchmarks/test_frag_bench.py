@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.benchmarks import frag
-from scheduler.devcluster.profiles import KWOK_ANNOTATION
+from lattice_dev.benchmarks import frag
+from lattice_dev.devcluster.profiles import KWOK_ANNOTATION
 from scheduler.sim import KUBE_DEFAULT, KUBE_MOST_ALLOCATED, LATTICE
 from scheduler.sim.trace import Task, load_alibaba
 from tests.sim.traces import tiny

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from scheduler.benchmarks.gangs import (
+from lattice_dev.benchmarks.gangs import (
     GPU,
     ArmSummary,
     GangArrival,

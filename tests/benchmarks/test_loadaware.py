@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from scheduler.benchmarks.loadaware import (
+from lattice_dev.benchmarks.loadaware import (
     Fleet,
     Phase,
     PhaseResult,
@@ -26,8 +26,8 @@ from scheduler.benchmarks.loadaware import (
     step_hotspots,
     step_lag,
 )
+from lattice_dev.predict.synthetic import GIB, SyntheticLoad, SyntheticNode
 from scheduler.predict import LoadReport
-from scheduler.predict.synthetic import GIB, SyntheticLoad, SyntheticNode
 
 FREE = (4000, 16 * GIB)
 POD = (200, 256 * 2**20)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.benchmarks.memory import main, rss_mib
+from lattice_dev.benchmarks.memory import main, rss_mib
 
 
 def test_rss_of_this_process_is_read_from_proc() -> None:

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from scheduler.benchmarks.preemption import PREEMPTOR_KINDS, build_world, main, preemptor
+from lattice_dev.benchmarks.preemption import PREEMPTOR_KINDS, build_world, main, preemptor
 from scheduler.core.schedule import Framework
 
 

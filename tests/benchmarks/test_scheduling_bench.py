@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from scheduler.benchmarks.scheduling import (
+from lattice_dev.benchmarks.scheduling import (
     KUBE,
     LATTICE,
     Result,

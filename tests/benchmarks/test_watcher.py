@@ -9,9 +9,9 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.benchmarks.common import Event, Watcher
-from scheduler.devcluster.kube import poll
-from scheduler.devcluster.profiles import node_name
+from lattice_dev.benchmarks.common import Event, Watcher
+from lattice_dev.devcluster.kube import poll
+from lattice_dev.devcluster.profiles import node_name
 from tests.conftest import SUITE_NODES
 
 NOBODY = "nobody"

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scheduler.devcluster.build import ensure_helm
+from lattice_dev.devcluster.build import ensure_helm
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "lattice"

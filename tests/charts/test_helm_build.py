@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.devcluster import build
+from lattice_dev.devcluster import build
 
 
 def _fill(folder: Path, names: tuple[str, ...]) -> None:

@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
-from scheduler.devcluster.profiles import node_name
+from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
+from lattice_dev.devcluster.profiles import node_name
 from tests.agent.trees import TWO_SOCKET, roots
 from tests.charts import render
 from tests.charts.render import CHART, CRDS, MANIFESTS

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster import pki
 from scheduler.control import kubeconfig
 from scheduler.control.kubeconfig import (
     Credentials,
@@ -31,7 +32,6 @@ from scheduler.control.kubeconfig import (
     load_credentials,
     skip_environment_lookups,
 )
-from scheduler.devcluster import pki
 
 SERVER = "https://127.0.0.1:6443"
 
@@ -334,7 +334,7 @@ async def test_unusable_credentials_are_one_clear_line(
 async def test_an_unreachable_api_server_is_refused_after_a_bounded_retry(tmp_path: Path) -> None:
     from kubernetes_asyncio import client
 
-    from scheduler.devcluster.process import free_port
+    from lattice_dev.devcluster.process import free_port
 
     port = free_port()  # nothing listens there
     path = tmp_path / "kc"

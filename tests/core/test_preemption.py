@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from scheduler.core.oracle import preemption as oracle
+from lattice_dev.core.oracle import preemption as oracle
 from scheduler.core.preemption import (
     NEVER_MESSAGE,
     TERMINATING_MESSAGE,

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.oracle import preemption as oracle
+from lattice_dev.core.oracle import preemption as oracle
 from scheduler.core.preemption import Inputs, Preemption, preempt
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot

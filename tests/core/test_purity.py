@@ -20,9 +20,9 @@ FORBIDDEN = (
 def test_core_and_model_import_nothing_impure() -> None:
     code = (
         "import sys\n"
-        "import scheduler.model, scheduler.core, scheduler.core.bench\n"
-        "import scheduler.core.registry, scheduler.core.oracle.inter_pod_affinity\n"
-        "import scheduler.core.oracle.pod_topology_spread\n"
+        "import scheduler.model, scheduler.core, lattice_dev.core.bench\n"
+        "import scheduler.core.registry, lattice_dev.core.oracle.inter_pod_affinity\n"
+        "import lattice_dev.core.oracle.pod_topology_spread\n"
         f"bad = [m for m in sys.modules if m.startswith({FORBIDDEN!r})]\n"
         "print(','.join(sorted(bad)))\n"
     )

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.devcluster import build
-from scheduler.devcluster.profiles import PROFILES, get_profile, node_name
+from lattice_dev.devcluster import build
+from lattice_dev.devcluster.profiles import PROFILES, get_profile, node_name
 
 
 def _module(root: Path, main: str) -> Path:

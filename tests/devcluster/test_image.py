@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
+from lattice_dev.devcluster.image import Image, ImageError, ensure_image, run_args
 from scheduler import __version__
-from scheduler.devcluster.image import Image, ImageError, ensure_image, run_args
 
 pytestmark = pytest.mark.timeout(900)
 

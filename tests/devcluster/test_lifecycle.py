@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.devcluster import process
-from scheduler.devcluster.cluster import AlreadyRunning, ClusterConfig, ClusterState, DevCluster
+from lattice_dev.devcluster import process
+from lattice_dev.devcluster.cluster import AlreadyRunning, ClusterConfig, ClusterState, DevCluster
 from tests.conftest import ControlPlane
 
 

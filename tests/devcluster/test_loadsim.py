@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.agent.publisher import ConflictError
-from scheduler.devcluster.loadsim import (
+from lattice_dev.devcluster.loadsim import (
     USAGE_RATIO_ANNOTATION,
     LoadSimSettings,
     SimulatedLoadAgents,
@@ -18,8 +17,9 @@ from scheduler.devcluster.loadsim import (
     capacity_of,
     minimal_topology,
 )
+from lattice_dev.predict.synthetic import GIB, SyntheticLoad, SyntheticNode
+from scheduler.agent.publisher import ConflictError
 from scheduler.model.topology import NodeTopology, NodeTopologyStatus
-from scheduler.predict.synthetic import GIB, SyntheticLoad, SyntheticNode
 
 T0 = 1_750_000_000.0  # Unix seconds: the agents' clock
 

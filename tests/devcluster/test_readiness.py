@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.devcluster.cluster import (
+from lattice_dev.devcluster.cluster import (
     ClusterConfig,
     DevCluster,
     DevClusterError,

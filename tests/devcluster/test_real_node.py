@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from lattice_dev.devcluster import realnode
+from lattice_dev.devcluster.build import ensure_binaries
+from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler import __version__
-from scheduler.devcluster import realnode
-from scheduler.devcluster.build import ensure_binaries
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
 from tests.charts.render import CHART
 from tests.charts.test_install import Plane, failed_creates, wait_for
 

@@ -14,7 +14,7 @@ from typing import cast
 import pytest
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.kube import api_client
+from lattice_dev.devcluster.kube import api_client
 from tests.e2e.test_scheduler import Plane
 
 _names = itertools.count()

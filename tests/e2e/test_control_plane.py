@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.kube import node_is_ready, poll
+from lattice_dev.devcluster.kube import node_is_ready, poll
 from tests.conftest import SUITE_NODES
 
 

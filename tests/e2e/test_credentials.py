@@ -25,8 +25,8 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.cluster import LATTICE_USER, ClusterConfig
-from scheduler.devcluster.kube import poll
+from lattice_dev.devcluster.cluster import LATTICE_USER, ClusterConfig
+from lattice_dev.devcluster.kube import poll
 from tests.e2e.lattice_proc import LatticeProcess
 from tests.e2e.test_scheduler import LEASE_NS, Plane, lattice_plane, pod, wait_bound
 

@@ -30,11 +30,11 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.kube import api_client
 from scheduler.core.explain import Decision
 from scheduler.core.from_api import as_pending, snapshot_from_api
 from scheduler.core.profile import kube_profile
 from scheduler.core.schedule import Framework
-from scheduler.devcluster.kube import api_client
 from scheduler.model.pod import Pod
 from tests.conftest import report_line
 from tests.e2e.differential.gen import Body, Generator

@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.kube import api_client
 from scheduler.core.explain import Decision
 from scheduler.core.from_api import as_pending, counts_on_node, snapshot_from_api
 from scheduler.core.nominated import schedule_with_nominated
@@ -52,7 +53,6 @@ from scheduler.core.preemption import (
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.volumes import volume_state_from_api
-from scheduler.devcluster.kube import api_client
 from scheduler.model.pdb import PodDisruptionBudget
 from scheduler.model.pod import Pod
 from scheduler.model.pod_facts import PodFacts

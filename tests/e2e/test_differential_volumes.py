@@ -31,12 +31,12 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.kube import api_client
 from scheduler.core.explain import Decision
 from scheduler.core.from_api import counts_on_node, snapshot_from_api
 from scheduler.core.plugins.volume_binding import plan_volume_bindings
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.volumes import VolumeState, volume_state_from_api
-from scheduler.devcluster.kube import api_client
 from scheduler.model.pod import Pod
 from tests.conftest import report_line
 from tests.e2e.differential.gen import Body

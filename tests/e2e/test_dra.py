@@ -25,11 +25,11 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.cluster import LATTICE_USER, ClusterConfig
+from lattice_dev.devcluster.kube import poll
+from lattice_dev.devcluster.profiles import node_name
 from scheduler.cli import main
 from scheduler.core.dra.objects import DELETE_PROTECTION_FINALIZER
-from scheduler.devcluster.cluster import LATTICE_USER, ClusterConfig
-from scheduler.devcluster.kube import poll
-from scheduler.devcluster.profiles import node_name
 from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods, pod, wait_bound
 
 NODES: Final = 2

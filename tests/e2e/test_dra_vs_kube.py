@@ -23,9 +23,9 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import poll
-from scheduler.devcluster.profiles import node_name
+from lattice_dev.devcluster.cluster import ClusterConfig
+from lattice_dev.devcluster.kube import poll
+from lattice_dev.devcluster.profiles import node_name
 from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods, pod
 
 KUBE_NODE: Final = node_name(0)

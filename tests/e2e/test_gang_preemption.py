@@ -24,8 +24,8 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import poll
+from lattice_dev.devcluster.cluster import ClusterConfig
+from lattice_dev.devcluster.kube import poll
 from tests.conftest import report_line
 from tests.e2e.test_preemption import Recorder, raw_list
 from tests.e2e.test_scheduler import Plane, lattice_plane

@@ -20,9 +20,9 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import create_nodes, poll
-from scheduler.devcluster.profiles import get_profile
+from lattice_dev.devcluster.cluster import ClusterConfig
+from lattice_dev.devcluster.kube import create_nodes, poll
+from lattice_dev.devcluster.profiles import get_profile
 from tests.e2e.lattice_proc import LatticeProcess
 from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods
 
@@ -458,7 +458,7 @@ async def test_sigkill_while_a_30_member_gang_binds_then_restart_completes_it(
 
 
 def test_podgroup_rbac_is_granted_and_no_more(plane: Plane) -> None:
-    from scheduler.devcluster.cluster import LATTICE_USER
+    from lattice_dev.devcluster.cluster import LATTICE_USER
 
     def can(verb: str, resource: str, *extra: str) -> bool:
         out = plane.run(

@@ -16,10 +16,10 @@ import yaml
 from kubernetes_asyncio import client
 from prometheus_client.parser import text_string_to_metric_families
 
+from lattice_dev.devcluster.cluster import ClusterConfig
+from lattice_dev.devcluster.kube import create_nodes, poll
+from lattice_dev.devcluster.profiles import get_profile
 from scheduler.control.reporter import UNSCHEDULABLE
-from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import create_nodes, poll
-from scheduler.devcluster.profiles import get_profile
 from scheduler.model import noderesourcetopology as nrt
 from tests.charts.test_dashboard import DASHBOARD, metric_names, panels
 from tests.e2e.lattice_proc import LatticeProcess

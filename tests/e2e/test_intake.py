@@ -13,6 +13,7 @@ import orjson
 import pytest
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.kube import poll
 from scheduler.control.intake import (
     ASSIGNED_PODS,
     PENDING_PODS,
@@ -34,7 +35,6 @@ from scheduler.control.intake import (
     pending_pods,
     pod_fingerprint,
 )
-from scheduler.devcluster.kube import poll
 from tests.conftest import report_line
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("no_leaked_tasks")]

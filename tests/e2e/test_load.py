@@ -17,11 +17,11 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.cluster import ClusterConfig
+from lattice_dev.devcluster.kube import poll
 from scheduler.agent.publisher import KubernetesTopologyApi
 from scheduler.agent.resource import node_topology_object
 from scheduler.cli import main
-from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import poll
 from scheduler.model.topology import (
     LOCAL_NUMA_DISTANCE,
     NodeLoad,

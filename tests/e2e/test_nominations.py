@@ -28,9 +28,9 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-from scheduler.devcluster import pki
-from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import poll
+from lattice_dev.devcluster import pki
+from lattice_dev.devcluster.cluster import ClusterConfig
+from lattice_dev.devcluster.kube import poll
 from scheduler.model.podgroup import SCHEDULED_CONDITION
 from tests.e2e.lattice_proc import LatticeProcess
 from tests.e2e.test_preemption import Recorder, raw_list

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.kube import poll
+from lattice_dev.devcluster.kube import poll
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.gang import GangSpec
 from scheduler.model.podgroup import (

@@ -22,11 +22,11 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client, watch
 
+from lattice_dev.devcluster.cluster import ClusterConfig
+from lattice_dev.devcluster.kube import poll
 from scheduler.core.from_api import as_pending, snapshot_from_api
 from scheduler.core.preemption import Inputs, preempt
 from scheduler.core.schedule import Framework
-from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import poll
 from scheduler.model.pdb import PodDisruptionBudget
 from scheduler.model.pod import Pod
 from scheduler.model.pod_facts import PodFacts

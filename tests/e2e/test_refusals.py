@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
-from scheduler.devcluster.process import free_port
+from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
+from lattice_dev.devcluster.process import free_port
 
 pytestmark = pytest.mark.cluster
 

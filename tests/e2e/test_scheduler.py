@@ -21,9 +21,9 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.cluster import LATTICE_USER, ClusterConfig, DevCluster
-from scheduler.devcluster.kube import create_nodes, poll
-from scheduler.devcluster.profiles import get_profile
+from lattice_dev.devcluster.cluster import LATTICE_USER, ClusterConfig, DevCluster
+from lattice_dev.devcluster.kube import create_nodes, poll
+from lattice_dev.devcluster.profiles import get_profile
 from tests.conftest import report_line
 from tests.e2e.lattice_proc import LatticeProcess, least_privilege_rbac
 

@@ -29,10 +29,10 @@ import orjson
 import pytest
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.cluster import ClusterConfig, raw_node_ready
+from lattice_dev.devcluster.kube import create_nodes
+from lattice_dev.devcluster.profiles import get_profile, node_name
 from scheduler.control.status import ensure_object
-from scheduler.devcluster.cluster import ClusterConfig, raw_node_ready
-from scheduler.devcluster.kube import create_nodes
-from scheduler.devcluster.profiles import get_profile, node_name
 from tests.conftest import report_line
 from tests.e2e.lattice_proc import LatticeProcess
 from tests.e2e.test_scheduler import Plane, lattice_plane, list_pods, pod, scheduled_events
@@ -80,7 +80,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     with lattice_plane(tmp_path_factory.mktemp("streamplane"), ClusterConfig(nodes=0)) as p:
 
         async def add_nodes() -> None:
-            from scheduler.devcluster.kube import api_client
+            from lattice_dev.devcluster.kube import api_client
 
             async with api_client(p.cluster.kubeconfig) as api:
                 await create_nodes(api, [node_body(node_name(i), i, POOL) for i in range(NODES)])

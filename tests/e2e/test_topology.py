@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import api_client, poll
+from lattice_dev.devcluster.cluster import ClusterConfig
+from lattice_dev.devcluster.kube import api_client, poll
 from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, wait_bound
 
 NODES = 4

@@ -24,9 +24,9 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.cluster import ClusterConfig
+from lattice_dev.devcluster.kube import poll
 from scheduler.core.plugins.dynamic_resources import CANNOT_ALLOCATE
-from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import poll
 from tests.e2e.differential.volumes_objects import pv, storage_class
 from tests.e2e.test_scheduler import (
     Plane,

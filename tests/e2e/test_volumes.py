@@ -21,8 +21,8 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.cluster import ClusterConfig
-from scheduler.devcluster.kube import poll
+from lattice_dev.devcluster.cluster import ClusterConfig
+from lattice_dev.devcluster.kube import poll
 from scheduler.model.volume import BIND_COMPLETED, SELECTED_NODE
 from tests.conftest import report_line
 from tests.e2e.differential.volumes_objects import claim_volume, pv, pvc, storage_class

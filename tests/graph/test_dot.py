@@ -124,9 +124,9 @@ def test_graph_from_raw_api_lists() -> None:
 def test_graph_package_does_no_io() -> None:
     code = (
         "import sys\n"
-        "import scheduler.graph, scheduler.graph.dot, scheduler.graph.bench\n"
+        "import scheduler.graph, scheduler.graph.dot, lattice_dev.graph.bench\n"
         "bad = [m for m in sys.modules if m.startswith(('kubernetes_asyncio', 'kopf', "
-        "'aiohttp', 'scheduler.control', 'scheduler.devcluster'))]\n"
+        "'aiohttp', 'scheduler.control', 'lattice_dev.devcluster'))]\n"
         "print(','.join(sorted(bad)))\n"
     )
     out = subprocess.run(

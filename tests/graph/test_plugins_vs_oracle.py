@@ -16,6 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lattice_dev.core.oracle import inter_pod_affinity as ipa_oracle
+from lattice_dev.graph.naive import NaiveInterPodAffinity, NaivePodTopologySpread, naive_registry
 from scheduler.core.framework import (
     Code,
     Cycle,
@@ -24,7 +26,6 @@ from scheduler.core.framework import (
     PreFilterPlugin,
     ScorePlugin,
 )
-from scheduler.core.oracle import inter_pod_affinity as ipa_oracle
 from scheduler.core.plugins import inter_pod_affinity as ipa
 from scheduler.core.plugins.inter_pod_affinity import InterPodAffinity
 from scheduler.core.plugins.pod_topology_spread import PodTopologySpread
@@ -39,7 +40,6 @@ from scheduler.core.profile import (
 )
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import IntArray, Snapshot
-from scheduler.graph.naive import NaiveInterPodAffinity, NaivePodTopologySpread, naive_registry
 from scheduler.model.pod import Pod
 from tests.builders import make_node, make_pod
 from tests.graph.strategies import dense_clusters, event_lists, feed_snapshot, pods

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.predict import LoadPredictor, LoadReport, PodEstimate, least_loaded_scores
-from scheduler.predict.synthetic import (
+from lattice_dev.predict.synthetic import (
     Hotspot,
     PodLoad,
     SyntheticLoad,
     SyntheticNode,
     make_fleet,
 )
+from scheduler.predict import LoadPredictor, LoadReport, PodEstimate, least_loaded_scores
 
 GIB = 1024**3
 

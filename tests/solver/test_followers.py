@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from lattice_dev.solver.naive import solve_naive
 from scheduler.model.names import LABEL_HOSTNAME
 from scheduler.solver import SolveStatus, greedy, solve, violations
-from scheduler.solver.naive import solve_naive
 from tests.builders import PodBuilder, cluster, make_node
 from tests.solver.support import built, counts_of, member, plan_for, problem_for, replay
 

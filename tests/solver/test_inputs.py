@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lattice_dev.solver.bench import main
 from scheduler.core.load import LoadView
 from scheduler.model.names import LABEL_HOSTNAME
 from scheduler.predict import LoadPredictor, PredictConfig
 from scheduler.solver import SolveStatus, greedy, solve
-from scheduler.solver.bench import main
 from scheduler.solver.model import ModelStatus, distinct_nodes, solve_counts
 from tests.builders import cluster, make_node, make_pod
 from tests.solver.support import assert_valid, built, gpu_node, member, problem_for

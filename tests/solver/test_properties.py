@@ -20,12 +20,12 @@ import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from lattice_dev.solver.naive import solve_naive
 from scheduler.model.names import LABEL_HOSTNAME
 from scheduler.model.pod import Pod
 from scheduler.model.topology import GPU_RESOURCE
 from scheduler.solver import SolveStatus, objective, solve, violations
 from scheduler.solver.model import ModelStatus
-from scheduler.solver.naive import solve_naive
 from tests.builders import NodeBuilder, PodBuilder, cluster, make_pod
 from tests.solver.reference import Reference
 from tests.solver.support import (

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from lattice_dev.solver.naive import solve_naive
 from scheduler.core.profile import kube_profile
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
@@ -14,7 +15,6 @@ from scheduler.model.names import LABEL_HOSTNAME
 from scheduler.model.topology import GPU_RESOURCE
 from scheduler.solver import SolveStatus, greedy, objective, solve, violations
 from scheduler.solver.model import ModelStatus, solve_counts
-from scheduler.solver.naive import solve_naive
 from tests.builders import PodBuilder, cluster, make_node, make_pod
 from tests.solver.support import (
     assert_valid,

@@ -13,10 +13,10 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster import agents
+from lattice_dev.devcluster.kube import poll
 from scheduler.agent.publisher import SpecAction
 from scheduler.core.topology import TopologyState
-from scheduler.devcluster import agents
-from scheduler.devcluster.kube import poll
 from scheduler.model.topology import GROUP, PLURAL, VERSION, NodeTopology
 from tests.agent.crd_schema import CRD_PATH
 from tests.agent.trees import FIXTURES, TWO_SOCKET

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core import topology_bench as bench
+from lattice_dev.core import topology_bench as bench
 from tests.topology.support import two_socket
 
 

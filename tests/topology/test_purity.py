@@ -12,7 +12,7 @@ def test_topology_modules_import_nothing_impure() -> None:
     code = (
         "import sys\n"
         "import scheduler.core.topology, scheduler.core.plugins.topology\n"
-        "import scheduler.core.topology_bench, scheduler.model.noderesourcetopology\n"
+        "import lattice_dev.core.topology_bench, scheduler.model.noderesourcetopology\n"
         f"bad = [m for m in sys.modules if m.startswith({FORBIDDEN!r})]\n"
         "print(','.join(sorted(bad)))\n"
     )

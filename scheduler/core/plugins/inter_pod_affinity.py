@@ -1,7 +1,7 @@
 """InterPodAffinity: required pod affinity / anti-affinity filter, preferred terms score.
 
 The semantics are kube-scheduler 1.34's, written out plainly in
-:mod:`scheduler.core.oracle.inter_pod_affinity`, which stays as the test oracle. This module
+:mod:`lattice_dev.core.oracle.inter_pod_affinity`, which stays as the test oracle. This module
 gets the same numbers from the snapshot's :class:`~scheduler.graph.AffinityGraph` instead of
 looping over pods:
 

@@ -2,7 +2,7 @@
 spreading under ScheduleAnyway constraints.
 
 The semantics are kube-scheduler 1.34's, written out plainly in
-:mod:`scheduler.core.oracle.pod_topology_spread`, which stays as the test oracle. Each
+:mod:`lattice_dev.core.oracle.pod_topology_spread`, which stays as the test oracle. Each
 constraint is a spread term of the snapshot's :class:`~scheduler.graph.AffinityGraph`, whose
 index holds the matching live pods of the pod's namespace per node and per domain. When every
 node carrying the topology key takes part in counting (the usual case: no node-affinity or

@@ -22,8 +22,8 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
-from scheduler.devcluster.kube import poll
+from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
+from lattice_dev.devcluster.kube import poll
 from tests.e2e.differential.gen import Body, Cluster
 
 # The filter part ends at the first ". "; PostFilter messages (DRA, preemption) follow it.

@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.kube import poll
+from lattice_dev.devcluster.kube import poll
 from tests.e2e.differential.preemption_gen import Body, Case, priority_classes, static_class
 
 T = TypeVar("T")

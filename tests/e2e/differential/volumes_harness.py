@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.kube import poll
+from lattice_dev.devcluster.kube import poll
 from scheduler.model.volume import SELECTED_NODE
 from tests.e2e.differential.gen import Body
 from tests.e2e.differential.harness import KubeSide, Verdict, _verdict

@@ -39,12 +39,12 @@ from typing import Any, Final, cast
 import aiohttp
 from kubernetes_asyncio import client
 
-from scheduler.benchmarks.common import REPO, Watcher, apply_crds, create_pods, start_lattice
-from scheduler.benchmarks.common import wait_lattice_ready as _wait_ready
-from scheduler.benchmarks.scheduling import cpu_seconds
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster, raw_node_ready
-from scheduler.devcluster.kube import api_client
-from scheduler.devcluster.profiles import KWOK_ANNOTATION
+from lattice_dev.benchmarks.common import REPO, Watcher, apply_crds, create_pods, start_lattice
+from lattice_dev.benchmarks.common import wait_lattice_ready as _wait_ready
+from lattice_dev.benchmarks.scheduling import cpu_seconds
+from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster, raw_node_ready
+from lattice_dev.devcluster.kube import api_client
+from lattice_dev.devcluster.profiles import KWOK_ANNOTATION
 from scheduler.sim import KUBE_DEFAULT, KUBE_MOST_ALLOCATED, LATTICE, POLICY_NAMES
 from scheduler.sim.replay import MOST_ALLOCATED_RESOURCES, ReplayConfig, arrivals, replay
 from scheduler.sim.trace import Task, Trace, load_alibaba, synthetic

@@ -28,8 +28,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lattice_dev.devcluster.build import Progress, cache_root, checkout_path
 from scheduler import __version__
-from scheduler.devcluster.build import Progress, cache_root, checkout_path
 
 APT_PACKAGES = ("buildah", "podman", "mmdebstrap", "runc", "uidmap", "containernetworking-plugins")
 """What the image build and the container checks need (Debian bookworm's packages)."""

@@ -1,6 +1,6 @@
 """Micro-benchmark: the raw intake (``scheduler.control.intake``) vs kopf, on one pod burst.
 
-``python -m scheduler.benchmarks.intake [--pods 5000] [--nodes 50] [--kubeconfig K]``
+``python -m lattice_dev.benchmarks.intake [--pods 5000] [--nodes 50] [--kubeconfig K]``
 
 Each consumer runs alone in its own process (so its CPU time is its own), watching the
 way Lattice would: the intake with the pending stream (our schedulerName) and the assigned
@@ -37,6 +37,8 @@ from typing import Any, cast
 import kopf
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
+from lattice_dev.devcluster.kube import api_client
 from scheduler.control.intake import (
     ASSIGNED_PODS,
     Batch,
@@ -47,8 +49,6 @@ from scheduler.control.intake import (
     pending_pods,
 )
 from scheduler.control.kubeconfig import load_credentials
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
-from scheduler.devcluster.kube import api_client
 
 SCHEDULER_NAME = "bench-intake-nobody"
 PAUSE = "registry.k8s.io/pause:3.10"
@@ -241,7 +241,7 @@ async def run_one(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "scheduler.benchmarks.intake",
+        "lattice_dev.benchmarks.intake",
         "--child",
         which,
         "--kubeconfig",

@@ -24,9 +24,9 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.build import BuildError, checkout_path
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
-from scheduler.devcluster.kube import api_client, poll
+from lattice_dev.devcluster.build import BuildError, checkout_path
+from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
+from lattice_dev.devcluster.kube import api_client, poll
 
 NS = "demo"
 GANG_LABEL = "scheduling.x-k8s.io/pod-group"

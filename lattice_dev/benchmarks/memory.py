@@ -1,4 +1,4 @@
-"""Peak RSS of `lattice run` on a big cluster (``python -m scheduler.benchmarks.memory``).
+"""Peak RSS of `lattice run` on a big cluster (``python -m lattice_dev.benchmarks.memory``).
 
 Why: at 5000 nodes and 30 000 pods what a scheduler holds, and what it holds while it
 reads the cluster, decides whether it fits its container's limit; the throughput
@@ -23,11 +23,11 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.benchmarks.common import Watcher, apply_crds, create_pods, start_lattice, wait_all
-from scheduler.benchmarks.scheduling import existing_node_index, plain
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
-from scheduler.devcluster.kube import api_client
-from scheduler.devcluster.profiles import node_name
+from lattice_dev.benchmarks.common import Watcher, apply_crds, create_pods, start_lattice, wait_all
+from lattice_dev.benchmarks.scheduling import existing_node_index, plain
+from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
+from lattice_dev.devcluster.kube import api_client
+from lattice_dev.devcluster.profiles import node_name
 
 EXISTING_NS = "memory-existing"
 

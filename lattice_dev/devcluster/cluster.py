@@ -28,9 +28,9 @@ from typing import Any
 
 import yaml
 
-from scheduler.devcluster import pki, process
-from scheduler.devcluster.build import Binaries, cache_root, checkout_path, ensure_binaries
-from scheduler.devcluster.profiles import get_profile, node_name
+from lattice_dev.devcluster import pki, process
+from lattice_dev.devcluster.build import Binaries, cache_root, checkout_path, ensure_binaries
+from lattice_dev.devcluster.profiles import get_profile, node_name
 
 ADMIN_KUBECONFIG = "kubeconfig"
 LATTICE_USER = pki.User("lattice-scheduler")
@@ -305,7 +305,7 @@ class DevCluster:
         if state is not None:
             stopped = self._stop_processes(state)
         if self.state_dir.exists():
-            from scheduler.devcluster import realnode
+            from lattice_dev.devcluster import realnode
 
             realnode.unmount_below(self.state_dir)
             shutil.rmtree(self.state_dir)
@@ -314,7 +314,7 @@ class DevCluster:
     def _stop_processes(self, state: ClusterState) -> list[str]:
         stopped = []
         if "containerd" in state.pids:
-            from scheduler.devcluster import realnode
+            from lattice_dev.devcluster import realnode
 
             # kubelet first, then the containers it started, while containerd still runs.
             if "kubelet" in state.pids and process.stop(state.pids.pop("kubelet"), "kubelet"):
@@ -635,14 +635,14 @@ class DevCluster:
 
     @staticmethod
     def _advertise_address(state: ClusterState) -> str:
-        from scheduler.devcluster import realnode
+        from lattice_dev.devcluster import realnode
 
         return realnode.NODE_IP if state.config.get("real_node") else "127.0.0.1"
 
     def _start_real_node(self, state: ClusterState, progress: Progress | None) -> None:
         """containerd and a kubelet registered as :data:`realnode.NODE_NAME` (its own
         client certificate), with the pause and Lattice images imported."""
-        from scheduler.devcluster import image, realnode
+        from lattice_dev.devcluster import image, realnode
 
         say = progress or realnode._say
         realnode.ensure_packages(say)
@@ -697,7 +697,7 @@ class DevCluster:
         self._save(state)
 
     def _wait_real_node(self, state: ClusterState, bins: Binaries, timeout: float = 120) -> None:
-        from scheduler.devcluster import realnode
+        from lattice_dev.devcluster import realnode
 
         deadline = time.monotonic() + timeout
         while True:
@@ -830,14 +830,14 @@ class DevCluster:
     ) -> None:
         """Create nodes of one's own (a trace's, with kwok's annotation) on a cluster
         started with none, and wait until all are Ready as :meth:`up` waits for its own."""
-        from scheduler.devcluster.kube import api_client, create_nodes
+        from lattice_dev.devcluster.kube import api_client, create_nodes
 
         async with api_client(self.kubeconfig) as api:
             await create_nodes(api, bodies)
         await self._wait_nodes_ready(ClusterConfig(nodes=len(bodies)), progress)
 
     async def _create_nodes(self, config: ClusterConfig) -> None:
-        from scheduler.devcluster.kube import api_client, create_nodes
+        from lattice_dev.devcluster.kube import api_client, create_nodes
 
         profile = get_profile(config.node_profile)
         bodies = [profile.node_body(node_name(i), i) for i in range(config.nodes)]
@@ -847,7 +847,7 @@ class DevCluster:
     def _simulate_agents(self, state: ClusterState, bins: Binaries, config: ClusterConfig) -> None:
         """For profiles with hardware (gpu-8x), publish each node's NodeTopology by
         running the real agent reader and publisher on a fixture tree."""
-        from scheduler.devcluster.agents import fixture_for_profile
+        from lattice_dev.devcluster.agents import fixture_for_profile
 
         fixture = fixture_for_profile(config.node_profile)
         if fixture is None or config.nodes == 0:
@@ -869,8 +869,8 @@ class DevCluster:
         asyncio.run(self._publish_topologies(config, fixture))
 
     async def _publish_topologies(self, config: ClusterConfig, fixture: Path) -> None:
-        from scheduler.devcluster.agents import publish_simulated_topologies
-        from scheduler.devcluster.kube import api_client
+        from lattice_dev.devcluster.agents import publish_simulated_topologies
+        from lattice_dev.devcluster.kube import api_client
 
         names = [node_name(i) for i in range(config.nodes)]
         async with api_client(self.kubeconfig) as api:
@@ -885,7 +885,7 @@ class DevCluster:
         small share of the API server from the cluster it is waiting for."""
         from kubernetes_asyncio import client
 
-        from scheduler.devcluster.kube import api_client
+        from lattice_dev.devcluster.kube import api_client
 
         tracker = ReadyTracker(ReadyPolicy.for_config(config), time.monotonic())
         said = tracker.started

@@ -1,7 +1,7 @@
 """Load-aware placement: Lattice beside kube-scheduler on nodes hot from load neither placed.
 
 One devcluster (default 60 kwok nodes of the ``small`` profile: 4 CPU, 16Gi), simulated
-node agents (:mod:`scheduler.devcluster.loadsim`) reporting every ``--report-interval``
+node agents (:mod:`lattice_dev.devcluster.loadsim`) reporting every ``--report-interval``
 seconds (default 5: the production 15 s scaled down to keep wall time short) with skew:
 
 * ~20 % of the nodes are *hot* from load no scheduler placed: base CPU 85-95 %;
@@ -60,7 +60,7 @@ leader churn (α table)
     by noise, so this is how often noise alone would move placements; lower alpha is calmer
     but lags more.
 
-Run: ``just bench-load`` (or ``python -m scheduler.benchmarks.loadaware --help``).
+Run: ``just bench-load`` (or ``python -m lattice_dev.benchmarks.loadaware --help``).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ import numpy as np
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from scheduler.benchmarks.common import (
+from lattice_dev.benchmarks.common import (
     Watcher,
     apply_crds,
     create_pods,
@@ -93,17 +93,17 @@ from scheduler.benchmarks.common import (
     wait_all,
     wait_lattice_ready,
 )
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
-from scheduler.devcluster.kube import api_client
-from scheduler.devcluster.loadsim import (
+from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
+from lattice_dev.devcluster.kube import api_client
+from lattice_dev.devcluster.loadsim import (
     USAGE_RATIO_ANNOTATION,
     LoadSimSettings,
     SimulatedLoadAgents,
     capacity_of,
     kubernetes_agents,
 )
+from lattice_dev.predict.synthetic import Hotspot, SyntheticLoad, SyntheticNode
 from scheduler.predict import CpuMem, LoadPredictor, LoadReport, PredictConfig
-from scheduler.predict.synthetic import Hotspot, SyntheticLoad, SyntheticNode
 
 HOT: Final = 0.8
 """Real CPU fraction above which a node is hot."""

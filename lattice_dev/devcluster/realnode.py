@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from scheduler.devcluster.build import (
+from lattice_dev.devcluster.build import (
     KUBERNETES_VERSION,
     BuildError,
     Progress,
@@ -41,7 +41,7 @@ from scheduler.devcluster.build import (
     checkout_path,
     module_dir,
 )
-from scheduler.devcluster.image import ImageError, apt_install, images_dir
+from lattice_dev.devcluster.image import ImageError, apt_install, images_dir
 
 NODE_NAME = "lattice-real-0"
 BRIDGE = "lattice0"

@@ -1,4 +1,4 @@
-"""Benchmark one filter+score cycle for a plain pod (``python -m scheduler.core.bench``).
+"""Benchmark one filter+score cycle for a plain pod (``python -m lattice_dev.core.bench``).
 
 Builds clusters of 1000 and 5000 nodes with a few existing pods per node, a sprinkling of
 cordoned and tainted nodes, then times :meth:`Framework.schedule` for a pod that only requests

@@ -1,4 +1,4 @@
-"""Benchmark the affinity graph (``python -m scheduler.graph.bench``). Not a test: it prints.
+"""Benchmark the affinity graph (``python -m lattice_dev.graph.bench``). Not a test: it prints.
 
 Builds one big cluster (default 5000 nodes, 30 000 placed pods in 600 deployments of 50
 replicas over 10 namespaces) once, through the snapshot, so the graph is built by events.
@@ -29,10 +29,10 @@ from functools import partial
 from types import MappingProxyType
 from typing import Any
 
+from lattice_dev.graph.naive import naive_registry
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.graph.affinity import AffinityGraph
-from scheduler.graph.naive import naive_registry
 from scheduler.model.names import LABEL_HOSTNAME
 from scheduler.model.node import Namespace, Node
 from scheduler.model.pod import Pod

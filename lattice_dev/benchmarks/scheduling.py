@@ -32,7 +32,7 @@ alternates between repeats. ``--repeat K`` prints every figure: on a shared
 2-core machine the ratios move by 2x from one run to the next. Every figure
 says how many pods it covers ("bound N/M") and warns when the benchmark's own
 watch had to re-list (those pods' times are the re-list's). Run: `just bench`
-(or `python -m scheduler.benchmarks.scheduling --help`).
+(or `python -m lattice_dev.benchmarks.scheduling --help`).
 """
 
 from __future__ import annotations
@@ -55,12 +55,12 @@ import aiohttp
 import numpy as np
 from kubernetes_asyncio import client
 
-from scheduler.benchmarks.common import Watcher, apply_crds, start_lattice
-from scheduler.benchmarks.common import create_pods as _create
-from scheduler.benchmarks.common import wait_all as _wait_all
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
-from scheduler.devcluster.kube import api_client
-from scheduler.devcluster.profiles import ZONES, node_name
+from lattice_dev.benchmarks.common import Watcher, apply_crds, start_lattice
+from lattice_dev.benchmarks.common import create_pods as _create
+from lattice_dev.benchmarks.common import wait_all as _wait_all
+from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
+from lattice_dev.devcluster.kube import api_client
+from lattice_dev.devcluster.profiles import ZONES, node_name
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 KUBE, LATTICE = "kube-scheduler", "lattice"

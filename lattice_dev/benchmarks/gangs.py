@@ -57,7 +57,7 @@ scaling row
     0-8 GPUs (lowest device indexes); ``build_problem`` then ``solve`` with CP-SAT and with
     greedy alone: status, solve time, whether it was admitted.
 
-Run: ``just bench-gang`` (or ``python -m scheduler.benchmarks.gangs --help``).
+Run: ``just bench-gang`` (or ``python -m lattice_dev.benchmarks.gangs --help``).
 """
 
 from __future__ import annotations
@@ -83,9 +83,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler.benchmarks.common import apply_crds, wait_lattice_ready
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
-from scheduler.devcluster.kube import api_client
+from lattice_dev.benchmarks.common import apply_crds, wait_lattice_ready
+from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
+from lattice_dev.devcluster.kube import api_client
 from scheduler.model.gang import POD_GROUP_LABEL
 
 GPU: Final = "nvidia.com/gpu"
@@ -737,12 +737,12 @@ def scaling_rows(
         from scheduler.solver import build_problem, solve
     except ImportError as exc:
         return f"scaling row not run: it needs scheduler.solver, which is not importable ({exc})"
+    from lattice_dev.devcluster.agents import fixture_for_profile, read_fixture
+    from lattice_dev.devcluster.profiles import get_profile, node_name
     from scheduler.core.profile import DEFAULT_PROFILE
     from scheduler.core.schedule import Framework
     from scheduler.core.snapshot import Snapshot
     from scheduler.core.topology import DEVICES_ANNOTATION, DeviceAssignment, TopologyState
-    from scheduler.devcluster.agents import fixture_for_profile, read_fixture
-    from scheduler.devcluster.profiles import get_profile, node_name
     from scheduler.model.gang import GangSpec
     from scheduler.model.node import Node
     from scheduler.model.pod import Pod

@@ -83,7 +83,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from scheduler.benchmarks.common import (
+from lattice_dev.benchmarks.common import (
     REPO,
     Watcher,
     apply_crds,
@@ -92,7 +92,7 @@ from scheduler.benchmarks.common import (
     wait_all,
     wait_lattice_ready,
 )
-from scheduler.benchmarks.scheduling import (
+from lattice_dev.benchmarks.scheduling import (
     LATTICE,
     WORKLOADS,
     Bench,
@@ -101,8 +101,8 @@ from scheduler.benchmarks.scheduling import (
     plain,
     sizes,
 )
-from scheduler.devcluster.cluster import ClusterConfig, DevCluster
-from scheduler.devcluster.kube import api_client
+from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
+from lattice_dev.devcluster.kube import api_client
 
 CHILD = "_child"
 """First argument of the wrapped `lattice run` (see :func:`_child`)."""
@@ -629,7 +629,7 @@ class _ProfiledCluster(DevCluster):
 
     def start_process(self, name: str, argv: list[str], marker: str) -> int:
         python, *rest = argv
-        wrapped = [python, "-m", "scheduler.benchmarks.profile", CHILD, *self.wrap, *rest]
+        wrapped = [python, "-m", "lattice_dev.benchmarks.profile", CHILD, *self.wrap, *rest]
         return super().start_process(name, wrapped, marker)
 
 
@@ -647,7 +647,7 @@ class Run:
     timer: str
     profile_from: str
     workload: str = "plain"
-    """The benchmark workload measured (:data:`~scheduler.benchmarks.scheduling.WORKLOADS`);
+    """The benchmark workload measured (:data:`~lattice_dev.benchmarks.scheduling.WORKLOADS`);
     the sentinel pods are plain whatever it is."""
     bound: int = 0
     watch: str = ""

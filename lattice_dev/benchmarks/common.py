@@ -15,7 +15,7 @@ from typing import Any, cast
 import aiohttp
 from kubernetes_asyncio import client
 
-from scheduler.devcluster.cluster import ClusterState, DevCluster
+from lattice_dev.devcluster.cluster import ClusterState, DevCluster
 from scheduler.model.topology import parse_time
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """The pre-graph InterPodAffinity and PodTopologySpread plugins: the naive baseline.
 
-They adapt :mod:`scheduler.core.oracle` to the framework node by node, looping over every
+They adapt :mod:`lattice_dev.core.oracle` to the framework node by node, looping over every
 placed pod each cycle, as the core did before the affinity graph (and as kube-scheduler
 recomputes its PreFilter state). The benchmark measures the graph-backed plugins against
 them and the differential tests require identical decisions. Not used in production.
@@ -12,6 +12,8 @@ from typing import Final
 
 import numpy as np
 
+from lattice_dev.core.oracle import inter_pod_affinity as ipa
+from lattice_dev.core.oracle import pod_topology_spread as pts
 from scheduler.core.framework import (
     PREFILTER_SKIP,
     PREFILTER_SUCCESS,
@@ -20,8 +22,6 @@ from scheduler.core.framework import (
     FilterResult,
     PreFilterResult,
 )
-from scheduler.core.oracle import inter_pod_affinity as ipa
-from scheduler.core.oracle import pod_topology_spread as pts
 from scheduler.core.plugins._normalize import scatter
 from scheduler.core.plugins.inter_pod_affinity import (
     REASON_AFFINITY,

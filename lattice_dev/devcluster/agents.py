@@ -51,7 +51,7 @@ def fixtures_root() -> Path:
     env = os.environ.get(FIXTURES_ENV)
     if env:
         return Path(env)
-    from scheduler.devcluster.build import checkout_path
+    from lattice_dev.devcluster.build import checkout_path
 
     return checkout_path("tests", "agent", "fixtures")
 

@@ -1,4 +1,4 @@
-"""Placement-quality benchmark for GPU pods (``python -m scheduler.core.topology_bench``).
+"""Placement-quality benchmark for GPU pods (``python -m lattice_dev.core.topology_bench``).
 
 Runs one stream of 1-, 2-, 4- and 8-GPU pods (some with an RDMA NIC) with churn (each pod
 leaves after an exponential lifetime sized for the requested mean load) over N gpu-8x

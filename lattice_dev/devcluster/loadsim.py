@@ -19,7 +19,7 @@ round
 A node without a NodeTopology object (the standard and small profiles) gets one with a
 minimal spec derived from its Node: one NUMA node with CPUs ``0..N-1`` (N = capacity cpu,
 rounded up) and the Node's memory capacity, no PCIe devices. An existing object (gpu-8x
-nodes, published by :mod:`scheduler.devcluster.agents`) keeps its spec: only the status is
+nodes, published by :mod:`lattice_dev.devcluster.agents`) keeps its spec: only the status is
 written. The spec check is done once per node, and again after a failed write.
 
 The simulator keeps, in process, the last sample of every node (:meth:`truth`: the "real"
@@ -46,6 +46,7 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from lattice_dev.predict.synthetic import PodLoad, SyntheticLoad
 from scheduler.agent.publisher import ConflictError, KubernetesTopologyApi, TopologyApi
 from scheduler.agent.resource import node_topology_object
 from scheduler.model.names import CPU, MEMORY
@@ -62,7 +63,6 @@ from scheduler.model.topology import (
     PressureReadings,
     parse_time,
 )
-from scheduler.predict.synthetic import PodLoad, SyntheticLoad
 from scheduler.predict.types import LoadReport
 
 USAGE_RATIO_ANNOTATION: Final = "lattice.dev/sim-usage-ratio"

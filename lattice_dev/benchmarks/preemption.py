@@ -1,6 +1,6 @@
-"""Benchmark one preemption at scale (``python -m scheduler.benchmarks.preemption``).
+"""Benchmark one preemption at scale (``python -m lattice_dev.benchmarks.preemption``).
 
-Builds clusters of 1000 and 5000 nodes (``scheduler.core.bench``'s nodes: 32 cpu, 128 Gi,
+Builds clusters of 1000 and 5000 nodes (``lattice_dev.core.bench``'s nodes: 32 cpu, 128 Gi,
 3 zones, a few cordoned or tainted) holding 30 000 existing pods spread evenly: four
 PriorityClass levels, start times varied, some apps under PodDisruptionBudgets, and every
 node filled to within one preemptor of its cpu, so a high-priority pod fits nowhere
@@ -12,7 +12,7 @@ For each kind of preemptor it times, in the pure core (no API server):
 * the preemption cycle proper (:func:`scheduler.core.preemption.preempt`: potential nodes,
   screen, dry run with victim selection on up to ``max(10 %, 100)`` candidates, pick),
 
-then runs the naive oracle (:mod:`scheduler.core.oracle.preemption`: a fresh snapshot and a
+then runs the naive oracle (:mod:`lattice_dev.core.oracle.preemption`: a fresh snapshot and a
 whole filter pass per fit check) on the same inputs and checks both chose the same node (or
 one it found tied) with the same victims and PDB violations there. Exits 1 when they
 disagree. A full oracle run costs about (potential nodes visited + victims tried on 100-500
@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, TypeVar
 
-from scheduler.core.bench import build_cluster
+from lattice_dev.core.bench import build_cluster
+from lattice_dev.core.oracle import preemption as oracle
 from scheduler.core.explain import Decision
-from scheduler.core.oracle import preemption as oracle
 from scheduler.core.preemption import (
     Candidate,
     Inputs,

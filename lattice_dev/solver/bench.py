@@ -1,4 +1,4 @@
-"""Gang solver scaling (``python -m scheduler.solver.bench``): pure, no cluster.
+"""Gang solver scaling (``python -m lattice_dev.solver.bench``): pure, no cluster.
 
 Builds GPU clusters of 1000 and 5000 nodes (8 GPUs, 96 CPUs each; racks of 20 nodes; about
 a third of the nodes partly used by earlier pods) and times, for each gang:
@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from lattice_dev.solver.naive import solve_naive
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.model.gang import GangSpec
@@ -31,7 +32,6 @@ from scheduler.model.pod import Pod
 from scheduler.model.topology import GPU_RESOURCE
 from scheduler.solver.greedy import greedy
 from scheduler.solver.model import model_size
-from scheduler.solver.naive import solve_naive
 from scheduler.solver.problem import GangProblem, build_problem
 from scheduler.solver.solve import solve
 

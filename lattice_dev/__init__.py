@@ -1,0 +1,1 @@
+"""Development tooling: never shipped in the wheel or the image."""
