@@ -25,23 +25,28 @@ from tests.e2e.test_scheduler import Plane, lattice_plane, pod
 KUBE_NODE: Final = node_name(0)
 LATTICE_NODE: Final = node_name(1)
 NODES: Final = (KUBE_NODE, LATTICE_NODE)
+SIDE_NODES: Final = (node_name(2), node_name(3))
+"""A second (kube, Lattice) pair of nodes, for cases that would disturb others on theirs
+(an incomplete pool fails every All request on its node, whatever its driver)."""
 BOUND: Final = "bound"
 
 
 @contextlib.contextmanager
-def dra_plane(tmp: Path) -> Iterator[Plane]:
-    """Two kwok nodes, kube-scheduler running, Lattice's RBAC applied (not yet started)."""
-    with lattice_plane(tmp, ClusterConfig(nodes=2, with_kube_scheduler=True)) as p:
+def dra_plane(tmp: Path, nodes: int = 2) -> Iterator[Plane]:
+    """``nodes`` kwok nodes, kube-scheduler running, Lattice's RBAC applied (not yet
+    started)."""
+    with lattice_plane(tmp, ClusterConfig(nodes=nodes, with_kube_scheduler=True)) as p:
         yield p
 
 
 def scheduler_for(node: str) -> str:
-    return "default-scheduler" if node == KUBE_NODE else "lattice"
+    return "default-scheduler" if node in (KUBE_NODE, SIDE_NODES[0]) else "lattice"
 
 
 def pinned(case: str, node: str, claims: Sequence[str] | None = None) -> dict[str, Any]:
-    """The case's pod for ``node``'s scheduler, pinned there, with ``claims`` by name (by
-    default one claim named as the pod)."""
+    """The case's pod for ``node``'s scheduler (kube-scheduler on :data:`KUBE_NODE` and
+    ``SIDE_NODES[0]``, else Lattice), pinned there, with ``claims`` by name (by default one
+    claim named as the pod)."""
     names = [f"{case}-{node}"] if claims is None else list(claims)
     return pod(
         f"{case}-{node}",
@@ -71,9 +76,12 @@ async def list_claims(api: client.ApiClient, ns: str) -> dict[str, dict[str, Any
     return {c["metadata"]["name"]: c for c in items}
 
 
-def as_kube(allocation: dict[str, Any]) -> dict[str, Any]:
-    """Lattice's allocation with its node and pools named as kube-scheduler's."""
-    text = json.dumps(allocation).replace(LATTICE_NODE, KUBE_NODE)
+def as_kube(
+    allocation: dict[str, Any], ours: str = LATTICE_NODE, theirs: str = KUBE_NODE
+) -> dict[str, Any]:
+    """Lattice's allocation (on ``ours``) with its node and pools named as
+    kube-scheduler's (on ``theirs``)."""
+    text = json.dumps(allocation).replace(ours, theirs)
     mapped: dict[str, Any] = json.loads(text)
     return mapped
 
