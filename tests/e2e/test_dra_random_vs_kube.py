@@ -42,8 +42,21 @@ from tests.e2e.differential.dra_cases import (
     scheduler_for,
     verdict,
 )
-from tests.e2e.differential.dra_check import check_pod
-from tests.e2e.differential.dra_gen import Case, generate, objects, reproducer
+from tests.e2e.differential.dra_check import check_pod, expected_config
+from tests.e2e.differential.dra_gen import (
+    KINDS,
+    Case,
+    Claim,
+    Constraint,
+    Driver,
+    Request,
+    Sel,
+    SelectorError,
+    Sub,
+    generate,
+    objects,
+    reproducer,
+)
 from tests.e2e.test_scheduler import Plane, create_pods, list_pods
 
 SEED_ENV: Final = "LATTICE_DRA_SEED"
@@ -202,3 +215,101 @@ async def test_random_claims_agree_with_kube_scheduler(
     assert not problems, f"{tag} {len(problems)} problems:\n" + "\n".join(problems[:40])
     assert sched.proc is not None
     assert sched.proc.returncode == 0, tag
+
+
+# The generator and the checker themselves (no cluster).
+
+
+def test_the_generator_is_a_pure_function_of_the_seed_and_covers_every_kind() -> None:
+    a, b = generate(5, DEFAULT_CASES), generate(5, DEFAULT_CASES)
+    assert [objects(c, "ns") for c in a] == [objects(c, "ns") for c in b]
+    assert [objects(c, "ns") for c in generate(6, 20)] != [objects(c, "ns") for c in a[:20]]
+    assert {c.kind for c in a} == {k for k, _ in KINDS}
+    assert all(len(d.devices) <= 16 for c in a for d in c.drivers)
+    assert any(c.side for c in a)
+    assert all(c.side for c in a if any(d.slice_count > 1 for d in c.drivers))
+
+
+def _small_case() -> tuple[Case, dict[str, Any]]:
+    driver = Driver(
+        name="t.dra.lattice.dev",
+        cls="t-gpu",
+        devices=[
+            {"name": f"dev-{i}", "attributes": {"numa": {"int": i % 2}, "model": {"string": m}}}
+            for i, m in enumerate(("A100", "H100", "A100", "A100"))
+        ],
+    )
+    sub = Sub("", "t-gpu", [Sel("model-eq", ("==", "A100"))], count=2)
+    claim = Claim("", [Request("gpu", [sub])], [Constraint([], "t.dra.lattice.dev/numa")])
+    case = Case(0, "exact", [driver], [claim])
+    node = case.nodes[1]
+    good = {
+        "devices": {
+            "results": [
+                {"request": "gpu", "driver": driver.name, "pool": driver.pool(node), "device": d}
+                for d in ("dev-0", "dev-2")
+            ],
+            "config": expected_config(case, claim, {"gpu": sub}),
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        },
+    }
+    return case, good
+
+
+def test_the_checker_accepts_a_valid_allocation_and_rejects_each_kind_of_invalid_one() -> None:
+    case, good = _small_case()
+    node = case.nodes[1]
+    assert check_pod(case, node, [good]) == []
+
+    def broken(change: Any) -> list[str]:
+        bad = json.loads(json.dumps(good))
+        change(bad["devices"])
+        return check_pod(case, node, [bad])
+
+    def set_device(i: int, name: str) -> Any:
+        return lambda d: d["results"][i].update(device=name)
+
+    assert broken(set_device(1, "dev-1")), "H100 fails the selector"
+    assert broken(set_device(1, "dev-3")), "numa 1 breaks the matchAttribute"
+    assert broken(set_device(1, "dev-0")), "a device twice"
+    assert broken(set_device(1, "dev-9")), "no such device"
+    assert broken(lambda d: d["results"].pop()), "count 2"
+    assert broken(lambda d: d["results"][0].update(pool="elsewhere")), "another pool"
+    assert broken(lambda d: d["results"][0].update(adminAccess=True)), "not adminAccess"
+    assert broken(lambda d: d["results"][0].update(request="gpu/s0")), "no subrequests"
+    assert broken(lambda d: d.pop("config")), "config copied"
+    assert check_pod(case, node, [None]), "bound without an allocation"
+    assert check_pod(case, node, [{**good, "nodeSelector": None}])
+
+
+def test_selector_truth_follows_kube_semantics_for_the_generator_forms() -> None:
+    dev = {
+        "name": "d",
+        "attributes": {
+            "fw": {"version": "1.2.0+b1"},
+            "numa": {"int": 1},
+            "tag": {"string": "a"},
+            "model": {"string": "H100"},
+        },
+        "capacity": {"memory": {"value": "40Gi"}},
+    }
+    drv = "x.dra.lattice.dev"
+    assert Sel("fw", ("eq", "1.2.0")).truth(dev, drv), "build metadata is ignored"
+    assert Sel("fw", ("isGreaterThan", "2.0.0-rc.1")).truth(dev, drv) is False
+    assert Sel("fw", ("isLessThan", "2.0.0-rc.1")).truth(dev, drv)
+    assert Sel("memory", ("eq", "40960Mi")).truth(dev, drv), "quantities compare by value"
+    assert Sel("memory", ("compareTo", "16Gi")).truth(dev, drv)
+    assert Sel("tag-int", (1,)).truth(dev, drv) is False, "a string is not equal to an int"
+    assert Sel("other-has").truth(dev, drv) is False
+    assert Sel("other-not-has").truth(dev, drv)
+    assert Sel("model-in", ("A100", "H100")).truth(dev, drv)
+    assert 'in ["A100", "H100"]' in Sel("model-in", ("A100", "H100")).cel(drv)
+    for kind in ("unknown-key", "unknown-capacity", "other-get"):
+        with pytest.raises(SelectorError):
+            Sel(kind).truth(dev, drv)
+    with pytest.raises(SelectorError):
+        Sel("opt-eq", ("x",)).truth(dev, drv)
