@@ -45,6 +45,7 @@ from tests.e2e.differential.dra_cases import (
 from tests.e2e.differential.dra_check import check_pod, expected_config
 from tests.e2e.differential.dra_gen import (
     KINDS,
+    NODE_PAIRS,
     Case,
     Claim,
     Constraint,
@@ -76,7 +77,7 @@ def choose_seed(env: dict[str, str] | os._Environ[str]) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
-    with dra_plane(tmp_path_factory.mktemp("dra-random"), nodes=4) as p:
+    with dra_plane(tmp_path_factory.mktemp("dra-random"), nodes=2 * NODE_PAIRS) as p:
         yield p
 
 
@@ -228,6 +229,11 @@ def test_the_generator_is_a_pure_function_of_the_seed_and_covers_every_kind() ->
     assert all(len(d.devices) <= 16 for c in a for d in c.drivers)
     assert any(c.side for c in a)
     assert all(c.side for c in a if any(d.slice_count > 1 for d in c.drivers))
+    per_pair: dict[tuple[str, str], int] = {}
+    for c in a:
+        per_pair[c.nodes] = per_pair.get(c.nodes, 0) + 1
+    assert len(per_pair) == NODE_PAIRS
+    assert max(per_pair.values()) <= 100, "a kwok node holds 110 pods"
 
 
 def _small_case() -> tuple[Case, dict[str, Any]]:
@@ -313,3 +319,71 @@ def test_selector_truth_follows_kube_semantics_for_the_generator_forms() -> None
             Sel(kind).truth(dev, drv)
     with pytest.raises(SelectorError):
         Sel("opt-eq", ("x",)).truth(dev, drv)
+
+
+def _all_fallback(index: int, first_count: int) -> Case:
+    """firstAvailable [s0: ``first_count`` B200s (there are none), s1: All] over 2 A100s."""
+    driver = Driver(
+        name=f"c{index}-gpu.dra.lattice.dev",
+        cls=f"c{index}-gpu",
+        devices=[{"name": f"dev-{i}", "attributes": {"model": {"string": "A100"}}} for i in (0, 1)],
+    )
+    subs = [
+        Sub("s0", driver.cls, [Sel("model-eq", ("==", "B200"))], count=first_count),
+        Sub("s1", driver.cls, mode="All"),
+    ]
+    return Case(index, "all-fallback", [driver], [Claim("", [Request("gpu", subs, True)])])
+
+
+async def test_known_kube_bug_an_all_subrequest_after_the_first_is_not_all(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """kube 1.34.4 (DRA lib structured allocator, experimental and incubating): the All branch
+    of ``allocateOne`` recurses with ``deviceIndices{claimIndex, requestIndex, deviceIndex+1}``,
+    dropping ``subRequestIndex``, so an All subrequest other than the first continues after
+    its first device with subrequest 0's data. With s0 asking for 1 device it stops there
+    (bound with one of the two devices, not All); with s0 asking for 3 it looks for two more
+    s0 devices and fails (Unschedulable). Lattice takes every matching device both times,
+    so the random generator puts All only in subrequest 0. This test pins kube's behaviour:
+    when it fails, kube was fixed, and the generator may put All anywhere again."""
+    cases = [_all_fallback(9000, 1), _all_fallback(9001, 3)]  # names apart from the random cases'
+    bodies = [o for case in cases for o in objects(case, ns)]
+    plane.run(
+        "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": bodies})
+    )
+    sched = plane.lattice().start()
+    try:
+        await create_pods(
+            api,
+            ns,
+            [pinned(c.name, n, [c.claim_name(c.claims[0], n)]) for c in cases for n in c.nodes],
+        )
+        names = {_pod_name(c, n) for c in cases for n in c.nodes}
+        settled = await _settle(api, ns, names, "[all-fallback]")
+        claims = await list_claims(api, ns)
+    finally:
+        sched.stop()
+
+    def written(case: Case, node: str) -> list[str] | None:
+        status = claims[case.claim_name(case.claims[0], node)].get("status") or {}
+        if "allocation" not in status:
+            return None
+        return [f"{r['request']}:{r['device']}" for r in status["allocation"]["devices"]["results"]]
+
+    for case in cases:
+        our_node = case.nodes[1]
+        assert verdict(settled[_pod_name(case, our_node)]) == BOUND
+        assert written(case, our_node) == ["gpu/s1:dev-0", "gpu/s1:dev-1"]
+        assert (
+            check_pod(
+                case,
+                our_node,
+                [claims[case.claim_name(case.claims[0], our_node)]["status"]["allocation"]],
+            )
+            == []
+        )
+    one, three = cases
+    assert verdict(settled[_pod_name(one, one.nodes[0])]) == BOUND
+    assert written(one, one.nodes[0]) == ["gpu/s1:dev-0"], "kube's All took one device"
+    assert verdict(settled[_pod_name(three, three.nodes[0])]) == "Unschedulable"
+    assert written(three, three.nodes[0]) is None

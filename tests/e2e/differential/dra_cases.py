@@ -25,9 +25,16 @@ from tests.e2e.test_scheduler import Plane, lattice_plane, pod
 KUBE_NODE: Final = node_name(0)
 LATTICE_NODE: Final = node_name(1)
 NODES: Final = (KUBE_NODE, LATTICE_NODE)
-SIDE_NODES: Final = (node_name(2), node_name(3))
-"""A second (kube, Lattice) pair of nodes, for cases that would disturb others on theirs
-(an incomplete pool fails every All request on its node, whatever its driver)."""
+
+
+def node_pair(index: int) -> tuple[str, str]:
+    """The ``index``-th (kube-scheduler's node, Lattice's node) pair."""
+    return node_name(2 * index), node_name(2 * index + 1)
+
+
+SIDE_NODES: Final = node_pair(1)
+"""A second pair of nodes, for cases that would disturb others on theirs (an incomplete
+pool fails every All request on its node, whatever its driver)."""
 BOUND: Final = "bound"
 
 
@@ -40,13 +47,13 @@ def dra_plane(tmp: Path, nodes: int = 2) -> Iterator[Plane]:
 
 
 def scheduler_for(node: str) -> str:
-    return "default-scheduler" if node in (KUBE_NODE, SIDE_NODES[0]) else "lattice"
+    """kube-scheduler's for the first node of every pair (even index), else Lattice."""
+    return "default-scheduler" if int(node.rsplit("-", 1)[1]) % 2 == 0 else "lattice"
 
 
 def pinned(case: str, node: str, claims: Sequence[str] | None = None) -> dict[str, Any]:
-    """The case's pod for ``node``'s scheduler (kube-scheduler on :data:`KUBE_NODE` and
-    ``SIDE_NODES[0]``, else Lattice), pinned there, with ``claims`` by name (by default one
-    claim named as the pod)."""
+    """The case's pod for ``node``'s scheduler (:func:`scheduler_for`), pinned there, with
+    ``claims`` by name (by default one claim named as the pod)."""
     names = [f"{case}-{node}"] if claims is None else list(claims)
     return pod(
         f"{case}-{node}",

@@ -26,7 +26,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tests.e2e.differential.dra_cases import NODES, SIDE_NODES
+from tests.e2e.differential.dra_cases import node_pair
 
 DOMAIN_SUFFIX: Final = ".dra.lattice.dev"
 OTHER_DOMAIN: Final = "other.lattice.dev"
@@ -37,6 +37,12 @@ MEMORY: Final = ("16Gi", "40Gi", "40960Mi", "80Gi", "81920Mi")
 QUANTITY_ARGS: Final = ("16Gi", "40Gi", "40960Mi", "64Gi", "80Gi", "17179869184")
 SEMVER_ARGS: Final = ("1.0.0", "1.2.0", "1.5.0", "2.0.0-rc.1", "2.0.0")
 CMP_OPS: Final = ("==", "!=", "<", "<=", ">", ">=")
+CLEAN_PAIRS: Final = (0, 2, 3, 4)
+"""The node pairs of the cases without an incomplete pool, taken in turn: a kwok node holds
+110 pods, so 300 cases need more than one pair."""
+SIDE_PAIR: Final = 1
+"""The node pair of the cases with an incomplete pool (and of some All requests beside)."""
+NODE_PAIRS: Final = 5
 LIMIT: Final = 32
 """kube's AllocationResultsMaxSize: devices per claim."""
 
@@ -315,13 +321,13 @@ class Case:
     claims: list[Claim]
     missing_class: bool = False
     side: bool = False
-    """On :data:`SIDE_NODES` (an incomplete pool, or an All request beside one) instead of
-    :data:`NODES`."""
+    """On the :data:`SIDE_PAIR` of nodes (an incomplete pool, or an All request beside one)
+    instead of one of the :data:`CLEAN_PAIRS`."""
 
     @property
     def nodes(self) -> tuple[str, str]:
         """(kube-scheduler's node, Lattice's node)."""
-        return SIDE_NODES if self.side else NODES
+        return node_pair(SIDE_PAIR if self.side else CLEAN_PAIRS[self.index % len(CLEAN_PAIRS)])
 
     @property
     def name(self) -> str:
