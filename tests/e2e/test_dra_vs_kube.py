@@ -23,19 +23,21 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from lattice_dev.devcluster.cluster import ClusterConfig
 from lattice_dev.devcluster.kube import poll
-from lattice_dev.devcluster.profiles import node_name
-from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods, pod
-
-KUBE_NODE: Final = node_name(0)
-LATTICE_NODE: Final = node_name(1)
+from tests.e2e.differential.dra_cases import (
+    KUBE_NODE,
+    LATTICE_NODE,
+    as_kube,
+    claim_status,
+    dra_plane,
+    pinned,
+)
+from tests.e2e.test_scheduler import Plane, create_pods, list_pods
 
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
-    config = ClusterConfig(nodes=2, with_kube_scheduler=True)
-    with lattice_plane(tmp_path_factory.mktemp("dra-kube"), config) as p:
+    with dra_plane(tmp_path_factory.mktemp("dra-kube")) as p:
         yield p
 
 
@@ -164,32 +166,6 @@ def objects(
             }
         )
     return out
-
-
-def pinned(case: str, node: str) -> dict[str, Any]:
-    scheduler = "default-scheduler" if node == KUBE_NODE else "lattice"
-    body = pod(
-        f"{case}-{node}",
-        scheduler=scheduler,
-        nodeSelector={"kubernetes.io/hostname": node},
-        resourceClaims=[{"name": "devices", "resourceClaimName": f"{case}-{node}"}],
-    )
-    return body
-
-
-async def claim_status(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
-    raw: Any = await client.CustomObjectsApi(api).get_namespaced_custom_object(
-        "resource.k8s.io", "v1", ns, "resourceclaims", name, _preload_content=False
-    )
-    body: dict[str, Any] = json.loads(await raw.read())
-    return body.get("status") or {}
-
-
-def as_kube(allocation: dict[str, Any]) -> dict[str, Any]:
-    """Lattice's allocation with its node and pools named as kube-scheduler's."""
-    text = json.dumps(allocation).replace(LATTICE_NODE, KUBE_NODE)
-    mapped: dict[str, Any] = json.loads(text)
-    return mapped
 
 
 async def test_allocations_agree_with_kube_scheduler(

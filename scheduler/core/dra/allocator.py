@@ -39,16 +39,21 @@ feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
 Outcomes: :meth:`Allocator.allocate` returns the allocations (one per claim, in order) or
 None when the node cannot serve the claims; it raises :class:`AllocationError` for what kube
 treats as an error of the whole attempt (CEL compile/runtime errors, All over an incomplete
-pool, too many devices, an invalid pool reached). No timeout: there is no I/O and the search
-is the same one kube bounds with its 10 s filter timeout; a pathological claim is as slow
-here as the DFS makes it.
+pool, too many devices, an invalid pool reached). The search is bounded as kube bounds it
+(DynamicResourcesArgs.filterTimeout, default 10 s, DRASchedulerFilterTimeout beta and on in
+1.34): a search still running after
+:data:`FILTER_TIMEOUT` gives up and the node does not fit (kube 1.34: Unschedulable, "timed
+out trying to allocate devices"). Without it a claim asking for more devices than a node has
+walks every permutation of the node's devices (16 devices: 16! orders) and holds the
+scheduling loop for hours.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from scheduler.core.dra.cel import CelError, SelectorCompiler
 from scheduler.core.dra.objects import (
@@ -67,9 +72,18 @@ from scheduler.core.dra.objects import (
 )
 from scheduler.model.selectors import Labels
 
+FILTER_TIMEOUT: Final = 10.0
+"""Seconds one allocation may search (kube-scheduler 1.34's filterTimeout default)."""
+_CLOCK_EVERY: Final = 256
+"""Search steps between looks at the clock."""
+
 
 class AllocationError(Exception):
     """kube's Filter error for the claims: the pod's whole attempt fails (SchedulerError)."""
+
+
+class _TimedOut(Exception):
+    """The search ran past its deadline: the node does not fit (kube: Unschedulable)."""
 
 
 class _TooMany(Exception):
@@ -217,6 +231,9 @@ class _Search:
     picked: list[list[_Picked]] = field(default_factory=list)
     allocating: dict[DeviceId, set[int]] = field(default_factory=dict)
     memo: dict[tuple[DeviceId, int, int, int], bool] = field(default_factory=dict)
+    deadline: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    steps: int = 0
 
 
 class Allocator:
@@ -229,11 +246,15 @@ class Allocator:
         slices: SliceIndex,
         allocated: frozenset[DeviceId] | set[DeviceId],
         compiler: SelectorCompiler,
+        timeout: float | None = FILTER_TIMEOUT,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.classes = classes
         self.slices = slices
         self.allocated = allocated
         self.compiler = compiler
+        self.timeout = timeout
+        self.clock = clock
 
     def allocate(
         self, node: str, labels: Labels, claims: Sequence[ResourceClaim]
@@ -249,6 +270,8 @@ class Allocator:
             allocated=self.allocated,
             compiler=self.compiler,
             node=node,
+            deadline=None if self.timeout is None else self.clock() + self.timeout,
+            clock=self.clock,
         )
         for ci, claim in enumerate(claims):
             per_request: list[list[_Request]] = []
@@ -286,7 +309,7 @@ class Allocator:
             search.picked.append([])
         try:
             done = _allocate_one(search, 0, 0, 0, 0, in_sub=False)
-        except _TooMany:
+        except (_TooMany, _TimedOut):
             done = False
         if not done:
             return None
@@ -421,6 +444,13 @@ def _release(search: _Search, ci: int, request: _Request, c: _Candidate) -> None
 def _allocate_one(search: _Search, ci: int, ri: int, si: int, di: int, *, in_sub: bool) -> bool:
     if ci >= len(search.claims):
         return True
+    search.steps += 1
+    if (
+        search.deadline is not None
+        and search.steps % _CLOCK_EVERY == 0
+        and search.clock() > search.deadline
+    ):
+        raise _TimedOut
     claim_requests = search.requests[ci]
     if ri >= len(claim_requests):
         try:

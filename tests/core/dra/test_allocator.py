@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.dra.allocator import AllocationError, Allocator, SliceIndex
+from scheduler.core.dra.allocator import FILTER_TIMEOUT, AllocationError, Allocator, SliceIndex
 from scheduler.core.dra.cel import SelectorCompiler
 from scheduler.core.dra.objects import DeviceClass, DeviceId, ResourceClaim, ResourceSlice
 from tests.core.dra.builders import (
@@ -578,3 +578,30 @@ def test_allocations_are_valid_and_complete(
         assert not _brute_force_exists(claims, slices, used)
     else:
         _check_valid(result, claims, slices, used)
+
+
+def test_a_search_past_the_filter_timeout_does_not_fit_as_in_kube() -> None:
+    """17 of 16 devices: the exhaustive search walks 16! orders (hours in Python); kube 1.34
+    gives up after its 10 s filterTimeout and the node does not fit. So does Lattice."""
+    ticks = itertools.count()
+
+    def make(timeout: float | None) -> Allocator:
+        return Allocator(
+            classes={"gpu": DeviceClass.from_api(GPU_CLASS)},
+            slices=SliceIndex([ResourceSlice.from_api(gpus("n1", 16))]),
+            allocated=frozenset(),
+            compiler=SelectorCompiler(),
+            timeout=timeout,
+            clock=lambda: float(next(ticks)),
+        )
+
+    too_many = [ResourceClaim.from_api(claim("c", request("gpu", exactly("gpu", count=17))))]
+    assert make(50.0).allocate("n1", {}, too_many) is None
+    assert next(ticks) < 1000, "gave up at the deadline, not after the whole search"
+    fits = [ResourceClaim.from_api(claim("c", request("gpu", exactly("gpu", count=16))))]
+    result = make(50.0).allocate("n1", {}, fits)
+    assert result is not None
+    assert devices_of(result[0]) == [f"gpu-{i}" for i in range(16)]
+    assert FILTER_TIMEOUT == 10.0, (
+        "kube-scheduler 1.34's DynamicResourcesArgs.filterTimeout default"
+    )

@@ -1,0 +1,197 @@
+"""An independent judge of a written DRA allocation against its random case.
+
+It never calls Lattice's allocator nor any CEL: each selector's truth comes from
+:meth:`~tests.e2e.differential.dra_gen.Sel.truth` on the published attributes. For the
+claims of one pod on one node it checks what kube-scheduler 1.34.4 guarantees:
+
+* every result names a request (or ``request/subrequest``, one subrequest per request) of
+  the claim, the driver of that request's class, the pool published on this node (the
+  current generation) and a device of that pool's current slice;
+* the class's and the request's selectors hold on the device (and do not error);
+* the count: ExactCount gives ``count`` results, All every matching device of the pool;
+* every matchAttribute constraint holds over the results in its scope (all have the
+  attribute, with the same type and value; the driver-domain fallback for bare names);
+* no device twice in one claim, none twice across the pod's claims unless adminAccess,
+  ``adminAccess: true`` exactly on adminAccess results;
+* ``devices.config`` as v1.34.2+ writes it: each class's config once per class naming the
+  requests that used it (in request order), then each claim config, once when it names no
+  request, else once per used request it names;
+* ``nodeSelector`` pins the node (every slice here is node-local).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.e2e.differential.dra_gen import (
+    Case,
+    Claim,
+    SelectorError,
+    Sub,
+    claim_config,
+    class_config,
+    lookup,
+)
+
+
+def _matches(case: Case, sub: Sub, device: dict[str, Any]) -> bool:
+    d = case.driver_of(sub.cls)
+    assert d is not None
+    return all(s.truth(device, d.name) for s in (*d.class_selectors, *sub.selectors))
+
+
+def check_pod(case: Case, node: str, allocations: list[dict[str, Any] | None]) -> list[str]:
+    """Problems with the allocations written for ``case``'s claims (in ``case.claims``
+    order) on ``node``; empty when all is valid."""
+    problems: list[str] = []
+    held: dict[tuple[str, str, str], str] = {}
+    for claim, allocation in zip(case.claims, allocations, strict=True):
+        where = f"{case.claim_name(claim, node)}"
+        if allocation is None:
+            problems.append(f"{where}: pod bound but claim not allocated")
+            continue
+        problems += [f"{where}: {p}" for p in _check_claim(case, claim, node, allocation, held)]
+    return problems
+
+
+def _check_claim(
+    case: Case,
+    claim: Claim,
+    node: str,
+    allocation: dict[str, Any],
+    held: dict[tuple[str, str, str], str],
+) -> list[str]:
+    problems: list[str] = []
+    devices = allocation.get("devices") or {}
+    results: list[dict[str, Any]] = devices.get("results") or []
+    chosen: dict[str, Sub] = {}
+    by_request: dict[str, list[dict[str, Any]]] = {}
+    seen: set[tuple[str, str, str]] = set()
+    for r in results:
+        base, _, subname = r.get("request", "").partition("/")
+        request = next((q for q in claim.requests if q.name == base), None)
+        if request is None or bool(subname) != request.first_available:
+            problems.append(f"result names no request of the claim: {r}")
+            continue
+        sub = next((s for s in request.alternatives if s.name == subname), None)
+        if sub is None:
+            problems.append(f"result names no subrequest of {base}: {r}")
+            continue
+        if chosen.setdefault(base, sub) is not sub:
+            problems.append(f"request {base} has results of two subrequests")
+            continue
+        by_request.setdefault(base, []).append(r)
+        d = case.driver_of(sub.cls)
+        if d is None:
+            problems.append(f"request {base} names class {sub.cls}, which does not exist")
+            continue
+        key = (r.get("driver", ""), r.get("pool", ""), r.get("device", ""))
+        if key in seen:
+            problems.append(f"device {key} twice in the claim")
+        seen.add(key)
+        if key[0] != d.name or key[1] != d.pool(node):
+            problems.append(f"{r} is not from {d.name}/{d.pool(node)} (the pool on {node})")
+            continue
+        device = next((x for x in d.devices if x["name"] == key[2]), None)
+        if device is None:
+            problems.append(f"{key[2]} is not in the current slice of {d.pool(node)}")
+            continue
+        try:
+            ok = _matches(case, sub, device)
+        except SelectorError as err:
+            problems.append(f"{key[2]}: a selector errors on it ({err}), yet it was allocated")
+            continue
+        if not ok:
+            problems.append(f"{key[2]} does not match request {r['request']}'s selectors")
+        if bool(r.get("adminAccess")) != sub.admin or (
+            "adminAccess" in r and r["adminAccess"] is not True
+        ):
+            problems.append(f"{r}: adminAccess should be {sub.admin or 'absent'}")
+        if not sub.admin:
+            other = held.get(key)
+            if other is not None:
+                problems.append(f"device {key} also held by {other}")
+            held[key] = f"{case.claim_name(claim, node)}/{r['request']}"
+    for request in claim.requests:
+        got = by_request.get(request.name, [])
+        sub = chosen.get(request.name)
+        if sub is None:
+            problems.append(f"request {request.name} has no results")
+            continue
+        if sub.mode == "All":
+            d = case.driver_of(sub.cls)
+            assert d is not None
+            want = {x["name"] for x in d.devices if _matches(case, sub, x)}
+            have = {r["device"] for r in got}
+            if have != want:
+                problems.append(
+                    f"All request {request.name}: got {sorted(have)}, want {sorted(want)}"
+                )
+        elif len(got) != sub.count:
+            problems.append(f"request {request.name}: {len(got)} results, count is {sub.count}")
+    for c in claim.constraints:
+        values = set()
+        for r in results:
+            base, _, subname = r.get("request", "").partition("/")
+            if c.requests and base not in c.requests and r.get("request") not in c.requests:
+                continue
+            value = lookup(_published(case, r), r.get("driver", ""), c.attribute)
+            if value is None:
+                problems.append(f"constraint {c.attribute}: {r['device']} lacks it")
+            values.add(json_key(value))
+        if len(values) > 1:
+            problems.append(f"constraint {c.attribute} over {c.requests or 'all'}: {values}")
+    want_config = expected_config(case, claim, chosen)
+    if (devices.get("config") or []) != want_config:
+        problems.append(f"config {devices.get('config')} != expected {want_config}")
+    want_selector = {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        ]
+    }
+    if allocation.get("nodeSelector") != want_selector:
+        problems.append(f"nodeSelector {allocation.get('nodeSelector')} does not pin {node}")
+    return problems
+
+
+def json_key(value: object) -> str:
+    return repr(value)
+
+
+def _published(case: Case, result: dict[str, Any]) -> dict[str, Any]:
+    for d in case.drivers:
+        if d.name == result.get("driver"):
+            for x in d.devices:
+                if x["name"] == result.get("device"):
+                    return x
+    return {}
+
+
+def expected_config(case: Case, claim: Claim, chosen: dict[str, Sub]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    by_class: dict[str, dict[str, Any]] = {}
+    used: list[tuple[str, str]] = []
+    for request in claim.requests:
+        sub = chosen.get(request.name)
+        if sub is None:
+            continue
+        name = f"{request.name}/{sub.name}" if sub.name else request.name
+        used.append((request.name, name))
+        entry = by_class.get(sub.cls)
+        if entry is not None:
+            entry["requests"].append(name)
+            continue
+        d = case.driver_of(sub.cls)
+        assert d is not None
+        entry = {"source": "FromClass", "requests": [name], **class_config(d)}
+        by_class[sub.cls] = entry
+        out.append(entry)
+    for i, names in enumerate(claim.config_for):
+        body = claim_config(case, claim, i)
+        if not names:
+            out.append({"source": "FromClaim", **body})
+            continue
+        for base, name in used:
+            if base in names or name in names:
+                out.append({"source": "FromClaim", "requests": names, **body})
+    return out
