@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -268,6 +270,60 @@ spec:
     killed_once = restarts.pop(leader, 1)  # still terminating: its one restart was the kill
     assert killed_once <= 1, restarts
     assert set(restarts.values()) == {0}, restarts  # the others never restarted: no loop
+
+
+def _load_reports(plane: Plane) -> dict[str, Any] | None:
+    got = plane.run("get", "nodetopology", realnode.NODE_NAME, "-o", "json")
+    if got.returncode != 0:
+        return None
+    load: dict[str, Any] | None = (json.loads(got.stdout).get("status") or {}).get("load")
+    return load
+
+
+def test_agent_load_reports_move_with_a_cpu_burner(cluster: DevCluster, tmp_path: Path) -> None:
+    """The agent on the real node reads real /proc: a busy loop on every CPU of this
+    machine (the node) shows in its next reports, and its end shows in later ones."""
+    plane = Plane(cluster, tmp_path)
+    first = wait_for(lambda: _load_reports(plane), "a load report from the agent", 120)
+    cpus = os.cpu_count() or 1
+    assert first["cpu"]["capacityMillicores"] == cpus * 1000
+    burn = "import time\nend = time.monotonic() + 150\nwhile time.monotonic() < end: pass\n"
+    burners = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(cpus)]
+    started = datetime.now(UTC)
+    try:
+
+        def hot() -> dict[str, Any] | None:
+            load = _load_reports(plane)
+            if load is None:
+                return None
+            # A report whose whole window ran with the burners.
+            window_start = datetime.fromisoformat(load["sampleTime"]) - timedelta(
+                seconds=float(load["windowSeconds"])
+            )
+            return load if window_start >= started and load["cpuPercent"] >= 85 else None
+
+        burning = wait_for(hot, "a report at >= 85 % cpu while every CPU is busy", 120)
+    finally:
+        for proc in burners:
+            proc.kill()
+            proc.wait()
+    stopped = datetime.now(UTC)
+
+    def cooler() -> dict[str, Any] | None:
+        load = _load_reports(plane)
+        if load is None:
+            return None
+        window_start = datetime.fromisoformat(load["sampleTime"]) - timedelta(
+            seconds=float(load["windowSeconds"])
+        )
+        cooled = load["cpuPercent"] <= burning["cpuPercent"] - 10
+        return load if window_start >= stopped and cooled else None
+
+    after = wait_for(cooler, "a report >= 10 points lower once the burners stopped", 120)
+    print(
+        f"agent cpu reports: {first['cpuPercent']} % before, {burning['cpuPercent']} % "
+        f"with {cpus} burners, {after['cpuPercent']} % after"
+    )
 
 
 def test_helm_test_upgrade_and_rollback(cluster: DevCluster, tmp_path: Path) -> None:
