@@ -249,7 +249,9 @@ def test_version(installed: Installed) -> None:
     assert _check(installed.run("lattice", "--version")).strip() == f"lattice {version}"
 
 
-@pytest.mark.parametrize("command", ["run", "agent", "explain", "graph", "simulate"])
+@pytest.mark.parametrize(
+    "command", ["run", "agent", "explain", "graph", "simulate", "selftest", "cleanup"]
+)
 def test_commands_start(installed: Installed, command: str) -> None:
     out = _check(installed.run("lattice", command, "--help"))
     assert out.startswith(f"usage: lattice {command}")

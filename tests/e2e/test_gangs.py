@@ -21,7 +21,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from lattice_dev.devcluster.cluster import ClusterConfig
-from lattice_dev.devcluster.kube import create_nodes, poll
+from lattice_dev.devcluster.kube import create_nodes, node_is_ready, poll
 from lattice_dev.devcluster.profiles import get_profile
 from tests.e2e.lattice_proc import LatticeProcess
 from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods
@@ -298,6 +298,14 @@ async def test_an_mpijob_launcher_and_workers_with_affinity_to_it_are_placed_who
         bodies.append(body)
     core = client.CoreV1Api(api)
     await create_nodes(api, bodies)
+
+    async def all_ready() -> bool | None:
+        # Until kwok reports them Ready they carry the not-ready taint the members do not
+        # tolerate: a gang arriving before that is (rightly) refused, which is not the test.
+        got = [await core.read_node(name) for name in nodes]
+        return True if all(node_is_ready(n) for n in got) else None
+
+    await poll(all_ready, within=60, interval=0.2)
     cpu = "300m" if key == "kubernetes.io/hostname" else "500m"
     try:
         await create_group(api, ns, "mpi", 5)
