@@ -33,6 +33,7 @@ from lattice_dev.devcluster.cluster import ClusterConfig
 from lattice_dev.devcluster.kube import poll
 from scheduler.model.podgroup import SCHEDULED_CONDITION
 from tests.e2e.lattice_proc import LatticeProcess
+from tests.e2e.test_gang_preemption import body as gang_pod
 from tests.e2e.test_preemption import Recorder, raw_list
 from tests.e2e.test_scheduler import Plane, _scrape, lattice_plane
 from tests.e2e.test_stream_recovery import GATED, metric
@@ -127,20 +128,11 @@ def body(
     group: str | None = None,
     finalizer: bool = False,
 ) -> dict[str, Any]:
-    labels = {"app": name.split("-", 1)[0]}
-    if group is not None:
-        labels[LABEL] = group
-    spec: dict[str, Any] = {
-        "schedulerName": "lattice",
-        "priorityClassName": klass,
-        "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}],
-    }
-    if node is not None:
-        spec["nodeName"] = node
-    meta: dict[str, Any] = {"name": name, "labels": labels}
+    """The gang preemption test's pod, optionally held Terminating by our finalizer."""
+    out = gang_pod(name, cpu, klass, node=node, group=group)
     if finalizer:
-        meta["finalizers"] = [FINALIZER]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+        out["metadata"]["finalizers"] = [FINALIZER]
+    return out
 
 
 def pod_scheduled(pod: dict[str, Any]) -> dict[str, Any] | None:
