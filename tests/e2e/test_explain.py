@@ -8,6 +8,8 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.kube import create_nodes, node_is_ready, poll
+from lattice_dev.devcluster.profiles import get_profile
 from scheduler.cli import main
 from tests.conftest import SUITE_NODES, ControlPlane
 from tests.e2e.differential.volumes_objects import claim_volume, pv, pvc, storage_class
@@ -103,6 +105,86 @@ async def test_explain_a_claim_pod_reads_the_storage(
     finally:
         await core.delete_persistent_volume(volume)
         await st.delete_storage_class(klass)
+
+
+async def test_explain_a_gpu_pod_shows_free_gpus_and_fragmentation(
+    control_plane: ControlPlane,
+    kube: client.ApiClient,
+    namespace: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two 8-GPU kwok nodes of our own, seven GPUs of one taken by bound pods: explain picks
+    the node whose last GPU the pod fills (nothing left to fragment) and its GPU table says
+    so, per node, from the live cluster."""
+    core = client.CoreV1Api(kube)
+    marker = "lattice.test/explain-gpu"
+    suffix = namespace[-20:]
+    whole, one_left = f"kwok-gpu-whole-{suffix}"[:63], f"kwok-gpu-one-{suffix}"[:63]
+    bodies = []
+    for name in (whole, one_left):
+        body = get_profile("small").node_body(name, 0)
+        body["metadata"]["labels"][marker] = suffix
+        for key in ("capacity", "allocatable"):
+            body["status"][key].update({"cpu": "96", "memory": "512Gi", "nvidia.com/gpu": "8"})
+        body["spec"]["taints"] = [{"key": marker, "value": "x", "effect": "NoSchedule"}]
+        bodies.append(body)
+    await create_nodes(kube, bodies)
+    toleration = {"key": marker, "operator": "Exists", "effect": "NoSchedule"}
+
+    def gpu_pod(name: str, node: str | None = None) -> dict[str, Any]:
+        body = _pod(name, "1")
+        body["spec"]["containers"][0]["resources"] = {
+            "requests": {"cpu": "1", "nvidia.com/gpu": "1"},
+            "limits": {"nvidia.com/gpu": "1"},
+        }
+        body["spec"]["tolerations"] = [toleration]
+        body["spec"]["nodeSelector"] = {marker: suffix}
+        if node:
+            body["spec"]["nodeName"] = node
+        return body
+
+    try:
+
+        async def ready() -> bool | None:
+            got = [await core.read_node(n) for n in (whole, one_left)]
+            return True if all(node_is_ready(n) for n in got) else None
+
+        await poll(ready, within=60, interval=0.2)
+        for i in range(7):
+            await core.create_namespaced_pod(
+                namespace, cast(client.V1Pod, gpu_pod(f"used-{i}", one_left))
+            )
+        await core.create_namespaced_pod(namespace, cast(client.V1Pod, gpu_pod("p")))
+        base = ["explain", "--kubeconfig", str(control_plane.kubeconfig), f"{namespace}/p"]
+        assert await _run([*base, "-o", "json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert sorted(out["feasible"]) == sorted([whole, one_left])
+        assert out["selected"] == one_left
+        gpus = out["gpus"]
+        assert gpus["podGPUs"] == 1
+        assert gpus["nodes"][one_left]["freeGPUs"] == 1
+        assert gpus["nodes"][one_left]["fragmentationAfter"] == 0
+        assert gpus["nodes"][whole]["freeGPUs"] == 8
+        assert gpus["nodes"][whole]["allocatableGPUs"] == 8
+        rise = {
+            n: gpus["nodes"][n]["fragmentationAfter"] - gpus["nodes"][n]["fragmentationBefore"]
+            for n in (whole, one_left)
+        }
+        assert rise[one_left] < rise[whole]  # the reason it chose: a smaller rise
+
+        assert await _run(base) == 0
+        table = capsys.readouterr().out.splitlines()
+        start = next(i for i, line in enumerate(table) if line.startswith("GPUs (pod asks 1;"))
+        first, second = table[start + 2].split(), table[start + 3].split()
+        assert first[:3] == ["*", one_left, "1/8"]
+        assert second[:2] == [whole, "8/8"]
+        pod = await core.read_namespaced_pod("p", namespace)
+        assert not pod.spec.node_name  # explained, not bound
+    finally:
+        for p in (await core.list_namespaced_pod(namespace)).items:
+            await core.delete_namespaced_pod(p.metadata.name, namespace, grace_period_seconds=0)
+        for n in (whole, one_left):
+            await core.delete_node(n)
 
 
 async def _run(argv: list[str]) -> int:
