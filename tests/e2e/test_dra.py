@@ -285,3 +285,102 @@ async def test_an_allocation_no_node_can_use_is_given_back_and_made_anew(
         sched.stop()
     assert sched.proc is not None
     assert sched.proc.returncode == 0
+
+
+async def test_claims_fill_the_partly_used_node_so_a_whole_node_stays_for_a_big_claim(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """Both kwok nodes publish 4 devices on 2 PCIe roots. A first 1-device claim is pinned
+    to node 0; the next 1-device claim fills that root, a 2-device claim takes node 0's
+    other root, and the 4-device claim still finds node 1 whole. kube 1.34 has no DRA
+    score: its cpu spreading sends the second claim to the emptier node 1, and the 4-device
+    claim then fits nowhere."""
+    driver = f"{ns}.frag.lattice.dev"
+    nodes = [node_name(0), node_name(1)]
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{ns}-frag"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        }
+    ]
+    for node in nodes:
+        devices = [
+            {
+                "name": f"gpu-{i}",
+                "attributes": {"resource.kubernetes.io/pcieRoot": {"string": f"pci000{i // 2}"}},
+            }
+            for i in range(4)
+        ]
+        objects.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{ns}-frag-{node}"},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices,
+                },
+            }
+        )
+    for count in (1, 2, 4):
+        objects.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": f"gpus-{count}", "namespace": ns},
+                "spec": {
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {
+                                    "name": "gpu",
+                                    "exactly": {"deviceClassName": f"{ns}-frag", "count": count},
+                                }
+                            ]
+                        }
+                    }
+                },
+            }
+        )
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+
+    def claims_pod(name: str, count: int, **spec: Any) -> dict[str, Any]:
+        claims = [{"name": "gpu", "resourceClaimTemplateName": f"gpus-{count}"}]
+        return pod(name, resourceClaims=claims, **spec)
+
+    async def devices_of(name: str) -> tuple[str, list[str]]:
+        core = client.CoreV1Api(api)
+        body = await core.read_namespaced_pod(name, ns)
+        (status,) = body.status.resource_claim_statuses
+        allocation = (await get_claim(api, ns, status.resource_claim_name))["status"]["allocation"]
+        results = allocation["devices"]["results"]
+        assert {r["driver"] for r in results} == {driver}
+        return body.spec.node_name, sorted(r["device"] for r in results)
+
+    sched = plane.lattice().start()
+    try:
+        pinned = {"kubernetes.io/hostname": nodes[0]}
+        steps = [
+            ("first", 1, {"nodeSelector": pinned}),
+            ("second", 1, {}),
+            ("pair", 2, {}),
+            ("big", 4, {}),
+        ]
+        for done, (name, count, spec) in enumerate(steps, start=1):
+            await create_pods(api, ns, [claims_pod(name, count, **spec)])
+            await wait_bound(api, ns, done, within=90)
+        assert await devices_of("first") == (nodes[0], ["gpu-0"])
+        assert await devices_of("second") == (nodes[0], ["gpu-1"])
+        assert await devices_of("pair") == (nodes[0], ["gpu-2", "gpu-3"])
+        assert await devices_of("big") == (nodes[1], ["gpu-0", "gpu-1", "gpu-2", "gpu-3"])
+    finally:
+        sched.stop()
+        core = client.CoreV1Api(api)
+        for p in await list_pods(api, ns):
+            await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        plane.run("delete", "resourceslices", *(f"{ns}-frag-{n}" for n in nodes), check=False)
+        plane.run("delete", "deviceclass", f"{ns}-frag", check=False)

@@ -19,6 +19,9 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
 * **PostFilter** (:func:`stale_allocations`, run by the controller when no node fits):
   the pod's allocated claims that nobody else holds and that no node can use any more
   are deallocated, so the next attempt can allocate anew.
+* **Device fit** (:func:`device_fits`, scored by GPUPlacement: kube 1.34 has no DRA
+  score): per node, how the allocation sits on the node's devices, so the node choice can
+  fill partly used PCIe roots and nodes first and keep whole ones for big claims.
 * **ClaimPlan** (after selection, kube's Reserve/PreBind as data): the allocations for the
   chosen node and the claims to reserve for the pod. The controller assumes the plan in its
   :class:`~scheduler.core.dra.state.DraState` (so the next cycle never offers those devices)
@@ -35,7 +38,7 @@ from typing import Any, Final
 import numpy as np
 
 from scheduler.core.dra.allocator import AllocationError, Allocator
-from scheduler.core.dra.objects import ResourceClaim, requests_of
+from scheduler.core.dra.objects import DeviceId, ResourceClaim, requests_of
 from scheduler.core.dra.state import ClaimPlan, ClaimWrite, DraState
 from scheduler.core.framework import (
     PREFILTER_SKIP,
@@ -52,6 +55,8 @@ NAME: Final = DYNAMIC_RESOURCES
 NOT_AVAILABLE: Final = "resourceclaim not available on the node"
 CANNOT_ALLOCATE: Final = "cannot allocate all claims"
 NO_STATE: Final = "Lattice allocates DRA resource claims only with the cluster's DRA objects"
+PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
+"""The standard attribute naming a device's PCIe root complex (NVIDIA's driver sets it)."""
 
 
 @dataclass(slots=True)
@@ -180,6 +185,60 @@ class DynamicResources:
             elif not any(r.uid == pod.uid for r in claim.reserved_for):
                 writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid, None))
         return ClaimPlan(pod.name, pod.uid, tuple(writes))
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFit:
+    """How one node's allocation for the pod sits on that node's devices."""
+
+    devices: int
+    """Devices the allocation takes (adminAccess results take none)."""
+    roots: int
+    """Distinct PCIe roots among them (0: no device names one)."""
+    left_on_roots: int
+    """Free devices left on those roots afterwards, in the pools drawn from."""
+    left_in_pools: int
+    """Free devices left in the pools drawn from on the node afterwards."""
+
+
+def device_fits(cycle: Cycle) -> dict[int, DeviceFit]:
+    """Per node row with a new allocation for the pod: its :class:`DeviceFit` (empty: the
+    pod allocates nothing). Free means in no written or assumed allocation."""
+    state: _State | None = cycle.state.get(NAME)
+    if state is None or state.allocator is None or not state.results:
+        return {}
+    allocator = state.allocator
+    out: dict[int, DeviceFit] = {}
+    for row, allocations in state.results.items():
+        chosen: set[DeviceId] = set()
+        for allocation in allocations:
+            for r in allocation["devices"]["results"]:
+                if not r.get("adminAccess"):
+                    chosen.add(DeviceId(r["driver"], r["pool"], r["device"]))
+        pools = {(d.driver, d.pool) for d in chosen}
+        node = cycle.snapshot.node(row)
+        roots: set[tuple[str, object]] = set()
+        free: list[tuple[str, object]] = []
+        for pool in allocator.slices.pools(node.name, node.labels):
+            if (pool.driver, pool.name) not in pools:
+                continue
+            for s in pool.slices:
+                for d in s.devices:
+                    root = d.attribute(PCIE_ROOT)
+                    key = (pool.id, None if root is None else root.value)
+                    device_id = DeviceId(s.driver, s.pool, d.name)
+                    if device_id in chosen:
+                        if root is not None:
+                            roots.add(key)
+                    elif device_id not in allocator.allocated and d.allocatable:
+                        free.append(key)
+        out[row] = DeviceFit(
+            devices=len(chosen),
+            roots=len(roots),
+            left_on_roots=sum(1 for key in free if key in roots),
+            left_in_pools=len(free),
+        )
+    return out
 
 
 def stale_allocations(pod: Pod, dra: DraState, snapshot: Snapshot) -> list[ResourceClaim]:

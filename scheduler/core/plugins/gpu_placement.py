@@ -18,7 +18,14 @@ Policies (``GpuPlacementArgs.policy``):
 * **MostAllocated**: the share of the node's GPUs requested afterwards (plain best fit).
 * **LeastAllocated**: the share left free (spreading, as kube-scheduler does).
 
-The last two score only pods that ask for GPUs. Scores are normalised over the feasible
+The last two score only pods that ask for GPUs.
+
+**DRA claims** (kube 1.34 scores no DRA allocation): a pod whose claims get new devices is
+ranked by where its allocation would sit (:func:`~scheduler.core.plugins.dynamic_resources.
+device_fits`). Fragmentation: fewest PCIe roots spanned, then fewest free devices left on
+those roots (fill a partly used root first), then fewest left in the pools drawn from on the
+node (fill a partly used node, keep whole ones for big claims); MostAllocated: the last only;
+LeastAllocated: no DRA score, as kube. Scores are normalised over the feasible
 nodes (best 100, worst 0; Fragmentation by rank, halving per step), so the profile weight
 decides how GPU placement trades against the other scores. ``lattice explain`` shows the
 same per-node figures (:meth:`GpuPlacement.figures`).
@@ -33,6 +40,7 @@ import numpy as np
 from scheduler.core.framework import Cycle
 from scheduler.core.gpus import Figures, GpuDemand, figures, gpu_count
 from scheduler.core.plugins._normalize import MAX_NODE_SCORE
+from scheduler.core.plugins.dynamic_resources import device_fits
 from scheduler.core.plugins.topology import NEUTRAL_SCORE
 from scheduler.core.profile import GPU_PLACEMENT, TOPOLOGY, GpuPlacementArgs, GpuPolicy, Profile
 from scheduler.core.snapshot import BoolArray, IntArray
@@ -60,6 +68,10 @@ class GpuPlacement:
 
     def score(self, cycle: Cycle, feasible: BoolArray) -> IntArray | None:
         policy = self.args.policy
+        if policy is not GpuPolicy.LEAST_ALLOCATED:
+            dra = self._dra_keys(cycle)
+            if dra:
+                return _ranked_by(dra if policy is GpuPolicy.FRAGMENTATION else dra[-1:], feasible)
         if policy is not GpuPolicy.FRAGMENTATION and not gpu_count(
             cycle.pod.resources.requests, self.args.resources
         ):
@@ -92,6 +104,22 @@ class GpuPlacement:
             return None  # every feasible node is alike to this plugin
         scores: IntArray = (np.clip(raw, lo, hi) - lo) * MAX_NODE_SCORE // (hi - lo)
         return scores
+
+    def _dra_keys(self, cycle: Cycle) -> tuple[IntArray, ...]:
+        """Minus (roots spanned, free left on them, free left in the pools) per row (larger
+        ranks first), for a pod whose claims allocate devices; rows without one rank last."""
+        fits = device_fits(cycle)
+        if not fits:
+            return ()
+        worst = np.iinfo(np.int64).min
+        keys = tuple(np.full(cycle.num_nodes, worst, dtype=np.int64) for _ in range(3))
+        for row, fit in fits.items():
+            keys[0][row], keys[1][row], keys[2][row] = (
+                -fit.roots,
+                -fit.left_on_roots,
+                -fit.left_in_pools,
+            )
+        return keys
 
     def _alignment(self, cycle: Cycle) -> tuple[IntArray, ...]:
         """Topology's score of its device choice per node, when it made any: alignment
