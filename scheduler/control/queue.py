@@ -151,6 +151,9 @@ class ClusterEventType(enum.StrEnum):
     DRA_CHANGED = "ResourceClaimOrSliceChanged"
     """A DeviceClass, ResourceClaim or ResourceSlice changed: only pods with resource
     claims can be concerned (kube registers DynamicResources for these)."""
+    PROFILE_CHANGED = "ProfileChanged"
+    """The LatticeScheduler spec changed the profile: any verdict may differ (kube-scheduler
+    gets a new configuration only by a restart, which retries every pod)."""
 
 
 class NodeChange(enum.Flag):

@@ -251,8 +251,13 @@ class Scheduler:
             self.binder.resize(settings.bind_concurrency)
         if self.writer is not None:
             self.writer.reconfigure(settings.client_qps, settings.client_burst)
+        changed = settings.profile != self.settings.profile
         self.settings = settings
         self.log.info("settings_applied", reason=f"profile {settings.profile.name}")
+        if changed:
+            self.queue.move_all_on_event(
+                ClusterEvent(ClusterEventType.PROFILE_CHANGED, subject=settings.profile.name)
+            )
 
     # -- watch side ---------------------------------------------------------
     def pod_upserted(self, body: Body) -> None:
@@ -510,12 +515,25 @@ class Scheduler:
             key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
             shared = self.cache.dra.shared_devices(key)
             if shared:  # the API server does not stop it: two schedulers, one pool
+                devices = ", ".join("/".join(d) for d in shared)
                 self.metrics.dra_double_allocations.inc()
                 self.log.warning(
-                    "device_double_allocated",
-                    pod=f"{key[0]}/{key[1]}",
-                    reason=", ".join("/".join(d) for d in shared),
+                    "device_double_allocated", pod=f"{key[0]}/{key[1]}", reason=devices
                 )
+                if self.reporter is not None:
+                    self.reporter.event(
+                        PodRef(key[0], key[1], str(meta.get("uid") or "")),
+                        reason="DeviceDoubleAllocated",
+                        message=(
+                            f"device(s) {devices} are also in another claim's allocation: two "
+                            "schedulers allocated one pool (give Lattice its own nodes with "
+                            "LatticeScheduler spec.dra.nodeSelector)"
+                        ),
+                        warning=True,
+                        action="Allocating",
+                        kind="ResourceClaim",
+                        api_version="resource.k8s.io/v1",
+                    )
         self._dra_changed(kind, body)
 
     def dra_deleted(self, kind: DraKind, body: Body) -> None:

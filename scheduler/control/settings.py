@@ -14,6 +14,7 @@ from typing import Any
 
 from scheduler.core.profile import (
     DEFAULT_PROFILE,
+    DynamicResourcesArgs,
     GpuPlacementArgs,
     GpuPolicy,
     LoadAwareArgs,
@@ -22,6 +23,8 @@ from scheduler.core.profile import (
     ScoringStrategy,
 )
 from scheduler.core.registry import default_registry
+from scheduler.model.errors import InvalidObjectError
+from scheduler.model.selectors import LabelSelector
 from scheduler.predict import ConfigError, PredictConfig
 
 API_GROUP = "lattice.dev"
@@ -134,6 +137,25 @@ def parse_gpu_placement(raw: object) -> GpuPlacementArgs:
     return GpuPlacementArgs(policy=policy, resources=resources)
 
 
+def parse_dra(raw: object) -> DynamicResourcesArgs:
+    """spec.dra into DynamicResources' arguments (a bad selector is a clear error)."""
+    if raw is None:
+        return DynamicResourcesArgs()
+    if not isinstance(raw, Mapping):
+        raise SettingsError("spec.dra must be an object")
+    unknown = sorted(set(raw) - {"nodeSelector"})
+    if unknown:
+        raise SettingsError(f"spec.dra: unknown key {unknown[0]!r}")
+    body = raw.get("nodeSelector")
+    if body is None:
+        return DynamicResourcesArgs()
+    try:
+        selector = LabelSelector.from_api(body, field="spec.dra.nodeSelector")
+    except InvalidObjectError as exc:
+        raise SettingsError(str(exc)) from exc
+    return DynamicResourcesArgs(node_selector=selector)
+
+
 def default_spec(scheduler_name: str) -> dict[str, Any]:
     """The object `lattice run` creates when none exists."""
     s = SchedulerSettings(scheduler_name=scheduler_name)
@@ -165,6 +187,7 @@ def default_spec(scheduler_name: str) -> dict[str, Any]:
             "policy": s.profile.gpu_placement.policy.value,
             "resources": list(s.profile.gpu_placement.resources),
         },
+        "dra": {"nodeSelector": {}},
     }
 
 
@@ -315,6 +338,7 @@ def parse_spec(spec: Mapping[str, Any], scheduler_name: str) -> SchedulerSetting
             ),
             load_aware=parse_load_aware(spec.get("loadAware")),
             gpu_placement=parse_gpu_placement(spec.get("gpuPlacement")),
+            dynamic_resources=parse_dra(spec.get("dra")),
         )
     except ValueError as exc:
         raise SettingsError(str(exc)) from exc

@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Final
 
 from scheduler.model.names import CPU, MEMORY
+from scheduler.model.selectors import EVERYTHING, LabelSelector
 from scheduler.model.topology import GPU_RESOURCE, RDMA_RESOURCE
 from scheduler.predict import PredictConfig
 
@@ -211,6 +212,15 @@ LATTICE_PLUGINS: Final = frozenset({TOPOLOGY, LOAD_AWARE, GPU_PLACEMENT})
 
 
 @dataclass(frozen=True, slots=True)
+class DynamicResourcesArgs:
+    node_selector: LabelSelector = EVERYTHING
+    """Nodes whose devices Lattice may allocate (``spec.dra.nodeSelector``): the API server
+    does not stop two schedulers taking one device, and neither sees the other's in-flight
+    allocations, so an operator running kube-scheduler's DRA pods beside Lattice's gives
+    each its own nodes. Claims allocated already are honoured on any node."""
+
+
+@dataclass(frozen=True, slots=True)
 class Profile:
     """A typed scheduling profile (hashable, so frameworks can be cached per profile)."""
 
@@ -225,6 +235,7 @@ class Profile:
     topology: TopologyArgs = field(default_factory=TopologyArgs)
     load_aware: LoadAwareArgs = field(default_factory=LoadAwareArgs)
     gpu_placement: GpuPlacementArgs = field(default_factory=GpuPlacementArgs)
+    dynamic_resources: DynamicResourcesArgs = field(default_factory=DynamicResourcesArgs)
 
     def __post_init__(self) -> None:
         if len(set(self.filters)) != len(self.filters):

@@ -55,8 +55,8 @@ async def test_a_pod_without_devices_waits_for_a_dra_change() -> None:
     assert sched.queue.where(key) in (QueueName.ACTIVE, QueueName.BACKOFF)
 
 
-def test_one_device_in_two_allocations_is_counted_and_logged() -> None:
-    sched, _ = scheduler()
+async def test_one_device_in_two_allocations_is_counted_logged_and_an_event() -> None:
+    sched, writer = scheduler()
     results = [{"request": "gpu", "driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}]
     for name in ("a", "b"):
         body = claim(
@@ -70,6 +70,11 @@ def test_one_device_in_two_allocations_is_counted_and_logged() -> None:
     assert [(e["event"], e["reason"]) for e in logs] == [
         ("device_double_allocated", "gpu.example.com/n1/gpu-0")
     ]
+    await sched.drain(30)
+    (event,) = [e for e in writer.events if e[2] == "DeviceDoubleAllocated"]
+    assert event[:2] == ("ResourceClaim", "b")  # the claim whose update showed it
+    assert "gpu.example.com/n1/gpu-0" in event[3]
+    assert "spec.dra.nodeSelector" in event[3]
 
 
 class ClaimWriter(FakeWriter):
@@ -113,6 +118,30 @@ def claim_scheduler(*claims: dict[str, Any]) -> tuple[Scheduler, ClaimWriter]:
     for c in claims:
         sched.dra_upserted(Kind.CLAIM, c)
     return sched, writer
+
+
+async def test_lattice_allocates_only_on_its_own_dra_nodes() -> None:
+    """spec.dra.nodeSelector: devices elsewhere are kube-scheduler's; the pod waits with a
+    reason that names the setting, and is placed once the setting admits the node."""
+    sched, writer = claim_scheduler(claim("c", request("gpu", exactly("gpu"))))
+    own = {"dra": {"nodeSelector": {"matchLabels": {"kubernetes.io/hostname": "n2"}}}}
+    sched.apply_settings(parse_spec(own, "lattice"))
+    sched.pod_upserted(claim_pod("p", "c"))
+    await run_one(sched)
+    assert writer.binds == []
+    (event,) = [e for e in writer.events if e[2] == "FailedScheduling"]
+    assert event[3].startswith(
+        "0/3 nodes are available: 1 cannot allocate all claims, 2 node(s) outside Lattice's DRA"
+        " nodes (LatticeScheduler spec.dra.nodeSelector)."
+    )
+    key = pod_key("default", "p")
+    assert sched.queue.where(key) is QueueName.UNSCHEDULABLE
+    sched.apply_settings(parse_spec({}, "lattice"))  # a new profile retries the pod
+    assert sched.queue.where(key) in (QueueName.ACTIVE, QueueName.BACKOFF)
+    sched.queue.flush(now=float("inf"))  # past its backoff
+    await run_one(sched)
+    assert writer.binds == [("p", "n1")]
+    assert writer.written == ["c"]
 
 
 async def test_claims_are_written_before_the_binding_and_counted() -> None:

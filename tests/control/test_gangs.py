@@ -46,6 +46,11 @@ class FakeWriter:
         """Pods the API no longer has: their status patch and deletion answer 404."""
         self.on_fail: Callable[[str], None] = lambda node: None
         """Called with the node of a failed binding (a test deletes it: node gone)."""
+        self.rates: list[tuple[float, int]] = []
+        """Client QPS and burst of each settings change, as the real writer takes them."""
+
+    def reconfigure(self, qps: float, burst: int) -> None:
+        self.rates.append((qps, burst))
 
     async def bind(
         self, pod: PodRef, node: str, annotations: dict[str, str] | None = None

@@ -136,3 +136,20 @@ def test_gpu_gauges_count_stranded_gpus() -> None:
     assert value("allocatable") == 16
     assert value("free") == 10
     assert value("stranded") == 2
+
+
+def test_dra_node_selector_is_parsed_and_bad_ones_say_why() -> None:
+    default = parse_spec(default_spec("lattice"), "lattice")
+    assert default.profile.dynamic_resources.node_selector.is_empty
+    spec = {"dra": {"nodeSelector": {"matchLabels": {"pool": "lattice"}}}}
+    selector = parse_spec(spec, "lattice").profile.dynamic_resources.node_selector
+    assert selector.matches({"pool": "lattice"})
+    assert not selector.matches({"pool": "kube"})
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"dra": "x"}, "spec.dra must be an object"),
+        ({"dra": {"nodeSelectr": {}}}, "unknown key 'nodeSelectr'"),
+        ({"dra": {"nodeSelector": {"matchExpressions": [{"key": "a", "operator": "Gt"}]}}}, "Gt"),
+    ]
+    for bad, message in cases:
+        with pytest.raises(SettingsError, match=message):
+            parse_spec(bad, "lattice")

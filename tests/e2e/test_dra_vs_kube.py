@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import pytest
 import yaml
@@ -30,9 +30,11 @@ from tests.e2e.differential.dra_cases import (
     as_kube,
     claim_status,
     dra_plane,
+    list_claims,
     pinned,
 )
-from tests.e2e.test_scheduler import Plane, create_pods, list_pods
+from tests.e2e.test_gangs import events_of
+from tests.e2e.test_scheduler import Plane, create_pods, list_pods, pod
 
 
 @pytest.fixture(scope="module")
@@ -220,5 +222,168 @@ async def test_allocations_agree_with_kube_scheduler(
             assert "allocation" not in await claim_status(api, ns, f"{ERROR_CASE}-{node}")
     finally:
         sched.stop()
+    assert sched.proc is not None
+    assert sched.proc.returncode == 0
+
+
+async def test_two_schedulers_with_their_own_dra_nodes_allocate_concurrently(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """The two-scheduler rule, live. One driver publishes 6 devices on each node; Lattice
+    gets LATTICE_NODE by ``spec.dra.nodeSelector``, kube-scheduler's pods get KUBE_NODE by
+    their own nodeSelector (kube has no such setting). 5 kube pods and 7 Lattice pods with
+    template claims, created at once: the 5 and 6 of the 7 bind, Lattice's on its node, no
+    device in two claims; the 7th stays pending with a reason naming the setting, though
+    KUBE_NODE still has a free device. A claim then written by hand with a device Lattice
+    allocated gets a DeviceDoubleAllocated Event."""
+    driver = f"{ns}.pools.lattice.dev"
+    klass = f"{ns}-pools"
+    one_device = {"name": "d", "exactly": {"deviceClassName": klass}}
+    bodies: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": klass},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "one", "namespace": ns},
+            "spec": {"spec": {"devices": {"requests": [one_device]}}},
+        },
+    ]
+    for node in (KUBE_NODE, LATTICE_NODE):
+        bodies.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{ns}-pools-{node}"},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": f"dev-{i}"} for i in range(6)],
+                },
+            }
+        )
+    bodies.append(
+        {
+            "apiVersion": "lattice.dev/v1alpha1",
+            "kind": "LatticeScheduler",
+            "metadata": {"name": "lattice"},
+            "spec": {
+                "schedulerName": "lattice",
+                "dra": {"nodeSelector": {"matchLabels": {"kubernetes.io/hostname": LATTICE_NODE}}},
+            },
+        }
+    )
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(bodies))
+    claims = [{"name": "d", "resourceClaimTemplateName": "one"}]
+    kube_pods = [
+        pod(
+            f"kube-{i}",
+            scheduler="default-scheduler",
+            nodeSelector={"kubernetes.io/hostname": KUBE_NODE},
+            resourceClaims=claims,
+        )
+        for i in range(5)
+    ]
+    ours = [pod(f"ours-{i}", resourceClaims=claims) for i in range(7)]
+    sched = plane.lattice().start()
+    objects = client.CustomObjectsApi(api)
+    try:
+        await create_pods(api, ns, kube_pods + ours)
+
+        async def settled() -> dict[str, dict[str, Any]] | None:
+            pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
+            bound = [p for p in pods.values() if p["spec"].get("nodeName")]
+            return pods if len(bound) == 11 else None
+
+        pods = await poll(settled, within=120, interval=0.5)
+        for name, p in pods.items():
+            if name.startswith("kube-"):
+                assert p["spec"]["nodeName"] == KUBE_NODE, name
+        ours_bound = [
+            p for n, p in pods.items() if n.startswith("ours-") and p["spec"].get("nodeName")
+        ]
+        assert len(ours_bound) == 6
+        assert {p["spec"]["nodeName"] for p in ours_bound} == {LATTICE_NODE}
+        (waiting,) = [n for n, p in pods.items() if not p["spec"].get("nodeName")]
+
+        taken: list[tuple[str, str, str]] = []
+        for body in (await list_claims(api, ns)).values():
+            allocation = (body.get("status") or {}).get("allocation")
+            if allocation:
+                taken += [
+                    (r["driver"], r["pool"], r["device"]) for r in allocation["devices"]["results"]
+                ]
+        assert len(taken) == 11
+        assert len(set(taken)) == 11, "a device in two claims"
+
+        async def outside() -> list[Any] | None:
+            evs = [
+                e
+                for e in await events_of(api, ns, "FailedScheduling")
+                if e.involved_object.name == waiting
+                and "node(s) outside Lattice's DRA nodes (LatticeScheduler spec.dra.nodeSelector)"
+                in e.message
+            ]
+            return evs or None
+
+        await poll(outside, within=60, interval=0.5)
+
+        lattice_device = next(t for t in taken if t[1] == LATTICE_NODE)
+        dup = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "dup", "namespace": ns},
+            "spec": {
+                "devices": {"requests": [{"name": "d", "exactly": {"deviceClassName": klass}}]}
+            },
+        }
+        plane.run("apply", "-f", "-", stdin=yaml.safe_dump(dup))
+        body = await objects.get_namespaced_custom_object(
+            "resource.k8s.io", "v1", ns, "resourceclaims", "dup"
+        )
+        driver_, pool_, device_ = lattice_device
+        body["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "d", "driver": driver_, "pool": pool_, "device": device_}
+                    ]
+                }
+            }
+        }
+        await objects.replace_namespaced_custom_object_status(
+            "resource.k8s.io", "v1", ns, "resourceclaims", "dup", body
+        )
+
+        async def double() -> list[Any] | None:
+            evs = [
+                e
+                for e in await events_of(api, ns, "DeviceDoubleAllocated")
+                if e.involved_object.kind == "ResourceClaim"
+            ]
+            return evs or None
+
+        (event,) = await poll(double, within=60, interval=0.5)
+        assert "/".join(lattice_device) in event.message
+    finally:
+        sched.stop()
+        plane.run("delete", "resourceclaim", "dup", "-n", ns, "--ignore-not-found")
+        await cast(Any, objects).patch_cluster_custom_object(
+            "lattice.dev",
+            "v1alpha1",
+            "latticeschedulers",
+            "lattice",
+            {"spec": {"dra": None}},
+            _content_type="application/merge-patch+json",
+        )
+        plane.run(
+            "delete", "resourceslices", *(f"{ns}-pools-{n}" for n in (KUBE_NODE, LATTICE_NODE))
+        )
+        plane.run("delete", "deviceclass", klass)
     assert sched.proc is not None
     assert sched.proc.returncode == 0

@@ -11,7 +11,9 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
   UnschedulableAndUnresolvable, as every DRA status of kube's is; the queue wakes it on a
   claim, class or slice change. An allocated claim (shared, or allocated before) only
   needs its ``allocation.nodeSelector``.
-* **Filter** per node: allocated claims must be available on the node; the unallocated
+* **Filter** per node: a node outside ``spec.dra.nodeSelector`` (Lattice's own DRA nodes,
+  :class:`~scheduler.core.profile.DynamicResourcesArgs`) cannot allocate anything new;
+  allocated claims must be available on the node; the unallocated
   ones go through the structured allocator (:mod:`scheduler.core.dra.allocator`). A
   failure is "cannot allocate all claims"; an allocator error (a CEL runtime error, All
   over an incomplete pool, ...) is an Error status, which ends the pod's whole attempt
@@ -47,13 +49,14 @@ from scheduler.core.framework import (
     FilterResult,
     PreFilterResult,
 )
-from scheduler.core.profile import DYNAMIC_RESOURCES, Profile
+from scheduler.core.profile import DYNAMIC_RESOURCES, DynamicResourcesArgs, Profile
 from scheduler.core.snapshot import BoolArray, Snapshot
 from scheduler.model.pod import Pod
 
 NAME: Final = DYNAMIC_RESOURCES
 NOT_AVAILABLE: Final = "resourceclaim not available on the node"
 CANNOT_ALLOCATE: Final = "cannot allocate all claims"
+OUTSIDE: Final = "node(s) outside Lattice's DRA nodes (LatticeScheduler spec.dra.nodeSelector)"
 NO_STATE: Final = "Lattice allocates DRA resource claims only with the cluster's DRA objects"
 PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
 """The standard attribute naming a device's PCIe root complex (NVIDIA's driver sets it)."""
@@ -74,6 +77,9 @@ def _reject(message: str) -> PreFilterResult:
 
 class DynamicResources:
     name: Final = NAME
+
+    def __init__(self, args: DynamicResourcesArgs | None = None) -> None:
+        self.args = args or DynamicResourcesArgs()
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
         pod = cycle.pod
@@ -137,9 +143,15 @@ class DynamicResources:
         codes = np.zeros(snapshot.num_nodes, dtype=np.int8)
         not_available = np.zeros(snapshot.num_nodes, dtype=np.bool_)
         cannot = np.zeros(snapshot.num_nodes, dtype=np.bool_)
+        outside = np.zeros(snapshot.num_nodes, dtype=np.bool_)
         errors: dict[str, BoolArray] = {}
+        own = self.args.node_selector
         for row in np.flatnonzero(candidates):
             node = snapshot.node(int(row))
+            if state.to_allocate and not own.is_empty and not own.matches(node.labels):
+                outside[row] = True
+                codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                continue
             if any(
                 c.allocation_node_selector is not None
                 and not c.allocation_node_selector.matches(node.labels, node.name)
@@ -165,7 +177,11 @@ class DynamicResources:
                 state.results[int(row)] = found
         reasons = tuple(
             (reason, mask)
-            for reason, mask in ((NOT_AVAILABLE, not_available), (CANNOT_ALLOCATE, cannot))
+            for reason, mask in (
+                (OUTSIDE, outside),
+                (NOT_AVAILABLE, not_available),
+                (CANNOT_ALLOCATE, cannot),
+            )
             if mask.any()
         ) + tuple(errors.items())
         if not reasons:
@@ -265,4 +281,4 @@ def stale_allocations(pod: Pod, dra: DraState, snapshot: Snapshot) -> list[Resou
 
 
 def new(profile: Profile) -> DynamicResources:
-    return DynamicResources()
+    return DynamicResources(profile.dynamic_resources)
