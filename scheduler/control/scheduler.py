@@ -630,6 +630,7 @@ class Scheduler:
             gangs=gangs,
             gang_members=gang_members,
             volumes=self.cache.volumes,
+            dra=self.cache.dra,
         )
 
     def _post_filter(self, decision: Decision, log: Any) -> tuple[Preemption | None, str]:

@@ -61,6 +61,8 @@ from typing import Final
 
 import numpy as np
 
+from scheduler.core.dra.objects import DeviceId
+from scheduler.core.dra.state import DraState
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code, Cycle
 from scheduler.core.load import LoadView
@@ -130,6 +132,10 @@ class Inputs:
     """Gang key -> every placed member, on any node: evicted together or not at all."""
     volumes: VolumeState | None = None
     """The cluster's storage (None: pods with claims fail the dry run, as in the cycle)."""
+    dra: DraState | None = None
+    """The DRA objects (None: pods with resource claims fail the dry run, as in the cycle).
+    Not in kube 1.34, whose DRA rejections are all UnschedulableAndUnresolvable: here a
+    victim's devices count as free once it is gone, so a claim can preempt for devices."""
 
     def facts_of(self, pod: Pod) -> PodFacts:
         return self.facts.get(pod.key, NO_FACTS)
@@ -342,6 +348,8 @@ class _Simulation:
         """Pods taken out of the device ledger, to put back on restore."""
         self.unclaimed: dict[str, Pod] = {}
         """Pods taken out of the claims' users, to put back on restore."""
+        self.freed: dict[str, list[DeviceId]] = {}
+        """DRA devices of removed pods, counted free until put back."""
         for other, node in inputs.nominated:
             if other.priority >= pod.priority and other.key != pod.key:
                 self.nominated.setdefault(node, []).append(other)
@@ -354,6 +362,11 @@ class _Simulation:
         if self.inputs.volumes is not None and pod.storage_volumes:
             self.inputs.volumes.remove_pod(pod.key)
             self.unclaimed[pod.key] = pod
+        dra = self.inputs.dra
+        if dra is not None and pod.resource_claims and pod.key not in self.freed:
+            devices = dra.held_by(pod.uid)
+            dra.release(devices)
+            self.freed[pod.key] = devices
 
     def add(self, pod: Pod, node: str) -> None:
         self.snapshot.add_pod(pod, node)
@@ -362,6 +375,9 @@ class _Simulation:
             self.unledgered.pop(pod.key, None)
         if self.unclaimed.pop(pod.key, None) is not None and self.inputs.volumes is not None:
             self.inputs.volumes.add_pod(pod)
+        devices = self.freed.pop(pod.key, None)
+        if devices is not None and self.inputs.dra is not None:
+            self.inputs.dra.hold(devices)
 
     def restore(self, node: str, original: Sequence[Pod]) -> None:
         """Put the node's pods back in their original order (pod order is observable)."""
@@ -379,6 +395,10 @@ class _Simulation:
             for pod in self.unclaimed.values():
                 self.inputs.volumes.add_pod(pod)
         self.unclaimed.clear()
+        if self.inputs.dra is not None:
+            for devices in self.freed.values():
+                self.inputs.dra.hold(devices)
+        self.freed.clear()
 
     def failure(self, node: str) -> tuple[str, ...] | None:
         """``RunFilterPluginsWithNominatedPods`` on one node of the current snapshot: None
@@ -463,7 +483,14 @@ def filter_failure(
     row = snapshot.index_of(node)
     if row is None:
         return ("node not found",)
-    cycle = Cycle(snapshot, pod, topology=inputs.topology, load=inputs.load, volumes=inputs.volumes)
+    cycle = Cycle(
+        snapshot,
+        pod,
+        topology=inputs.topology,
+        load=inputs.load,
+        volumes=inputs.volumes,
+        dra=inputs.dra,
+    )
     skipped: set[str] = set()
     for plugin in framework.plugins.pre_filters:
         result = plugin.pre_filter(cycle)
@@ -502,7 +529,14 @@ def counted_path(framework: Framework, snapshot: Snapshot, pod: Pod, inputs: Inp
     """
     if any(other.has_required_anti_affinity for other, _ in inputs.nominated):
         return False
-    cycle = Cycle(snapshot, pod, topology=inputs.topology, load=inputs.load, volumes=inputs.volumes)
+    cycle = Cycle(
+        snapshot,
+        pod,
+        topology=inputs.topology,
+        load=inputs.load,
+        volumes=inputs.volumes,
+        dra=inputs.dra,
+    )
     with_pre_filter: set[str] = set()
     for plugin in framework.plugins.pre_filters:
         with_pre_filter.add(plugin.name)

@@ -19,7 +19,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import pytest
 import yaml
@@ -384,3 +384,93 @@ async def test_claims_fill_the_partly_used_node_so_a_whole_node_stays_for_a_big_
             await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
         plane.run("delete", "resourceslices", *(f"{ns}-frag-{n}" for n in nodes), check=False)
         plane.run("delete", "deviceclass", f"{ns}-frag", check=False)
+
+
+async def test_a_high_priority_claim_preempts_the_lower_holder_of_its_devices(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """kube 1.34 cannot do this (its DRA rejections are UnschedulableAndUnresolvable). A
+    node's only two devices are held by a low-priority pod's template claim; a
+    high-priority pod whose claim needs both preempts it, kube-controller-manager deletes
+    the victim's claim, and the preemptor is allocated the devices and bound."""
+    driver = f"{ns}.preempt.lattice.dev"
+    node = node_name(0)
+    scheduling = client.SchedulingV1Api(api)
+    classes = {f"{ns}-low": 10, f"{ns}-high": 1000}
+    for name, value in classes.items():
+        pc: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass"}
+        pc |= {"metadata": {"name": name}, "value": value}
+        await scheduling.create_priority_class(cast(client.V1PriorityClass, pc))
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{ns}-preempt"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{ns}-preempt-{node}"},
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": f"gpu-{i}"} for i in range(2)],
+            },
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "both", "namespace": ns},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {"deviceClassName": f"{ns}-preempt", "count": 2},
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+    ]
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    claims = [{"name": "gpu", "resourceClaimTemplateName": "both"}]
+    core = client.CoreV1Api(api)
+    sched = plane.lattice().start()
+    try:
+        await create_pods(
+            api, ns, [pod("low", resourceClaims=claims, priorityClassName=f"{ns}-low")]
+        )
+        (low,) = await wait_bound(api, ns, 1, within=90)
+        assert low["spec"]["nodeName"] == node
+        await create_pods(
+            api, ns, [pod("high", resourceClaims=claims, priorityClassName=f"{ns}-high")]
+        )
+
+        async def preempted() -> dict[str, Any] | None:
+            pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
+            high = pods.get("high")
+            if "low" in pods or high is None or not high["spec"].get("nodeName"):
+                return None
+            return high
+
+        high = await poll(preempted, within=120, interval=0.5)
+        assert high["spec"]["nodeName"] == node
+        body = await core.read_namespaced_pod("high", ns)
+        (status,) = body.status.resource_claim_statuses
+        allocation = (await get_claim(api, ns, status.resource_claim_name))["status"]["allocation"]
+        assert sorted(r["device"] for r in allocation["devices"]["results"]) == ["gpu-0", "gpu-1"]
+        deleted = [ln for ln in sched.lines() if ln.get("event") == "victim_deleted"]
+        assert [(ln["node"], ln["reason"]) for ln in deleted] == [(node, f"{ns}/low")]
+    finally:
+        sched.stop()
+        for p in await list_pods(api, ns):
+            await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        plane.run("delete", "resourceslice", f"{ns}-preempt-{node}", check=False)
+        plane.run("delete", "deviceclass", f"{ns}-preempt", check=False)
+        for name in classes:
+            await scheduling.delete_priority_class(name)

@@ -131,6 +131,29 @@ class DraState:
         pending = self._pending.get(key)
         return None if pending is None else pending[0]
 
+    # ------------------------------------------------------------- preemption
+    def held_by(self, pod_uid: str) -> list[DeviceId]:
+        """The devices only this pod holds: its claims reserved for it alone, and its
+        allocations not yet written. Its eviction frees them (kube-controller-manager
+        deletes a template's claim with its pod, and takes a gone pod out of
+        ``reservedFor``), which is what preemption's dry run simulates."""
+        out: list[DeviceId] = []
+        for claim in self.claims.values():
+            reserved = claim.reserved_for
+            if reserved and all(r.uid == pod_uid for r in reserved):
+                out += claim.allocated_devices()
+        for uid, devices in self._pending.values():
+            if uid == pod_uid:
+                out += devices
+        return out
+
+    def release(self, devices: list[DeviceId]) -> None:
+        """Count ``devices`` as free (the dry run's victim is gone); undo with :meth:`hold`."""
+        self._release(devices)
+
+    def hold(self, devices: list[DeviceId]) -> None:
+        self._used.update(devices)
+
     # ------------------------------------------------------------------ views
     def allocated_devices(self) -> frozenset[DeviceId]:
         return frozenset(self._used)

@@ -13,11 +13,12 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
   needs its ``allocation.nodeSelector``.
 * **Filter** per node: a node outside ``spec.dra.nodeSelector`` (Lattice's own DRA nodes,
   :class:`~scheduler.core.profile.DynamicResourcesArgs`) cannot allocate anything new;
-  allocated claims must be available on the node; the unallocated
-  ones go through the structured allocator (:mod:`scheduler.core.dra.allocator`). A
-  failure is "cannot allocate all claims"; an allocator error (a CEL runtime error, All
-  over an incomplete pool, ...) is an Error status, which ends the pod's whole attempt
-  (SchedulerError and backoff), as in kube.
+  allocated claims must be available on the node; the unallocated ones go through the
+  structured allocator (:mod:`scheduler.core.dra.allocator`). A failure is "cannot
+  allocate all claims", Unschedulable (kube: UnschedulableAndUnresolvable) so that
+  preemption may free devices held by lower-priority pods; an allocator error (a CEL
+  runtime error, All over an incomplete pool, ...) is an Error status, which ends the
+  pod's whole attempt (SchedulerError and backoff), as in kube.
 * **PostFilter** (:func:`stale_allocations`, run by the controller when no node fits):
   the pod's allocated claims that nobody else holds and that no node can use any more
   are deallocated, so the next attempt can allocate anew.
@@ -171,8 +172,10 @@ class DynamicResources:
                 codes[row] = Code.ERROR
                 break  # kube aborts the whole attempt at the first error
             if found is None:
+                # Unschedulable, not kube's UnschedulableAndUnresolvable: evicting
+                # lower-priority holders of devices here can make room (preemption).
                 cannot[row] = True
-                codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                codes[row] = Code.UNSCHEDULABLE
             else:
                 state.results[int(row)] = found
         reasons = tuple(
