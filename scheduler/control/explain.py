@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -36,14 +37,16 @@ from scheduler.control.dra import Kind as DraKind
 from scheduler.control.kubeconfig import StartupError, load_credentials
 from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL, GangSettings, parse_spec
+from scheduler.core.dra.allocator import diagnose
 from scheduler.core.dra.state import DraState
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Cycle
 from scheduler.core.from_api import as_pending, scheduled_at, snapshot_from_api
 from scheduler.core.gpus import Figures
 from scheduler.core.load import LoadView, load_report
+from scheduler.core.plugins.dynamic_resources import DynamicResources
 from scheduler.core.plugins.gpu_placement import GpuPlacement
-from scheduler.core.profile import DEFAULT_PROFILE, GPU_PLACEMENT, Profile
+from scheduler.core.profile import DEFAULT_PROFILE, DYNAMIC_RESOURCES, GPU_PLACEMENT, Profile
 from scheduler.core.schedule import Framework, framework_for, schedule
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
@@ -109,11 +112,13 @@ class Explained:
     gang: GangExplained | None = None
     gpus: Figures | None = None
     """GPUPlacement's per-node figures for the pod (None: it scored nothing)."""
+    claims: dict[str, list[ClaimRow]] | None = None
+    """Per node, the pod's claim requests there (None: it allocates no device)."""
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        explained = asyncio.run(_explain(args))
+        explained = asyncio.run(_explain_retrying(args))
     except (InvalidObjectError, ValueError, FileNotFoundError, StartupError) as exc:
         print(f"lattice explain: {exc}", file=sys.stderr)
         return 2
@@ -128,6 +133,11 @@ def run(args: argparse.Namespace) -> int:
         data["load"] = {name: load_json(b) for name, b in explained.load.items()}
         if decision is not None and explained.gpus is not None:
             data["gpus"] = gpu_json(decision, explained.gpus)
+        if explained.claims is not None:
+            data["claims"] = {
+                node: [dataclasses.asdict(r) for r in rows]
+                for node, rows in explained.claims.items()
+            }
         if gang is not None:
             data["gang"] = gang_json(gang)
         print(json.dumps(data, indent=2))
@@ -137,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
         if explained.gpus is not None:
             print()
             print(render_gpu_table(decision, explained.gpus))
+        if explained.claims is not None:
+            print()
+            print(render_claims_table(decision, explained.claims))
         if any(b.status.name != "UNKNOWN" for b in explained.load.values()):
             print()
             print(render_load_table(decision, explained.load))
@@ -145,6 +158,26 @@ def run(args: argparse.Namespace) -> int:
             print()
         print(render_gang(gang))
     return 0
+
+
+EXPLAIN_ATTEMPTS: Final = 5
+"""Whole read-only passes tried when the API server says 429 or 503 (it sheds load, or is
+still starting): client-go retries those itself, kubernetes-asyncio does not."""
+
+
+async def _explain_retrying(args: argparse.Namespace) -> Explained:
+    delay = 0.5
+    for attempt in range(1, EXPLAIN_ATTEMPTS + 1):
+        try:
+            return await _explain(args)
+        except client.ApiException as exc:
+            if exc.status not in (429, 503) or attempt == EXPLAIN_ATTEMPTS:
+                raise
+            headers: Any = exc.headers or {}
+            after = str(headers.get("Retry-After") or "")
+            await asyncio.sleep(float(after) if after.isdigit() else delay)
+            delay = min(delay * 2, 4.0)
+    raise AssertionError("unreachable")
 
 
 async def _list(call: Any) -> list[dict[str, Any]]:
@@ -283,6 +316,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
     seed_gpu_demand(topology, profile, pods, args.scheduler_name)
     decision = None
     gpus = None
+    claims = None
     if body:
         pod = Pod.from_api(as_pending(body))
         decision = schedule(
@@ -297,6 +331,8 @@ async def _explain(args: argparse.Namespace) -> Explained:
         )
         if GPU_PLACEMENT not in decision.explanation.skipped_scores:
             gpus = gpu_figures(profile, built.snapshot, pod, topology)
+        if dra is not None and pod.resource_claims:
+            claims = claim_rows(decision, built.snapshot, pod, dra)
     gang = None
     if group_body is not None:
         gang = explain_gang(
@@ -314,7 +350,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
             partial_boost_s=gang_settings.partial_boost_s,
         )
     breakdowns = load_breakdowns(predictor, built.snapshot, now)
-    return Explained(decision, breakdowns, built.skipped, gang, gpus)
+    return Explained(decision, breakdowns, built.skipped, gang, gpus, claims)
 
 
 class _Unlogged:
@@ -397,6 +433,112 @@ def gpu_json(decision: Decision, fig: Figures) -> dict[str, Any]:
             for i in decision.explanation.feasible_rows.tolist()
         },
     }
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    """One claim request on one node, as ``lattice explain`` shows it."""
+
+    claim: str
+    request: str
+    needed: int | None
+    """Devices asked (None: all that match)."""
+    matching: int
+    free: int
+    chosen: list[str]
+    """Devices the allocation would take (selected node only)."""
+    error: str = ""
+
+
+def claim_rows(
+    decision: Decision, snapshot: Snapshot, pod: Pod, dra: DraState
+) -> dict[str, list[ClaimRow]] | None:
+    """Per feasible node and per node DynamicResources rejected: each request of the claims
+    the pod still has to allocate, with the devices matching its selectors and free there,
+    and on the selected node the devices chosen. None when no claim needs an allocation."""
+    cycle = Cycle(snapshot, pod, dra=dra)
+    plugin = DynamicResources()
+    plugin.pre_filter(cycle)
+    state = cycle.state.get(DYNAMIC_RESOURCES)
+    to_allocate = getattr(state, "to_allocate", None)
+    allocator = getattr(state, "allocator", None)
+    if not to_allocate or allocator is None:
+        return None
+    chosen: dict[tuple[str, str], list[str]] = {}
+    plan = decision.claim_plan
+    for write in plan.writes if plan is not None else ():
+        for r in (write.allocation or {}).get("devices", {}).get("results", []):
+            key = (f"{write.namespace}/{write.name}", str(r["request"]))
+            chosen.setdefault(key, []).append(f"{r['driver']}/{r['pool']}/{r['device']}")
+    out: dict[str, list[ClaimRow]] = {}
+    explanation = decision.explanation
+    for name in explanation.node_names:
+        verdict = explanation.node(name)
+        if verdict.plugin is not None and verdict.plugin != DYNAMIC_RESOURCES:
+            continue
+        row = snapshot.index_of(name)
+        assert row is not None
+        node = snapshot.node(row)
+        rows: list[ClaimRow] = []
+        for view in diagnose(allocator, node.name, node.labels, to_allocate):
+            picked = chosen.get((view.claim, view.request), []) if name == decision.selected else []
+            rows.append(
+                ClaimRow(
+                    view.claim,
+                    view.request,
+                    view.needed,
+                    view.matching,
+                    view.free,
+                    picked,
+                    view.error,
+                )
+            )
+        out[name] = rows
+    return out
+
+
+CLAIM_ROWS_SHOWN: Final = 20
+"""Nodes the text table lists (the JSON has them all)."""
+
+
+def render_claims_table(decision: Decision, claims: dict[str, list[ClaimRow]]) -> str:
+    """Per node and claim request: devices needed, matching the selectors, free, and
+    (selected node) chosen; a request with fewer free than needed is why a node fails."""
+    header = ["", "NODE", "CLAIM", "REQUEST", "NEED", "MATCH", "FREE", "CHOSEN / WHY NOT"]
+    rows = [header]
+    names = sorted(claims, key=lambda n: (n != decision.selected, n))
+    for name in names[:CLAIM_ROWS_SHOWN]:
+        verdict = decision.explanation.node(name)
+        for r in claims[name]:
+            short = r.needed is not None and r.free < r.needed
+            if r.error:
+                why = r.error
+            elif r.chosen:
+                why = ", ".join(r.chosen)
+            elif short:
+                why = "too few free devices"
+            elif verdict.plugin is not None:
+                why = "; ".join(verdict.reasons)
+            else:
+                why = ""
+            rows.append(
+                [
+                    "*" if name == decision.selected else "",
+                    name,
+                    r.claim,
+                    r.request,
+                    "all" if r.needed is None else str(r.needed),
+                    str(r.matching),
+                    str(r.free),
+                    why,
+                ]
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    title = "Claims (per node: devices the request needs, its selectors match, and are free)"
+    more = len(names) - CLAIM_ROWS_SHOWN
+    tail = [f"... {more} more nodes (-o json lists them)"] if more > 0 else []
+    return "\n".join([title, *lines, *tail])
 
 
 def render_gpu_table(decision: Decision, fig: Figures) -> str:

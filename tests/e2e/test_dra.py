@@ -243,6 +243,17 @@ async def test_explain_allocates_a_claim_pod_without_binding_it(
     assert out["feasible"] == [GPU_NODE]
     assert out["selected"] == GPU_NODE
     assert out["reason_counts"] == {"cannot allocate all claims": NODES - 1}
+    (row,) = out["claims"][GPU_NODE]
+    assert (row["claim"], row["request"], row["needed"]) == (f"{ns}/shared", "gpu", 1)
+    assert (row["matching"], row["free"]) == (2, 2)
+    assert len(row["chosen"]) == 1
+    assert row["chosen"][0].startswith(f"{DRIVER}/{ns}-{GPU_NODE}/gpu-")
+    (other,) = out["claims"][node_name(0)]
+    assert (other["matching"], other["free"], other["chosen"]) == (0, 0, [])
+    assert await asyncio.to_thread(main, argv) == 0
+    text = capsys.readouterr().out
+    assert "Claims (per node: devices the request needs, its selectors match, and are free)" in text
+    assert "too few free devices" in text  # the node without devices
     assert "allocation" not in (await get_claim(api, ns, "shared")).get("status", {})
 
 

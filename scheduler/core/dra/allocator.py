@@ -369,6 +369,80 @@ class Allocator:
         return request
 
 
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """For ``lattice explain``: one claim request (or firstAvailable subrequest) on a node."""
+
+    claim: str
+    request: str
+    needed: int | None
+    """Devices asked (None: ``allocationMode: All``)."""
+    matching: int
+    """Devices of the node's pools that the class and request selectors accept."""
+    free: int
+    """Of those, the ones in no written or assumed allocation."""
+    error: str = ""
+    """A selector's CEL runtime error or a missing class (the attempt fails with it)."""
+
+
+def diagnose(
+    allocator: Allocator, node: str, labels: Labels, claims: Sequence[ResourceClaim]
+) -> list[RequestView]:
+    """Per request of each claim: how many of the node's devices match and are free, so
+    an operator sees which request cannot be met (a constraint is the reason when every
+    request has enough free devices and the node still does not fit)."""
+    pools = allocator.slices.pools(node, labels)
+    search = _Search(
+        claims=claims,
+        requests=[],
+        constraints=[],
+        pools=pools,
+        allocated=allocator.allocated,
+        compiler=allocator.compiler,
+        node=node,
+    )
+    out: list[RequestView] = []
+    for claim in claims:
+        for request in claim.requests:
+            alternatives = (
+                [(request.exactly, request.name)]
+                if request.exactly is not None
+                else [(sub, f"{request.name}/{sub.name}") for sub in request.first_available]
+            )
+            for spec, label in alternatives:
+                needed = spec.count if spec.mode == EXACT_COUNT else None
+                cls = allocator.classes.get(spec.device_class)
+                if cls is None:
+                    out.append(
+                        RequestView(
+                            _ref(claim), label, needed, 0, 0, f"no device class {spec.device_class}"
+                        )
+                    )
+                    continue
+                matching = free = 0
+                error = ""
+                for pool in pools:
+                    for s in pool.slices:
+                        for d in s.devices:
+                            if not d.allocatable:
+                                continue
+                            try:
+                                ok = _selectors_match(
+                                    search, d, cls.selectors, f"class {cls.name}"
+                                ) and _selectors_match(search, d, spec.selectors, _ref(claim))
+                            except AllocationError as err:
+                                error = error or str(err)
+                                continue
+                            if ok:
+                                matching += 1
+                                if spec.admin_access is True or (
+                                    DeviceId(s.driver, s.pool, d.name) not in allocator.allocated
+                                ):
+                                    free += 1
+                out.append(RequestView(_ref(claim), label, needed, matching, free, error))
+    return out
+
+
 def _ref(claim: ResourceClaim) -> str:
     return f"{claim.namespace}/{claim.name}" if claim.namespace else claim.name
 
