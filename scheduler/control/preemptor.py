@@ -83,6 +83,9 @@ class Preemptor:
         :attr:`Pod.key` (the uid)."""
         self._facts_seen: dict[str, tuple[object, ...]] = {}
         self.nominations: dict[str, tuple[Pod, str]] = {}
+        self._pending_seen: set[str] = set()
+        """Pending pods (by uid) seen before: a gated pod's nomination counts only when it
+        arrives by an update (see :meth:`note_nomination`)."""
         """Pending pods nominated to a node (by our preemption or their status), with it, by
         :attr:`Pod.key` (the uid)."""
 
@@ -129,6 +132,12 @@ class Preemptor:
     def forget_pod(self, key: str) -> None:
         self.facts.pop(key, None)
         self._facts_seen.pop(key, None)
+        self._pending_seen.discard(key)
+        self.end_nomination(key)
+
+    def pod_bound(self, key: str) -> None:
+        """The pod is placed: no nomination, and no longer a pending pod seen."""
+        self._pending_seen.discard(key)
         self.end_nomination(key)
 
     # -- nominations --------------------------------------------------------------------
@@ -137,9 +146,14 @@ class Preemptor:
         than any status it may show); a pod nominated by its status (a previous leader,
         kube-scheduler before it was ours) counts as nominated there."""
         known = self.nominations.get(pod.key)
+        first_sight = pod.key not in self._pending_seen
+        self._pending_seen.add(pod.key)
         if known is not None:
             self.nominations[pod.key] = (pod, known[1])
-        elif pod.nominated_node_name:
+        elif pod.nominated_node_name and not (first_sight and pod.scheduling_gates):
+            # kube-scheduler 1.34 adds a pod's nomination when it enters the active queue
+            # and on every update; a gated pod seen first (a restart, a new leader) goes
+            # to unschedulablePods without it, and counts from its next update.
             self.nominations[pod.key] = (pod, pod.nominated_node_name)
         else:
             self.nominations.pop(pod.key, None)

@@ -266,7 +266,7 @@ class Scheduler:
         gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
         if spec.get("nodeName"):
             self.forget_reports(str(meta.get("uid", "")))
-            self.preemptor.end_nomination(ident(body))
+            self.preemptor.pod_bound(ident(body))
             self.preemptor.note_facts(ident(body), body)
             known = self.cache.cached_pod(key)
             pod = self.cache.observe_bound_pod(body)
@@ -377,7 +377,7 @@ class Scheduler:
         what :meth:`pod_upserted` does for a bound pod, without re-placing it."""
         meta = body.get("metadata") or {}
         self.forget_reports(str(meta.get("uid", "")))
-        self.preemptor.end_nomination(ident(body))
+        self.preemptor.pod_bound(ident(body))
         self.preemptor.note_facts(ident(body), body)
         self.cache.confirm(key, rv, meta.get("generation"))
         self._drop_from_queue(key)
@@ -407,7 +407,7 @@ class Scheduler:
             self._drop_from_queue(key)
         self.cache.topology.gpu_demand.set_pending(key, None)
         if bound:
-            self.preemptor.end_nomination(ident(body))
+            self.preemptor.pod_bound(ident(body))
             return
         if uid in self._prebinding:
             self._prebinding[uid] = False

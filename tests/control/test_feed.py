@@ -384,3 +384,26 @@ def test_a_nomination_written_to_a_pending_pod_is_read_and_its_own_status_still_
     feed.apply([batch(intake.PENDING_PODS, ev(EventType.MODIFIED, reported))])
     assert feed.stats.pending_unchanged == skipped + 1
     assert [(p.name, node) for p, node in sched.nominated()] == [("pree", "n1")]
+
+
+def test_a_gated_pods_nomination_counts_from_its_first_update_not_at_first_sight(
+    sched: Scheduler, feed: Feed
+) -> None:
+    """kube-scheduler 1.34 (checked on the harness): a gated pod seen first, at a restart
+    or by a new leader, goes to unschedulablePods without its nomination; an update of it
+    counts the nomination. An ungated pod's nomination counts at first sight."""
+    status = {"phase": "Pending", "nominatedNodeName": "n1"}
+    gated: dict[str, Any] = copy.deepcopy(dict(pending_body("gated", "1")))
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.ADDED, raw({**gated, "status": status})))])
+    assert sched.nominated() == []
+    gated["metadata"]["labels"] = {"touched": "yes"}
+    feed.apply(
+        [batch(intake.PENDING_PODS, ev(EventType.MODIFIED, raw({**gated, "status": status})))]
+    )
+    assert [(p.name, node) for p, node in sched.nominated()] == [("gated", "n1")]
+    open_pod = copy.deepcopy(dict(pending_body("open", "1")))
+    feed.apply(
+        [batch(intake.PENDING_PODS, ev(EventType.ADDED, raw({**open_pod, "status": status})))]
+    )
+    assert sorted(p.name for p, _ in sched.nominated()) == ["gated", "open"]
