@@ -36,7 +36,20 @@ APT_PACKAGES = ("buildah", "podman", "mmdebstrap", "runc", "uidmap", "containern
 TOOLS = ("buildah", "podman", "mmdebstrap", "runc")
 
 BASE_SUITE = "bookworm"
-BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "usr-is-merged")
+"""usr-is-merged satisfies init-system-helpers' ``usrmerge | usr-is-merged`` (mmdebstrap
+already lays out a merged /usr), so usrmerge and the perl it needs can be purged."""
+PERL_ONLY = (
+    "usrmerge",
+    "libfile-find-rule-perl",
+    "libnumber-compare-perl",
+    "libtext-glob-perl",
+    "perl",
+    "libperl5.36",
+    "perl-modules-5.36",
+)
+"""What minbase installs only for usrmerge (a one-time conversion script in perl):
+about 48 MB. perl-base (Essential, dpkg's own scripts) stays."""
 BASE_SOURCES = (
     f"deb http://deb.debian.org/debian {BASE_SUITE} main",
     f"deb http://deb.debian.org/debian {BASE_SUITE}-updates main",
@@ -50,6 +63,10 @@ BASE_OPTIONS = (
     "--dpkgopt=path-exclude=/usr/share/info/*",
     "--dpkgopt=path-exclude=/usr/share/locale/*",
     '--aptopt=Acquire::Languages "none"',
+    # apt refuses if anything left still depends on one of them.
+    f'--customize-hook=chroot "$1" apt-get purge -y -q {" ".join(PERL_ONLY)}',
+    # debconf's backups of its own databases.
+    '--customize-hook=rm -f "$1"/var/cache/debconf/*-old',
 )
 REPOSITORY = "localhost/lattice"
 BASE_REPOSITORY = "localhost/lattice-base"
