@@ -9,6 +9,9 @@ ARG BASE=python:3.11-slim-bookworm
 
 FROM ${BASE} AS build
 WORKDIR /src
+# strip (binutils), for this stage only: many wheels ship unstripped shared objects.
+RUN command -v strip >/dev/null || { apt-get update -q \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends binutils; }
 RUN python3 -m venv /opt/lattice
 COPY pyproject.toml README.md ./
 COPY scheduler ./scheduler
@@ -25,8 +28,29 @@ RUN /opt/lattice/bin/pip install --no-cache-dir --disable-pip-version-check --no
     && find "$site" -depth \( -name tests -o -name __pycache__ \) -type d \
         -path "*/site-packages/*/*" -exec rm -rf {} + \
     && find "$site" \( -name '*.pyi' -o -name '*.h' -o -name '*.pxd' \) -delete \
+    # Python subpackages of dependencies that nothing here imports (an image's
+    # sys.modules after every command and a CP-SAT solve): ortools' other solvers'
+    # wrappers (math_opt, linear_solver, constraint_solver/routing, graph, pdlp, ...;
+    # Lattice uses CP-SAT only: ortools.sat and its ortools.util; the native
+    # ortools/.libs stay, libortools links them all) and numpy's build tools.
+    && for sub in "$site"/ortools/*/; do \
+        case "$(basename "$sub")" in sat|util) ;; *) rm -rf "$sub" ;; esac; \
+    done \
+    && rm -rf "$site/numpy/f2py" "$site/numpy/distutils" /opt/lattice/bin/f2py \
+    # Symbols and debug sections of shared objects are never loaded. Not the libraries
+    # auditwheel vendored into site-packages/<name>.libs/: patchelf rewrote their
+    # program headers, and stripped they are refused by the loader (not page-aligned);
+    # then every shared object must still load.
+    && find "$site" -type f -name '*.so*' -not -regex '.*/site-packages/[^/]*\.libs/.*' \
+        -exec strip --strip-unneeded {} + \
+    && /opt/lattice/bin/python -c 'import ctypes, pathlib, sys; \
+[ctypes.CDLL(str(p)) for p in pathlib.Path(sys.argv[1]).rglob("*.so*") if p.is_file()]' "$site" \
     && /opt/lattice/bin/python -m compileall -q -j 0 "$site" \
-    && /opt/lattice/bin/lattice --version
+    && /opt/lattice/bin/lattice --version \
+    # What the trimming and stripping above must leave working: every native wheel.
+    && /opt/lattice/bin/python -c 'import numpy, pandas, uvloop, orjson, yaml, aiohttp, cel_expr_python; \
+from ortools.sat.python import cp_model as c; m = c.CpModel(); m.maximize(m.new_int_var(0, 3, "x")); \
+assert c.CpSolver().solve(m) == c.OPTIMAL; numpy.linalg.inv(numpy.eye(2))'
 
 FROM ${BASE}
 ENV PYTHONDONTWRITEBYTECODE=1 \
