@@ -68,6 +68,8 @@ BASE_OPTIONS = (
     # debconf's backups of its own databases.
     '--customize-hook=rm -f "$1"/var/cache/debconf/*-old',
 )
+KEEP_ARCHIVES = 3
+"""Older image archives kept besides the one just built (each is about 100 MiB)."""
 REPOSITORY = "localhost/lattice"
 BASE_REPOSITORY = "localhost/lattice-base"
 CONTEXT_FILES = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md")
@@ -182,6 +184,22 @@ def _in_storage(ref: str) -> bool:
     )
 
 
+def prune_archives(directory: Path, current: Path, keep: int = KEEP_ARCHIVES) -> list[Path]:
+    """Delete all but the ``keep`` newest image archives in ``directory`` (never
+    ``current``), with their build logs; returns what was deleted."""
+    archives = sorted(
+        (p for p in directory.glob("lattice-*.oci.tar") if p != current),
+        key=lambda p: p.stat().st_mtime_ns,
+        reverse=True,
+    )
+    pruned = archives[keep:]
+    for archive in pruned:
+        key = archive.name.removesuffix(".oci.tar").rsplit("-", 1)[-1]
+        archive.unlink(missing_ok=True)
+        (directory / f"lattice-{key}.log").unlink(missing_ok=True)
+    return pruned
+
+
 def ensure_base(progress: Progress = _print) -> str:
     """The local bookworm + python3 base, built once per recipe; returns its ref."""
     key = base_key()
@@ -259,6 +277,12 @@ def ensure_image(progress: Progress = _print) -> Image:
             "podman save",
         )
         tmp.rename(archive)
+        for old in prune_archives(images_dir(), archive):
+            old_key = old.name.removesuffix(".oci.tar").rsplit("-", 1)[-1]
+            # Its image in podman's storage too (kept if a container still uses it).
+            subprocess.run(
+                ["podman", "rmi", f"{REPOSITORY}:{old_key}"], capture_output=True, check=False
+            )
         return _image_from_archive(ref, tags, archive)
 
 

@@ -11,10 +11,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from lattice_dev.devcluster.image import Image, ImageError, ensure_image, run_args
+from lattice_dev.devcluster.image import (
+    Image,
+    ImageError,
+    ensure_image,
+    prune_archives,
+    run_args,
+)
 from scheduler import __version__
 
 pytestmark = pytest.mark.timeout(900)
@@ -107,3 +114,27 @@ def test_cached_by_content(image: Image) -> None:
     assert again.ref == image.ref
     assert again.archive == image.archive
     assert again.archive.stat().st_mtime_ns == before
+
+
+def test_prune_keeps_the_newest_archives_and_the_current_one(tmp_path: Path) -> None:
+    """A build deletes older archives (and their logs) but the newest few; the one it
+    just built stays even when it is not the newest file (no image needed)."""
+    keys = [f"{i:012x}" for i in range(6)]
+    for i, key in enumerate(keys):
+        archive = tmp_path / f"lattice-0.1.0-{key}.oci.tar"
+        archive.write_bytes(b"x")
+        (tmp_path / f"lattice-{key}.log").write_text("log")
+        os.utime(archive, ns=(i * 10**9, i * 10**9))
+    base = tmp_path / "base-bookworm-py3-0123456789.tar"
+    base.write_bytes(b"b")
+    current = tmp_path / f"lattice-0.1.0-{keys[0]}.oci.tar"
+    pruned = prune_archives(tmp_path, current, keep=3)
+    assert sorted(p.name for p in pruned) == [f"lattice-0.1.0-{k}.oci.tar" for k in keys[1:3]]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    kept = [keys[0], *keys[3:]]
+    assert left == sorted(
+        [base.name]
+        + [f"lattice-0.1.0-{k}.oci.tar" for k in kept]
+        + [f"lattice-{k}.log" for k in kept]
+    )
+    assert prune_archives(tmp_path, current, keep=3) == []
