@@ -20,8 +20,11 @@ A tracked pod is in exactly one place at any time; nothing is ever dropped excep
   wait for ``move_all_on_event`` (or for ``max_unschedulable_stay``, 5 min, as a safety net
   against a missed event) and then go to backoff if their backoff has not expired yet,
   otherwise straight to active: an event never lets a pod skip its backoff.
-* **gated**: pods with ``spec.schedulingGates``; never popped, never moved by events, released
-  only by an ``update`` that removes the last gate.
+* **gated**: pods with ``spec.schedulingGates``, and pods whose ResourceClaimTemplate claims
+  kube-controller-manager has not named in ``status.resourceClaimStatuses`` yet (kube's
+  DynamicResources PreEnqueue: no attempt, no FailedScheduling, until it writes them);
+  never popped, never moved by events, released only by an ``update`` that removes the last
+  gate or names the claims.
 * **in-flight**: popped and being scheduled or bound. The attempt ends with ``done`` (the pod
   leaves the queue) or ``requeue_after_failure``.
 
@@ -69,6 +72,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Generic, NamedTuple, NewType, Protocol, TypeVar
+
+from scheduler.model.pod import Pod
 
 PodKey = NewType("PodKey", str)
 """``namespace/name``: how the queue and the cache name a pod across its updates."""
@@ -644,4 +649,4 @@ class SchedulingQueue(Generic[P]):
 
 
 def _is_gated(pod: QueueablePod) -> bool:
-    return len(pod.scheduling_gates) > 0
+    return len(pod.scheduling_gates) > 0 or (isinstance(pod, Pod) and pod.claims_not_generated)

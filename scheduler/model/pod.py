@@ -254,6 +254,14 @@ class Pod:
     its template (None: the controller decided none is needed)."""
 
     @property
+    def claims_not_generated(self) -> bool:
+        """Some template claim has no entry in ``status.resourceClaimStatuses`` yet: the
+        pod waits for kube-controller-manager before any attempt (kube's PreEnqueue)."""
+        return any(
+            r.template_name and r.name not in self.generated_claims for r in self.resource_claims
+        )
+
+    @property
     def key(self) -> str:
         """Cache identity: the UID, like kube-scheduler; namespace/name when absent."""
         return self.uid or f"{self.namespace}/{self.name}"

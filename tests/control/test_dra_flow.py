@@ -167,3 +167,21 @@ async def test_a_failed_binding_takes_the_pod_out_of_reserved_for() -> None:
     assert writer.binds == []
     assert writer.unreserved == [("c", body["metadata"]["uid"])]
     assert sched.queue.where(pod_key("default", "p")) is QueueName.BACKOFF
+
+
+def test_a_pod_whose_template_claim_is_not_generated_yet_waits_gated_without_an_attempt() -> None:
+    """kube's DynamicResources PreEnqueue: no attempt and no FailedScheduling until
+    kube-controller-manager names the generated claim in status.resourceClaimStatuses."""
+    sched, writer = scheduler()
+    body = make_pod("p", "100m").obj()
+    body["spec"]["schedulerName"] = "lattice"
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
+    sched.pod_upserted(body)
+    key = pod_key("default", "p")
+    assert sched.queue.where(key) is QueueName.GATED
+    assert sched.queue.try_pop() is None
+    assert writer.events == []
+    named = copy.deepcopy(body)
+    named["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu"}]}
+    sched.pod_upserted(named)
+    assert sched.queue.where(key) is QueueName.ACTIVE
