@@ -65,6 +65,10 @@ bench-gang *ARGS:
 bench-frag *ARGS:
     python -m lattice_dev.benchmarks.frag {{ARGS}}
 
+# DRA on 1000 kwok nodes x 8 GPUs + 2 NICs (ResourceSlices), 2000 template-claim pods, half pcieRoot-constrained: Lattice vs kube-scheduler.
+bench-dra *ARGS:
+    python -m lattice_dev.benchmarks.dra {{ARGS}}
+
 # Render manifests/ from charts/lattice (default values) and copy crds/ into the chart.
 manifests:
     python -m tests.charts.render --write
