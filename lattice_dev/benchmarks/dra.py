@@ -288,6 +288,9 @@ class ArmResult:
     left: Leftover
     unresolved: int = 0
     """Pods neither bound nor reported Unschedulable when the arm ended."""
+    failed_events: int = 0
+    """FailedScheduling events of the arm's pods (``count`` summed): failed attempts, as
+    the scheduler reported them (a pod tried before its claim exists is one)."""
     timed_out: bool = False
 
     @property
@@ -307,7 +310,7 @@ def report(results: Sequence[ArmResult], nodes: int) -> list[str]:
     lines = [
         f"{'run':>3} {'scheduler':<15} {'bound':>11} {'pods/s':>7} {'CPU ms/pod':>10} "
         f"{'claims alloc':>12} {'stranded GPUs':>13} {'partly roots':>12} "
-        f"{'free nodes':>10} {'free GPUs':>9}"
+        f"{'free nodes':>10} {'free GPUs':>9} {'FailedSched':>11}"
     ]
     for r in results:
         note = (f"  ({r.unresolved} pods unresolved)" if r.unresolved else "") + (
@@ -317,7 +320,8 @@ def report(results: Sequence[ArmResult], nodes: int) -> list[str]:
             f"{r.run:>3} {r.arm:<15} {f'{r.bound}/{r.pods}':>11} {_f(r.pods_per_s, '.1f'):>7} "
             f"{_f(r.cpu_ms_per_pod, '.2f'):>10} {r.claims_allocated:>12} "
             f"{r.left.stranded_gpus:>13} {r.left.partly_used_roots:>12} "
-            f"{f'{r.left.free_nodes}/{nodes}':>10} {r.left.free_gpus:>9}" + note
+            f"{f'{r.left.free_nodes}/{nodes}':>10} {r.left.free_gpus:>9} "
+            f"{r.failed_events:>11}" + note
         )
     by = {(r.run, r.arm): r for r in results}
     for run in sorted({r.run for r in results}):
@@ -377,6 +381,14 @@ async def _unresolved(core: client.CoreV1Api, ns: str) -> int:
     return sum(
         1 for p in items if not (p.get("spec") or {}).get("nodeName") and not unschedulable(p)
     )
+
+
+async def _failed_events(core: client.CoreV1Api, ns: str) -> int:
+    resp: Any = await core.list_namespaced_event(
+        ns, field_selector="reason=FailedScheduling", _preload_content=False
+    )
+    items = json.loads(await resp.read()).get("items") or []
+    return sum(int(e.get("count") or 1) for e in items)
 
 
 async def _teardown(api: client.ApiClient, ns: str, arm: str) -> None:
@@ -454,6 +466,7 @@ async def run_arm(
     claims, used = allocated_devices(await _list_claims(objects, ns))
     result = ArmResult(arm, run, len(pods), bound, last - t0, cpu_s, claims, leftover(names, used))
     result.unresolved, result.timed_out = unresolved, timed_out
+    result.failed_events = await _failed_events(core, ns)
     await _teardown(api, ns, tag)
     return result
 
