@@ -70,13 +70,15 @@ def test_a_claim_preempts_the_lowest_holder_of_devices_and_only_it() -> None:
     )
     a, b = claim_pod("a", 1, "c-a"), claim_pod("b", 5, "c-b")
     bystander = make_pod("cpu-only", cpu="1").priority(0).uid("cpu-only").build()
-    snapshot = cluster(NODES, [(a, "n0"), (bystander, "n0"), (b, "n1")])
+    bare = make_node("bare", cpu="8", memory="16Gi")  # no devices: eviction cannot help
+    snapshot = cluster([*NODES, bare], [(a, "n0"), (bystander, "n0"), (b, "n1")])
     pod = claim_pod("hi", 10, "want")
     decision = FRAMEWORK.schedule(snapshot, pod, dra=dra)
     assert decision.selected is None
     for node in ("n0", "n1"):
         assert decision.explanation.node(node).reasons == (CANNOT_ALLOCATE,)
         assert decision.explanation.node(node).code is Code.UNSCHEDULABLE  # helps preemption
+    assert decision.explanation.node("bare").code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
     before = dra.allocated_devices()
     result = preempt(FRAMEWORK, snapshot, decision, Inputs(dra=dra))
     assert result is not None

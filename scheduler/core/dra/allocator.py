@@ -315,6 +315,19 @@ class Allocator:
             return None
         return [_result(search, ci) for ci in range(len(claims))]
 
+    def any_in_use(self, node: str, labels: Labels) -> bool:
+        """Whether some device of the node's pools is in a written or assumed allocation
+        (only then can evicting a pod free one)."""
+        allocated = self.allocated
+        if not allocated:
+            return False
+        return any(
+            DeviceId(s.driver, s.pool, d.name) in allocated
+            for pool in self.slices.pools(node, labels)
+            for s in pool.slices
+            for d in s.devices
+        )
+
     def _validate(
         self,
         search: _Search,

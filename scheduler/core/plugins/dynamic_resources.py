@@ -15,8 +15,9 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
   :class:`~scheduler.core.profile.DynamicResourcesArgs`) cannot allocate anything new;
   allocated claims must be available on the node; the unallocated ones go through the
   structured allocator (:mod:`scheduler.core.dra.allocator`). A failure is "cannot
-  allocate all claims", Unschedulable (kube: UnschedulableAndUnresolvable) so that
-  preemption may free devices held by lower-priority pods; an allocator error (a CEL
+  allocate all claims", Unschedulable where some device of the node is in use (kube:
+  always UnschedulableAndUnresolvable) so that preemption may free devices held by
+  lower-priority pods; an allocator error (a CEL
   runtime error, All over an incomplete pool, ...) is an Error status, which ends the
   pod's whole attempt (SchedulerError and backoff), as in kube.
 * **PostFilter** (:func:`stale_allocations`, run by the controller when no node fits):
@@ -172,10 +173,15 @@ class DynamicResources:
                 codes[row] = Code.ERROR
                 break  # kube aborts the whole attempt at the first error
             if found is None:
-                # Unschedulable, not kube's UnschedulableAndUnresolvable: evicting
-                # lower-priority holders of devices here can make room (preemption).
+                # Where some device of the node is in use, Unschedulable (not kube's
+                # UnschedulableAndUnresolvable): evicting lower-priority holders can make
+                # room (preemption). A node whose devices are all free cannot be helped.
                 cannot[row] = True
-                codes[row] = Code.UNSCHEDULABLE
+                codes[row] = (
+                    Code.UNSCHEDULABLE
+                    if state.allocator.any_in_use(node.name, node.labels)
+                    else Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                )
             else:
                 state.results[int(row)] = found
         reasons = tuple(
