@@ -261,6 +261,21 @@ def main(nodes: int = 12) -> int:
         check=True,
         capture_output=True,
     )
+    # Served only once Established: a PodGroup posted before that is a 404 (seen on a
+    # first run in a fresh virtualenv).
+    subprocess.run(
+        [
+            kubectl,
+            f"--kubeconfig={cluster.kubeconfig}",
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            "--timeout=60s",
+        ],
+        check=True,
+        capture_output=True,
+    )
     cluster.start_process(
         "lattice",
         [
