@@ -348,6 +348,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
             use_solver=gang_settings.use_solver,
             volumes=volumes,
             partial_boost_s=gang_settings.partial_boost_s,
+            dra=dra,
         )
     breakdowns = load_breakdowns(predictor, built.snapshot, now)
     return Explained(decision, breakdowns, built.skipped, gang, gpus, claims)
@@ -586,6 +587,7 @@ def explain_gang(
     use_solver: bool,
     volumes: VolumeState | None = None,
     partial_boost_s: int = GangSettings.partial_boost_s,
+    dra: DraState | None = None,
 ) -> GangExplained:
     """The plan the scheduler would make for the gang's pending members now: members
     bound already count toward minMember, as in the running scheduler (finished ones do
@@ -632,6 +634,7 @@ def explain_gang(
         load=load,
         seed=seed,
         volumes=volumes,
+        dra=dra,
     )
     plan = solve(problem, time_limit_s=time_limit_s, seed=seed, use_solver=use_solver)
     return GangExplained(spec, placed, len(pending), plan, boost)

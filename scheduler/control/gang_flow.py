@@ -49,6 +49,7 @@ from scheduler.control.queue import PodKey, QueuedPodInfo, QueueName, Scheduling
 from scheduler.control.queued import BrokenPod, QueuedPod, relevant_update
 from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import SchedulerSettings
+from scheduler.core.dra.state import ClaimPlan, DraState
 from scheduler.core.explain import Decision
 from scheduler.core.load import LoadView
 from scheduler.core.preemption import Inputs
@@ -124,7 +125,39 @@ class Host(Protocol):
         *,
         gang: str | None = None,
         gang_queued: tuple[float | None, int] | None = None,
+        claim_plan: ClaimPlan | None = None,
     ) -> Coroutine[Any, Any, None]: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Placed:
+    """A member's re-check that found a node: where, its annotations, its claims' writes."""
+
+    node: str
+    annotations: dict[str, str]
+    claims: ClaimPlan | None = None
+
+
+def shared_unallocated_claim(members: Sequence[Pod], dra: DraState) -> str | None:
+    """A claim two members name that is not allocated yet (``namespace/name``), or None.
+
+    The commit allocates member by member: the first would allocate it and the next find
+    it still being allocated. An allocated shared claim is fine (its nodeSelector is a
+    filter, the same for every member)."""
+    users: dict[tuple[str, str], int] = {}
+    for member in members:
+        names = set()
+        for ref in member.resource_claims:
+            name = ref.claim_name or member.generated_claims.get(ref.name)
+            if name:
+                names.add((member.namespace, name))
+        for key in names:
+            users[key] = users.get(key, 0) + 1
+    for key, count in sorted(users.items()):
+        claim = dra.claims.get(key)
+        if count > 1 and (claim is None or claim.allocation is None):
+            return f"{key[0]}/{key[1]}"
+    return None
 
 
 class GangFlow:
@@ -168,6 +201,9 @@ class GangFlow:
         """The latest plan per gang, for status and explanations."""
         self._victims: dict[str, set[tuple[PodKey, str]]] = {}
         """Per gang, the (key, uid) of the pods its last preemption evicted."""
+        self._claim_plans: dict[str, ClaimPlan] = {}
+        """Members assumed by a commit still in progress (by :attr:`Pod.key`): the claim
+        allocations to forget if the commit rolls back."""
 
     def placed_members(self) -> tuple[dict[str, str], dict[str, tuple[Pod, ...]]]:
         """Placed gang members as preemption reads them (each gang evicted whole): pod key
@@ -408,11 +444,12 @@ class GangFlow:
             )
             self._failed(info, gang, message, log, started, unschedulable=False)
             return
-        claimed = next((m for m in members if m.resource_claims), None)
-        if claimed is not None:  # a plan would not allocate them: refused, as before
+        shared = shared_unallocated_claim(members, self._cache.dra)
+        if shared is not None:  # a claim change (its allocation) wakes the gang
             message = (
-                f"gang {gang.key}: member {claimed.namespace}/{claimed.name} has DRA resource "
-                "claims, which Lattice does not place jointly for gangs yet"
+                f"gang {gang.key}: resourceclaim {shared} is shared by several members and "
+                "not allocated yet; Lattice places gangs whose members have claims of their "
+                "own (templates) or share an allocated claim"
             )
             self._failed(info, gang, message, log, started, unschedulable=True)
             return
@@ -436,6 +473,7 @@ class GangFlow:
                 seed=self._host.settings.seed,
                 volumes=self._cache.volumes,
                 nominated=self._host.nominated(),
+                dra=self._cache.dra,
             )
         except Exception as exc:  # a bug must cost the gang a retry, not the scheduler
             log.exception("gang_cycle_failed", reason=repr(exc))
@@ -598,6 +636,7 @@ class GangFlow:
                 seed=seed,
                 volumes=self._cache.volumes,
                 nominated=host.nominated(),
+                dra=self._cache.dra,
             )
             if not search.needs_solve(trial):
                 await asyncio.sleep(0)  # the plan in hand decided: let the loop run between
@@ -693,11 +732,11 @@ class GangFlow:
         preferred: str | None,
         domain: frozenset[str] | None,
         own: frozenset[str] = frozenset(),
-    ) -> tuple[str, dict[str, str]] | str:
+    ) -> Placed | str:
         """Re-check one member against the cache as it is now: its planned node if it
-        still fits, else any node of the plan's domain. A node and its annotations, or
-        why not. ``own``: the gang's members, whose nominations (from a preemption) the
-        plan replaces."""
+        still fits, else any node of the plan's domain. A node, its annotations and its
+        claims' allocations, or why not. ``own``: the gang's members, whose nominations
+        (from a preemption) the plan replaces."""
         tries: list[frozenset[str] | None] = [domain]
         if preferred is not None:
             tries.insert(0, frozenset({preferred}))
@@ -707,16 +746,21 @@ class GangFlow:
             if decision.volume_plan is not None:  # a claim unbound since the gang was checked
                 return f"{pod.namespace}/{pod.name}: a claim is no longer bound"
             if decision.selected is not None:
-                return decision.selected, dict(decision.annotations)
+                return Placed(decision.selected, dict(decision.annotations), decision.claim_plan)
             summary = decision.summary
         return summary
 
-    def _assume_member(self, gang: Gang, pod: Pod, node: str, annotations: dict[str, str]) -> None:
+    def _assume_member(self, gang: Gang, pod: Pod, placed: Placed) -> None:
+        """The member counts on its node, and its claims' devices as used (kube's Reserve),
+        so the next member's re-check allocates around them."""
         key = pod_key(pod.namespace, pod.name)
-        self._cache.assume(pod, node, annotations)
+        self._cache.assume(pod, placed.node, placed.annotations)
+        if placed.claims is not None:
+            self._cache.dra.assume(placed.claims)
+            self._claim_plans[pod.key] = placed.claims
         requests = pod.resources.requests
         self._load.note_placement(
-            node, key, requests.get(CPU, 0), requests.get(MEMORY, 0), self._wall_clock()
+            placed.node, key, requests.get(CPU, 0), requests.get(MEMORY, 0), self._wall_clock()
         )
         gang.pending.pop(key, None)
         gang.placed.add(key)
@@ -724,6 +768,9 @@ class GangFlow:
     def _unassume_member(self, gang: Gang, pod: Pod) -> None:
         key = pod_key(pod.namespace, pod.name)
         self._cache.forget(pod)
+        claims = self._claim_plans.pop(pod.key, None)
+        if claims is not None:
+            self._cache.dra.forget(claims)
         self._load.forget_pod(key)
         gang.placed.discard(key)
         gang.pending[key] = pod
@@ -740,7 +787,7 @@ class GangFlow:
     ) -> None:
         """All members assumed, or none: the plan is re-checked against the cache as it is
         now (ordinary pods were placed while the solver ran)."""
-        assumed: list[tuple[Pod, str, dict[str, str]]] = []
+        assumed: list[tuple[Pod, Placed]] = []
         domain: frozenset[str] | None = None
         failure = ""
         own = frozenset(m.key for m in members)
@@ -756,11 +803,10 @@ class GangFlow:
             if isinstance(placed, str):
                 failure = f"{key}: {placed}"
                 break
-            node, annotations = placed
-            self._assume_member(gang, current, node, annotations)
-            assumed.append((current, node, annotations))
+            self._assume_member(gang, current, placed)
+            assumed.append((current, placed))
         if failure or gang.need > 0:
-            for pod, _, _ in assumed:
+            for pod, _ in assumed:
                 self._unassume_member(gang, pod)
             # A race (pods placed, nominations made, members gone while the solver ran),
             # not an error: Unschedulable, retried after the gang's backoff on the cache
@@ -778,19 +824,21 @@ class GangFlow:
             duration_ms=round(plan.solve_time_s * 1000, 3),
         )
         binding = self._binding.setdefault(gang.key, set())
-        for pod, node, annotations in assumed:
+        for pod, placed in assumed:
             binding.add(pod_key(pod.namespace, pod.name))
             member_log = log.bind(pod=f"{pod.namespace}/{pod.name}")
+            self._claim_plans.pop(pod.key, None)  # the binding path owns them from here
             self._spawn(
                 self._host.bind(
                     None,
                     pod,
-                    node,
-                    annotations,
+                    placed.node,
+                    placed.annotations,
                     member_log,
                     trace_id,
                     gang=gang.key,
                     gang_queued=(info.first_queued_at, info.attempts),
+                    claim_plan=placed.claims,
                 )
             )
         self.sync(gang.key)
@@ -858,11 +906,22 @@ class GangFlow:
                 domain = self._domain_nodes(gang, cached.node)
         placed = self._place_member(pod, None, domain)
         if not isinstance(placed, str):
-            node, annotations = placed
-            self._assume_member(gang, pod, node, annotations)
+            self._assume_member(gang, pod, placed)
+            self._claim_plans.pop(pod.key, None)
             self._binding.setdefault(gkey, set()).add(key)
-            log.info("gang_member_replaced", node=node, reason=detail)
-            self._spawn(self._host.bind(None, pod, node, annotations, log, trace_id, gang=gkey))
+            log.info("gang_member_replaced", node=placed.node, reason=detail)
+            self._spawn(
+                self._host.bind(
+                    None,
+                    pod,
+                    placed.node,
+                    placed.annotations,
+                    log,
+                    trace_id,
+                    gang=gkey,
+                    claim_plan=placed.claims,
+                )
+            )
             return
         gang.pending[key] = pod
         gang.revision += 1

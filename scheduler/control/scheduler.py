@@ -861,7 +861,7 @@ class Scheduler:
                 self.metrics.count_attempt(AttemptResult.ERROR, profile)
                 message = f'running PreBind plugin "VolumeBinding": {why}'
                 log.warning("volume_binding_failed", node=node, reason=message)
-                assert info is not None  # gang members with claims are not solved (no plan)
+                assert info is not None  # gang members have bound claims only (no volume plan)
                 self.queue.requeue_after_failure(info, unschedulable=False, reason=message)
                 if self.reporter is not None:
                     self.reporter.failed(
@@ -881,7 +881,11 @@ class Scheduler:
                 self.metrics.count_attempt(AttemptResult.ERROR, profile)
                 message = f'running PreBind plugin "DynamicResources": {why}'
                 log.warning("claim_binding_failed", node=node, reason=message)
-                assert info is not None  # gang members with claims are refused (no plan)
+                if gang is not None:  # as a failed binding: re-placed, or back to its gang
+                    self.gang_flow.binding_ended(gang, key)
+                    self.gang_flow.binding_failed(gang, pod, message, log, trace_id)
+                    return
+                assert info is not None
                 self.queue.requeue_after_failure(info, unschedulable=False, reason=message)
                 if self.reporter is not None:
                     self.reporter.failed(ref, message, reason=SCHEDULER_ERROR, trace_id=trace_id)
@@ -984,6 +988,11 @@ class Scheduler:
         once. None when done, else why not."""
         assert self.writer is not None
         for write in plan.writes:
+            taken = self.cache.dra.taken_since(write, plan.pod_uid)
+            if taken:  # another allocation was written since the decision: never write twice
+                self.metrics.dra_conflicts.inc()
+                devices = ", ".join(f"{d.driver}/{d.pool}/{d.device}" for d in taken[:3])
+                return f"resourceclaim {write.namespace}/{write.name}: {devices} allocated since"
             written, failed = await self.writer.write_claim(
                 write, pod_name=plan.pod_name, pod_uid=plan.pod_uid
             )

@@ -182,6 +182,8 @@ class Metrics:
     dra_double_allocations: Counter
     """Claim updates showing one of the claim's devices also in another allocation (two
     schedulers allocating from one pool)."""
+    dra_conflicts: Counter
+    """Allocations PreBind did not write: a device was in another allocation by then."""
     reports_dropped: Counter
     """Failed pods/binding calls (each one is a forget, a backoff and a requeue)."""
     graph_patches: Counter
@@ -310,6 +312,12 @@ class Metrics:
             dra_double_allocations=Counter(
                 "dra_double_allocations",
                 "Claim updates with a device that another allocation also holds.",
+                namespace=NAMESPACE,
+                registry=reg,
+            ),
+            dra_conflicts=Counter(
+                "dra_prebind_conflicts",
+                "Allocations not written at PreBind: a device was in another allocation by then.",
                 namespace=NAMESPACE,
                 registry=reg,
             ),

@@ -66,6 +66,8 @@ from typing import Final
 
 import numpy as np
 
+from scheduler.core.dra.objects import DeviceId
+from scheduler.core.dra.state import DraState
 from scheduler.core.framework import Code
 from scheduler.core.load import LoadView
 from scheduler.core.preemption import (
@@ -157,6 +159,7 @@ def candidate_units(
             topology=inputs.topology,
             load=inputs.load,
             volumes=inputs.volumes,
+            dra=inputs.dra,
         )
         codes = decision.explanation.node_codes
         names = decision.explanation.node_names
@@ -186,10 +189,12 @@ def without(
     pods: Sequence[Pod],
     topology: TopologyState | None = None,
     volumes: VolumeState | None = None,
+    dra: DraState | None = None,
 ) -> Iterator[None]:
     """``pods`` taken out of the snapshot, the device ledger and the claims' users (so a
-    victim's ReadWriteOncePod claim is free) for the ``with`` block, then put back on their
-    nodes in their original order (pod order is observable)."""
+    victim's ReadWriteOncePod claim is free), and their DRA devices freed, for the ``with``
+    block, then put back on their nodes in their original order (pod order is
+    observable)."""
     originals: dict[str, list[Pod]] = {}
     present: list[tuple[Pod, str, bool]] = []
     for pod in pods:
@@ -207,9 +212,17 @@ def without(
             topology.pod_removed(pod.key)
         if volumes is not None:
             volumes.remove_pod(pod.key)
+    freed: list[DeviceId] = []
+    if dra is not None:
+        for pod, _, _ in present:
+            if pod.resource_claims:
+                freed += dra.held_by(pod.uid)
+        dra.release(freed)
     try:
         yield
     finally:
+        if dra is not None:
+            dra.hold(freed)
         if volumes is not None:
             for pod, _, _ in present:
                 if pod.storage_volumes:
@@ -240,11 +253,12 @@ def problem_without(
     seed: int = 0,
     volumes: VolumeState | None = None,
     nominated: Sequence[tuple[Pod, str]] = (),
+    dra: DraState | None = None,
 ) -> GangProblem:
     """The gang's problem on the snapshot with ``removed`` gone (restored on return);
     ``nominated`` counted as :func:`~scheduler.solver.problem.build_problem` counts them."""
     gone = {p.key for p in removed}
-    with without(snapshot, removed, topology, volumes):
+    with without(snapshot, removed, topology, volumes, dra):
         return build_problem(
             framework,
             snapshot,
@@ -256,6 +270,7 @@ def problem_without(
             seed=seed,
             volumes=volumes,
             nominated=[(p, n) for p, n in nominated if p.key not in gone],
+            dra=dra,
         )
 
 
@@ -592,6 +607,7 @@ def preempt_gang(
             load=inputs.load,
             seed=seed,
             volumes=inputs.volumes,
+            dra=inputs.dra,
         )
         if search.needs_solve(problem):
             search.tell(solve_fn(problem))

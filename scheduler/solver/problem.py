@@ -18,8 +18,11 @@ can run in a worker thread while the loop keeps mutating the cache.
 3. **Nodes**: only nodes feasible for some class are kept ("local" nodes, in snapshot row
    order). Per class and local node, ``limit`` is the most members of that class the node
    takes on its own: free capacity per requested resource, free pod slots, one for host
-   ports, and what the Topology plugin can align one after another (simulated with its own
-   placement on the node's device ledger plus the members already chosen).
+   ports, what the Topology plugin can align one after another (simulated with its own
+   placement on the node's device ledger plus the members already chosen), and what the
+   node's free DRA devices hold of the class's claims one member after another (the
+   allocator DynamicResources runs, each simulated member's devices counted as used; the
+   members' own template claims are compared by spec, so one template is one class).
 4. **Joint rules between members**, which per-member feasibility cannot see: inter-pod
    required anti-affinity among members (per domain of the term's key), required affinity
    of a member that starts its own group (no placed pod matches it yet: members that match
@@ -30,7 +33,8 @@ can run in a worker thread while the loop keeps mutating the cache.
    commit places first), hard topology spread over the
    final counts (placed pods plus matched members), host-port conflicts, and device
    exclusivity (a node where an aligned member could lose its alignment to another class's
-   devices takes one Topology-using class only). Capacity between classes is the model's.
+   devices takes one Topology-using class only; a class that allocates DRA devices counts
+   as such a class). Capacity between classes is the model's.
 5. **Objective weights** (:class:`Weights`) make one integer objective lexicographic:
    placed members, then members on nodes no preference passes over, then the total
    framework score, then the GPUs kept usable: per GPU node, the fragmentation
@@ -53,6 +57,9 @@ from typing import Final
 
 import numpy as np
 
+from scheduler.core.dra.allocator import AllocationError, Allocator
+from scheduler.core.dra.objects import DeviceId, ResourceClaim
+from scheduler.core.dra.state import DraState
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Cycle
 from scheduler.core.gpus import Free, GpuDemand, SizeClass, fragmentation
@@ -264,9 +271,12 @@ def build_problem(
     merge: bool = True,
     volumes: VolumeState | None = None,
     nominated: Sequence[tuple[Pod, str]] = (),
+    dra: DraState | None = None,
 ) -> GangProblem:
     """Run the framework once per member class and copy out what the solve needs.
-    ``volumes``: the cluster's storage, for members with (bound) claims.
+    ``volumes``: the cluster's storage, for members with (bound) claims; ``dra``: the
+    cluster's DRA objects, for members with resource claims (each member's own claims,
+    from a template or by name, or an allocated claim they share).
 
     ``need``: members that must be placed now (1..len(members)); the solve places more when
     they fit. ``merge=False`` gives every member its own class (the naive reference).
@@ -289,10 +299,21 @@ def build_problem(
     counted = counted_nominations(snapshot, members, nominated)
     if not counted:
         return _build(
-            framework, snapshot, gang, members, need, topology, load, seed, merge, volumes, None
+            framework,
+            snapshot,
+            gang,
+            members,
+            need,
+            topology,
+            load,
+            seed,
+            merge,
+            volumes,
+            None,
+            dra,
         )
     _, _, _, without = _class_decisions(
-        framework, snapshot, members, merge, topology, load, seed, volumes
+        framework, snapshot, members, merge, topology, load, seed, volumes, dra
     )
     passes_without = [_feasible_mask(d) for d in without]
     added: list[Pod] = []
@@ -312,6 +333,7 @@ def build_problem(
             merge,
             volumes,
             passes_without,
+            dra,
         )
     finally:
         for pod in added:
@@ -348,12 +370,13 @@ def _class_decisions(
     load: LoadView | None,
     seed: int,
     volumes: VolumeState | None,
+    dra: DraState | None,
 ) -> tuple[list[list[int]], list[Pod], dict[int, _Follow], list[Decision]]:
     """The member classes, their representatives, the followers among them and one
     framework decision per class. A follower runs the framework without its required
     affinity: the model adds it back (one domain with an anchor); every other filter and
     every score still applies."""
-    groups = _classes(snapshot, members) if merge else [[i] for i in range(len(members))]
+    groups = _classes(snapshot, members, dra) if merge else [[i] for i in range(len(members))]
     reps = [members[g[0]] for g in groups]
     follows = _follows(snapshot, reps)
     decisions = [
@@ -364,6 +387,7 @@ def _class_decisions(
             topology=topology,
             load=load,
             volumes=volumes,
+            dra=dra,
         )
         for c, rep in enumerate(reps)
     ]
@@ -382,6 +406,7 @@ def _build(
     merge: bool,
     volumes: VolumeState | None,
     passes_without: Sequence[BoolArray] | None,
+    dra: DraState | None = None,
 ) -> GangProblem:
     """:func:`build_problem` on the snapshot as it is; ``passes_without``: per class, the
     rows it passes without the counted nominations (a feasible row must pass both)."""
@@ -393,7 +418,7 @@ def _build(
         return _rejected(gang, need, names, keys, shortfall, time.perf_counter() - started)
 
     groups, reps, follows, decisions = _class_decisions(
-        framework, snapshot, members, merge, topology, load, seed, volumes
+        framework, snapshot, members, merge, topology, load, seed, volumes, dra
     )
     feasible_rows = [d.explanation.feasible_rows.astype(np.intp) for d in decisions]
     if passes_without is not None:
@@ -433,7 +458,11 @@ def _build(
         if rep.host_ports:
             bound = np.minimum(bound, 1)
         caps, active, aligned = _topology_caps(framework, snapshot, topology, rep, rows, len(group))
-        limit[c, local] = np.minimum(bound, caps)
+        claim_caps, claiming = _claim_caps(snapshot, dra, rep, rows, len(group))
+        # A class that allocates DRA devices counts as a device user (aligned: another
+        # class's claims could take its devices): the same one-class-per-node rule.
+        active, aligned = active or claiming, aligned or claiming
+        limit[c, local] = np.minimum(bound, np.minimum(caps, claim_caps))
         score[c, local] = explanation.totals[rows]
         passed = np.zeros(snapshot.num_nodes, dtype=np.bool_)
         for record in explanation.preferences:
@@ -632,9 +661,23 @@ def referenced_label_keys(snapshot: Snapshot, members: Iterable[Pod]) -> frozens
     return frozenset(keys)
 
 
-def member_signature(pod: Pod, label_keys: frozenset[str]) -> Pod:
+def member_signature(pod: Pod, label_keys: frozenset[str], dra: DraState | None = None) -> Pod:
     """The pod as the framework and the model see it: no name or uid, only readable labels
-    and annotations. Equal signatures mean identical decisions and identical model rows."""
+    and annotations, and its own unallocated template claims by what they request (each
+    member has a claim of its own name from one template; the allocator reads only the
+    spec). Equal signatures mean identical decisions and identical model rows."""
+    generated, refs = pod.generated_claims, pod.resource_claims
+    if dra is not None and refs:
+        generated = {
+            ref: _claim_spec(pod, name, dra, owned=True) if name is not None else None
+            for ref, name in sorted(generated.items())
+        }
+        refs = tuple(
+            dataclasses.replace(r, claim_name=_claim_spec(pod, r.claim_name, dra, owned=False))
+            if r.claim_name
+            else r
+            for r in refs
+        )
     return dataclasses.replace(
         pod,
         name="",
@@ -643,15 +686,34 @@ def member_signature(pod: Pod, label_keys: frozenset[str]) -> Pod:
         annotations={
             k: v for k, v in sorted(pod.annotations.items()) if k.startswith(READ_ANNOTATION_PREFIX)
         },
+        generated_claims=generated,
+        resource_claims=refs,
     )
 
 
-def _classes(snapshot: Snapshot, members: Sequence[Pod]) -> list[list[int]]:
+def _claim_spec(pod: Pod, name: str, dra: DraState, *, owned: bool) -> str:
+    """A claim as the allocator sees it (its spec) while it is unallocated, unreserved and,
+    from a template (``owned``), the pod's own; otherwise its name, which then differs per
+    member, and so do the classes. (A gang whose members share an unallocated claim is
+    refused before its problem is built.)"""
+    claim = dra.claims.get((pod.namespace, name))
+    if (
+        claim is None
+        or claim.allocation is not None
+        or claim.reserved_for
+        or (owned and claim.controller_uid != pod.uid)
+        or dra.pending_for(claim.key) is not None
+    ):
+        return name
+    return f"spec:{(claim.requests, claim.constraints, claim.config)!r}"
+
+
+def _classes(snapshot: Snapshot, members: Sequence[Pod], dra: DraState | None) -> list[list[int]]:
     keys = referenced_label_keys(snapshot, members)
     signatures: list[Pod] = []
     groups: list[list[int]] = []
     for i, pod in enumerate(members):
-        signature = member_signature(pod, keys)
+        signature = member_signature(pod, keys, dra)
         for c, other in enumerate(signatures):
             if other == signature:
                 groups[c].append(i)
@@ -780,6 +842,62 @@ def _topology_caps(
         caps[i] = cap
         aligned = aligned or rejected
     return caps, True, aligned
+
+
+def unallocated_claims(pod: Pod, dra: DraState) -> list[ResourceClaim] | None:
+    """The pod's claims that still need devices, in pod order (None: some claim is
+    missing; the framework's PreFilter says why)."""
+    out: list[ResourceClaim] = []
+    for ref in pod.resource_claims:
+        name = ref.claim_name or pod.generated_claims.get(ref.name)
+        if not name:
+            if ref.claim_name or ref.name not in pod.generated_claims:
+                return None
+            continue  # the resourceclaim controller decided none is needed
+        claim = dra.claims.get((pod.namespace, name))
+        if claim is None:
+            return None
+        if claim.allocation is None and all(c.key != claim.key for c in out):
+            out.append(claim)
+    return out
+
+
+def _claim_caps(
+    snapshot: Snapshot, dra: DraState | None, pod: Pod, rows: IndexArray, size: int
+) -> tuple[IntArray, bool]:
+    """Per feasible row, how many members with ``pod``'s claims the node's free devices
+    take one after another, with the allocator DynamicResources uses and each simulated
+    member's devices counted as used: what the commit's member-by-member allocation does.
+    Returns (caps, claiming: the class allocates devices)."""
+    caps = np.full(len(rows), UNLIMITED, dtype=np.int64)
+    if dra is None or not pod.resource_claims:
+        return caps, False
+    claims = unallocated_claims(pod, dra)
+    if not claims:
+        return caps, False  # allocated claims: their nodeSelector is the filter's
+    base = dra.allocated_devices()
+    index = dra.slice_index()
+    for i, row in enumerate(rows.tolist()):
+        node = snapshot.node(row)
+        used: set[DeviceId] = set(base)
+        count = 0
+        while count < size:
+            allocator = Allocator(
+                classes=dra.classes, slices=index, allocated=used, compiler=dra.compiler
+            )
+            try:
+                found = allocator.allocate(node.name, node.labels, claims)
+            except AllocationError:
+                break
+            if found is None:
+                break
+            count += 1
+            for allocation in found:
+                for r in allocation["devices"]["results"]:
+                    if r.get("adminAccess") is not True:
+                        used.add(DeviceId(r["driver"], r["pool"], r["device"]))
+        caps[i] = count
+    return caps, True
 
 
 def _device_exclusive(classes: Sequence[MemberClass], limit: IntArray) -> BoolArray:

@@ -15,7 +15,7 @@ from scheduler.control.settings import parse_spec
 from scheduler.core.dra.state import ClaimWrite
 from scheduler.obs.metrics import Metrics
 from tests.builders import make_node, make_pod
-from tests.control.test_gangs import Clock, FakeWriter, run_one, scheduler
+from tests.control.test_gangs import Clock, FakeWriter, podgroup, run_one, scheduler
 from tests.core.dra.builders import claim, device, device_class, exactly, request, resource_slice
 
 
@@ -185,3 +185,62 @@ def test_a_pod_whose_template_claim_is_not_generated_yet_waits_gated_without_an_
     named["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu"}]}
     sched.pod_upserted(named)
     assert sched.queue.where(key) is QueueName.ACTIVE
+
+
+async def test_prebind_does_not_write_a_device_another_allocation_took_since() -> None:
+    """kube-scheduler's allocation of the same device arrives between Lattice's decision
+    and its PreBind: nothing is written, the conflict is counted, the pod backs off."""
+    sched, writer = claim_scheduler(claim("c", request("gpu", exactly("gpu"))))
+    sched.pod_upserted(claim_pod("p", "c"))
+    info = sched.queue.try_pop()
+    assert info is not None
+    sched.schedule_one(info)  # decided and assumed; its PreBind task has not run yet
+    results = [{"request": "gpu", "driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}]
+    theirs = claim(
+        "kubes",
+        request("gpu", exactly("gpu")),
+        status={"allocation": {"devices": {"results": results}}},
+    )
+    sched.dra_upserted(Kind.CLAIM, theirs)
+    await sched.drain(30)
+    assert writer.written == []
+    assert writer.binds == []
+    assert sched.metrics.dra_conflicts._value.get() == 1
+    assert sched.queue.where(pod_key("default", "p")) is QueueName.BACKOFF
+    assert sched.cache.dra.pending_for(("default", "c")) is None
+
+
+def gang_member(name: str, group: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A PodGroup member with one 1-device claim generated for it from a template."""
+    body = claim_pod(name, "unused")
+    body["metadata"].setdefault("labels", {})["scheduling.x-k8s.io/pod-group"] = group
+    uid = body["metadata"]["uid"]
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
+    body["status"] = {
+        "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": f"{name}-gpu"}]
+    }
+    owned = claim(f"{name}-gpu", request("gpu", exactly("gpu")))
+    owned["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid, "controller": True}
+    ]
+    return body, owned
+
+
+async def test_a_gang_with_claims_allocates_every_member_or_none() -> None:
+    pods, claims = zip(*(gang_member(f"w{i}", "g") for i in range(3)), strict=True)
+    sched, writer = claim_scheduler(*claims)
+    sched.dra_upserted(Kind.SLICE, resource_slice("s2", [device("gpu-0")], node="n2"))
+    sched.podgroup_upserted(podgroup("g", 3))
+    for body in pods:
+        sched.pod_upserted(body)
+    await run_one(sched)  # two devices in the cluster, three members: none placed
+    assert writer.written == []
+    assert writer.binds == []
+    assert sched.cache.dra.allocated_devices() == frozenset()
+    sched.dra_upserted(Kind.SLICE, resource_slice("s0", [device("gpu-0")], node="n0"))
+    sched.queue.flush(now=float("inf"))
+    await run_one(sched)
+    assert sorted(writer.written) == ["w0-gpu", "w1-gpu", "w2-gpu"]
+    assert sorted(node for _, node in writer.binds) == ["n0", "n1", "n2"]
+    used = sched.cache.dra.allocated_devices()
+    assert len(used) == 3  # one device each, none twice

@@ -30,6 +30,7 @@ from lattice_dev.devcluster.kube import poll
 from lattice_dev.devcluster.profiles import node_name
 from scheduler.cli import main
 from scheduler.core.dra.objects import DELETE_PROTECTION_FINALIZER
+from tests.e2e.test_gangs import LABEL, create_group, events_of
 from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods, pod, wait_bound
 
 NODES: Final = 2
@@ -494,3 +495,128 @@ async def test_a_high_priority_claim_preempts_the_lower_holder_of_its_devices(
         plane.run("delete", "deviceclass", f"{ns}-preempt", check=False)
         for name in classes:
             await scheduling.delete_priority_class(name)
+
+
+async def test_a_gang_of_template_claims_is_placed_all_or_nothing(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """PodGroups whose members each get 2 GPUs from a ResourceClaimTemplate, on two nodes
+    of 4 GPUs: a 3-member gang binds whole (no node over its devices, each claim allocated
+    on its member's node, no device twice); a 4-member gang then finds room for one member
+    only, so none binds and none of its claims is allocated; once the first gang is gone
+    (kube-controller-manager deletes its claims) the second binds whole, 2 per node."""
+    driver = f"{ns}.gang.lattice.dev"
+    nodes = [node_name(0), node_name(1)]
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{ns}-gang"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "two-gpus", "namespace": ns},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {"deviceClassName": f"{ns}-gang", "count": 2},
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+    ]
+    for node in nodes:
+        objects.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{ns}-gang-{node}"},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": f"gpu-{i}"} for i in range(4)],
+                },
+            }
+        )
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+
+    def member(name: str, group: str) -> dict[str, Any]:
+        body = pod(name, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "two-gpus"}])
+        body["metadata"]["labels"][LABEL] = group
+        return body
+
+    core = client.CoreV1Api(api)
+
+    async def allocations(group: str) -> dict[str, tuple[str | None, list[tuple[str, str]]]]:
+        """Per member of ``group``: its node and its claim's devices (pool, device)."""
+        out: dict[str, tuple[str | None, list[tuple[str, str]]]] = {}
+        for p in await list_pods(api, ns):
+            if p["metadata"]["labels"].get(LABEL) != group:
+                continue
+            devices: list[tuple[str, str]] = []
+            for status in (p.get("status") or {}).get("resourceClaimStatuses") or []:
+                claim = await get_claim(api, ns, status["resourceClaimName"])
+                allocation = (claim.get("status") or {}).get("allocation")
+                if allocation is not None:
+                    devices += [(r["pool"], r["device"]) for r in allocation["devices"]["results"]]
+                    assert allocation["nodeSelector"], claim
+            out[p["metadata"]["name"]] = (p["spec"].get("nodeName"), devices)
+        return out
+
+    sched = plane.lattice().start()
+    try:
+        await create_group(api, ns, "first", 3)
+        await create_pods(api, ns, [member(f"first-{i}", "first") for i in range(3)])
+        await wait_bound(api, ns, 3, within=120)
+        first = await allocations("first")
+        held = [d for _, devices in first.values() for d in devices]
+        assert len(held) == 6
+        assert len(set(held)) == 6, f"a device in two claims: {first}"
+        for name, (where, devices) in first.items():
+            assert {pool for pool, _ in devices} == {where}, f"{name}: devices off its node"
+
+        await create_group(api, ns, "second", 4)
+        await create_pods(api, ns, [member(f"second-{i}", "second") for i in range(4)])
+
+        async def refused() -> list[Any] | None:
+            evs = [
+                e
+                for e in await events_of(api, ns, "FailedScheduling")
+                if e.message.startswith(f"gang {ns}/second:") and "quorum" not in e.message
+            ]
+            return evs or None
+
+        evs = await poll(refused, within=90, interval=0.5)
+        assert "members fit" in evs[0].message, evs[0].message
+        await asyncio.sleep(3)
+        second = await allocations("second")
+        assert all(node is None for node, _ in second.values()), second
+        assert all(not devices for _, devices in second.values()), "an unadmitted claim"
+
+        for name in first:
+            await core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+
+        async def placed() -> dict[str, tuple[str | None, list[tuple[str, str]]]] | None:
+            got = await allocations("second")
+            done = len(got) == 4 and all(n and len(d) == 2 for n, d in got.values())
+            return got if done else None
+
+        second = await poll(placed, within=120, interval=1.0)
+        per_node = [n or "" for n, _ in second.values()]
+        assert sorted(per_node) == sorted(nodes * 2)
+        held = [d for _, devices in second.values() for d in devices]
+        assert len(set(held)) == 8
+    finally:
+        sched.stop()
+        for p in await list_pods(api, ns):
+            await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        plane.run("delete", "resourceslices", *(f"{ns}-gang-{n}" for n in nodes), check=False)
+        plane.run("delete", "deviceclass", f"{ns}-gang", check=False)

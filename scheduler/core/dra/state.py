@@ -165,6 +165,15 @@ class DraState:
             return []
         return sorted(d for d in claim.allocated_devices() if self._used[d] > 1)
 
+    def taken_since(self, write: ClaimWrite, pod_uid: str) -> list[DeviceId]:
+        """PreBind's re-check against the freshest claims: devices of ``write``'s allocation
+        that some other allocation holds now (another scheduler's, written after the
+        decision). The write's own assumption, while it stands, counts once."""
+        if write.allocation is None:
+            return []
+        own = 1 if self.pending_for((write.namespace, write.name)) == pod_uid else 0
+        return sorted(d for d in set(_devices(write.allocation)) if self._used[d] > own)
+
     def double_allocated(self) -> list[DeviceId]:
         """Devices held by more than one allocation (two schedulers, or a race)."""
         return sorted(d for d, n in self._used.items() if n > 1)

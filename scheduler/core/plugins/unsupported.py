@@ -10,8 +10,8 @@ VolumeBinding in the profile; inline disks need the VolumeState too (attach limi
 from CSINodes). The gang solver passes the VolumeState too, but its joint placement judges
 each member's volumes alone, so the gang flow admits only bound claims there
 (:func:`~scheduler.core.volumes.gang_volume_refusal`). DRA resource claims need the
-cycle's DraState and DynamicResources in the profile (``lattice run`` passes its state; the
-gang flow passes none, so gang members with claims are refused here), and a claim whose
+cycle's DraState and DynamicResources in the profile (``lattice run``, ``lattice explain``
+and the gang flow pass theirs), and a claim whose
 requests use a field of an alpha DRA feature (kube-scheduler 1.34 keeps them off:
 DRADeviceTaints' ``tolerations``, DRAConsumableCapacity's ``capacity`` and
 ``distinctAttribute``) is refused naming the field, as is a pod asking for a DeviceClass's

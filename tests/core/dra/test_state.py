@@ -79,3 +79,19 @@ def test_forget_frees_an_unwritten_assumption() -> None:
     dra.forget(plan)
     assert dra.allocated_devices() == frozenset()
     assert dra.pending_for(("default", "c")) is None
+
+
+def test_prebind_sees_a_device_another_allocation_took_since_the_decision() -> None:
+    dra = DraState()
+    write = ClaimWrite("default", "mine", "uid-mine", allocation("gpu-0", "gpu-1"))
+    plan = ClaimPlan("p", "u-p", (write,))
+    dra.assume(plan)
+    assert dra.taken_since(write, "u-p") == []  # only its own assumption holds them
+    dra.set_claim(allocated("kubes", "gpu-1"))  # another scheduler wrote gpu-1 meanwhile
+    assert dra.taken_since(write, "u-p") == [gpu("gpu-1")]
+    dra.forget(plan)
+    assert dra.taken_since(write, "u-p") == [gpu("gpu-1")]  # still taken without ours
+    dra.remove_claim("default", "kubes")
+    assert dra.taken_since(write, "u-p") == []
+    reserve_only = ClaimWrite("default", "shared", "uid-s", None)
+    assert dra.taken_since(reserve_only, "u-p") == []

@@ -1,0 +1,153 @@
+"""Gangs whose members have DRA claims: the problem counts each node's free devices as the
+commit's member-by-member allocation would, and one claim-using class per node."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from scheduler.control.gang_flow import shared_unallocated_claim
+from scheduler.core.dra.objects import DeviceClass, ResourceClaim, ResourceSlice
+from scheduler.core.dra.state import DraState
+from scheduler.core.plugins.dynamic_resources import PCIE_ROOT
+from scheduler.model.pod import Pod
+from scheduler.solver import build_problem, solve, violations
+from scheduler.solver.problem import unallocated_claims
+from tests.builders import cluster, make_node, make_pod
+from tests.core.dra.builders import claim, device, device_class, exactly, request, resource_slice
+from tests.solver.support import framework, gang
+
+NODES = ["n0", "n1", "n2"]
+
+
+def gpus(node: str, n: int = 4) -> dict[str, Any]:
+    return resource_slice(
+        f"{node}-gpus",
+        [device(f"gpu-{i}", qualified={PCIE_ROOT: f"pci{i // 2}"}) for i in range(n)],
+        node=node,
+    )
+
+
+def member(name: str, count: int, *, template: bool = True) -> tuple[Pod, dict[str, Any]]:
+    """A member with one claim of ``count`` GPUs: generated from a template for it (owned
+    by it, as kube-controller-manager makes them), or named (``template=False``)."""
+    uid = f"u-{name}"
+    body = claim(f"{name}-gpu", request("gpu", exactly("gpu", count=count)))
+    p = make_pod(name, cpu="1").uid(uid).label("app", "train")
+    if template:
+        body["metadata"]["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid, "controller": True}
+        ]
+        p.body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "two"}]
+        p.body["status"] = {
+            "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": f"{name}-gpu"}]
+        }
+    else:
+        p.body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": f"{name}-gpu"}]
+    return p.build(), body
+
+
+def state(claims: list[dict[str, Any]], nodes: list[str] = NODES) -> DraState:
+    dra = DraState()
+    dra.set_class(DeviceClass.from_api(device_class("gpu")))
+    for node in nodes:
+        dra.set_slice(ResourceSlice.from_api(gpus(node)))
+    for body in claims:
+        dra.set_claim(ResourceClaim.from_api(body))
+    return dra
+
+
+def gang_of(n: int, count: int, **kw: Any) -> tuple[list[Pod], list[dict[str, Any]]]:
+    built = [member(f"w{i}", count, **kw) for i in range(n)]
+    return [p for p, _ in built], [c for _, c in built]
+
+
+def test_template_members_are_one_class_and_each_node_takes_what_its_devices_hold() -> None:
+    members, claims = gang_of(4, 2)
+    dra = state(claims)
+    snapshot = cluster([make_node(n, cpu="64", memory="256Gi") for n in NODES])
+    problem = build_problem(framework(), snapshot, gang(min_member=4), members, need=4, dra=dra)
+    assert problem.num_classes == 1  # one template: the claims differ only by name
+    assert problem.limit.tolist() == [[2, 2, 2]]  # 4 GPUs / 2 per member (cpu allows 64)
+    plan = solve(problem, time_limit_s=2.0)
+    assert plan.admitted
+    assert plan.placed == 4
+    counts = np.zeros((1, 3), dtype=np.int64)
+    for _, node in plan.placements:
+        counts[0, problem.node_names.index(node)] += 1
+    assert violations(problem, counts) == []
+    assert counts.max() <= 2
+
+
+def test_a_gang_the_devices_cannot_hold_is_not_admitted() -> None:
+    members, claims = gang_of(4, 2)
+    dra = state(claims, nodes=["n0"])  # 4 GPUs in all: room for 2 members
+    snapshot = cluster([make_node(n, cpu="64", memory="256Gi") for n in NODES])
+    problem = build_problem(framework(), snapshot, gang(min_member=4), members, need=4, dra=dra)
+    assert problem.node_names == ("n0",)
+    assert problem.limit.tolist() == [[2]]
+    assert not solve(problem, time_limit_s=2.0).admitted
+
+
+def test_devices_in_use_lower_the_limit() -> None:
+    members, claims = gang_of(2, 2)
+    held = claim(
+        "held",
+        request("gpu", exactly("gpu", count=3)),
+        status={
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "gpu",
+                            "driver": "gpu.example.com",
+                            "pool": "n0",
+                            "device": f"gpu-{i}",
+                        }
+                        for i in range(3)
+                    ]
+                }
+            }
+        },
+    )
+    dra = state([*claims, held])
+    snapshot = cluster([make_node(n, cpu="64", memory="256Gi") for n in NODES])
+    problem = build_problem(framework(), snapshot, gang(min_member=2), members, need=2, dra=dra)
+    assert "n0" not in problem.node_names  # one GPU left there: a member needs two
+    assert problem.limit.tolist() == [[2, 2]]
+
+
+def test_members_with_claims_of_their_own_name_are_one_class_too() -> None:
+    members, claims = gang_of(2, 1, template=False)
+    dra = state(claims, nodes=["n0"])
+    snapshot = cluster([make_node("n0", cpu="64", memory="256Gi")])
+    problem = build_problem(framework(), snapshot, gang(min_member=2), members, need=2, dra=dra)
+    assert problem.num_classes == 1  # unallocated, unshared: only the spec matters
+    assert problem.limit.tolist() == [[2]]
+    assert solve(problem, time_limit_s=2.0).admitted
+
+
+def test_classes_with_different_claims_do_not_meet_on_a_node() -> None:
+    one, two = member("a", 1), member("b", 2)
+    dra = state([one[1], two[1]], nodes=["n0"])
+    snapshot = cluster([make_node("n0", cpu="64", memory="256Gi")])
+    members = [one[0], two[0]]
+    problem = build_problem(framework(), snapshot, gang(min_member=2), members, need=2, dra=dra)
+    assert problem.num_classes == 2
+    assert problem.device_exclusive.tolist() == [True]
+    # Each alone fits (4 GPUs), together too (3), but the model does not count devices
+    # between classes: one claim-using class per node, so not on one node.
+    assert not solve(problem, time_limit_s=2.0).admitted
+
+
+def test_a_claim_two_members_share_must_be_allocated_first() -> None:
+    a, body = member("a", 1, template=False)
+    b = dataclasses.replace(
+        make_pod("b", cpu="1").uid("u-b").build(), resource_claims=a.resource_claims
+    )
+    dra = state([body])
+    assert shared_unallocated_claim([a, b], dra) == "default/a-gpu"
+    assert shared_unallocated_claim([a], dra) is None
+    assert [c.name for c in unallocated_claims(a, dra) or []] == ["a-gpu"]
