@@ -104,12 +104,13 @@ class Pool:
 
 
 class SliceIndex:
-    """All slices of the cluster, split by how they select nodes (built once per cycle)."""
+    """All slices of the cluster, split by how they select nodes (built once per slice change)."""
 
     def __init__(self, slices: Iterable[ResourceSlice]) -> None:
         self.by_node: dict[str, list[ResourceSlice]] = {}
         self.all_nodes: list[ResourceSlice] = []
         self.selected: list[ResourceSlice] = []
+        self._pools: dict[str, tuple[Labels, list[Pool]]] = {}
         for s in slices:
             if s.per_device_node_selection:
                 continue  # DRAPartitionableDevices (alpha, off)
@@ -121,6 +122,16 @@ class SliceIndex:
                 self.selected.append(s)
 
     def pools(self, node: str, labels: Labels) -> list[Pool]:
+        """The pools a node sees, newest generation per pool (cached per node: the index is
+        rebuilt when a slice changes; labels matter only to selector slices)."""
+        cached = self._pools.get(node)
+        if cached is not None and (not self.selected or cached[0] is labels):
+            return cached[1]
+        pools = self._pools_of(node, labels)
+        self._pools[node] = (labels, pools)
+        return pools
+
+    def _pools_of(self, node: str, labels: Labels) -> list[Pool]:
         visible = [
             *self.by_node.get(node, ()),
             *self.all_nodes,

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.core.dra.allocator import Allocator, SliceIndex
+from scheduler.core.dra.allocator import Allocator, Pool, SliceIndex
 from scheduler.core.dra.cel import SelectorCompiler
 from scheduler.core.dra.objects import DeviceClass, DeviceId, ResourceClaim, ResourceSlice
 
@@ -62,26 +62,38 @@ class DraState:
         self._used: Counter[DeviceId] = Counter()
         self._pending: dict[ClaimKey, tuple[str, list[DeviceId]]] = {}
         """Claim -> (pod uid it was allocated for, devices), until the write is seen."""
+        self._versions: dict[tuple[str, str], int] = {}
+        """Per (driver, pool): bumped whenever a device of the pool is taken or freed."""
+        self.memo: dict[tuple[object, ...], object] = {}
+        self._spec_ids: dict[object, int] = {}
+        """DynamicResources' per-node outcomes, keyed by the node's pools and their
+        versions and the claims' specs (:meth:`node_key`); cleared when a class or slice
+        changes. A pod's cycle then runs the allocator only on nodes whose devices changed
+        since a pod with the same claims was filtered: placing one pod changes one node."""
 
     # ------------------------------------------------------------------ objects
     def set_class(self, cls: DeviceClass) -> None:
         self.classes[cls.name] = cls
+        self.memo.clear()
 
     def remove_class(self, name: str) -> None:
         self.classes.pop(name, None)
+        self.memo.clear()
 
     def set_slice(self, resource_slice: ResourceSlice) -> None:
         self.slices[resource_slice.name] = resource_slice
         self._index = None
+        self.memo.clear()
 
     def remove_slice(self, name: str) -> None:
         if self.slices.pop(name, None) is not None:
             self._index = None
+            self.memo.clear()
 
     def set_claim(self, claim: ResourceClaim) -> None:
         self._uncount(self.claims.get(claim.key))
         self.claims[claim.key] = claim
-        self._used.update(claim.allocated_devices())
+        self._take(claim.allocated_devices())
         if claim.allocation is not None:
             self._drop_pending(claim.key)
 
@@ -94,7 +106,18 @@ class DraState:
         if claim is not None:
             self._release(claim.allocated_devices())
 
+    def _take(self, devices: list[DeviceId]) -> None:
+        self._used.update(devices)
+        self._touch(devices)
+
+    def _touch(self, devices: list[DeviceId]) -> None:
+        versions = self._versions
+        for d in devices:
+            key = (d.driver, d.pool)
+            versions[key] = versions.get(key, 0) + 1
+
     def _release(self, devices: list[DeviceId]) -> None:
+        self._touch(devices)
         for device in devices:
             left = self._used[device] - 1
             if left > 0:
@@ -111,7 +134,7 @@ class DraState:
             self._drop_pending(key)
             devices = _devices(write.allocation)
             self._pending[key] = (plan.pod_uid, devices)
-            self._used.update(devices)
+            self._take(devices)
 
     def forget(self, plan: ClaimPlan) -> None:
         """kube's Unreserve for allocations not yet written."""
@@ -152,7 +175,7 @@ class DraState:
         self._release(devices)
 
     def hold(self, devices: list[DeviceId]) -> None:
-        self._used.update(devices)
+        self._take(devices)
 
     # ------------------------------------------------------------------ views
     def allocated_devices(self) -> frozenset[DeviceId]:
@@ -177,6 +200,22 @@ class DraState:
     def double_allocated(self) -> list[DeviceId]:
         """Devices held by more than one allocation (two schedulers, or a race)."""
         return sorted(d for d, n in self._used.items() if n > 1)
+
+    def spec_id(self, specs: object) -> int:
+        """A small number for claim specs (hashing the specs per node would cost more than
+        the lookups save)."""
+        return self._spec_ids.setdefault(specs, len(self._spec_ids))
+
+    def node_key(self, node: str, pools: list[Pool], claims: int) -> tuple[object, ...]:
+        """The memo key of one node for one pod's claims (``claims``: their specs): what the
+        allocator reads of the node (its name, its pools, the devices in use there, by
+        version)."""
+        versions = self._versions
+        return (
+            node,
+            claims,
+            tuple((p.driver, p.name, versions.get((p.driver, p.name), 0)) for p in pools),
+        )
 
     def slice_index(self) -> SliceIndex:
         if self._index is None:

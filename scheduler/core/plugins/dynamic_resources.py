@@ -37,7 +37,7 @@ Claims whose requests use alpha fields are refused before this plugin by Unsuppo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import numpy as np
 
@@ -60,6 +60,9 @@ NOT_AVAILABLE: Final = "resourceclaim not available on the node"
 CANNOT_ALLOCATE: Final = "cannot allocate all claims"
 OUTSIDE: Final = "node(s) outside Lattice's DRA nodes (LatticeScheduler spec.dra.nodeSelector)"
 NO_STATE: Final = "Lattice allocates DRA resource claims only with the cluster's DRA objects"
+MEMO_LIMIT: Final = 200_000
+"""Entries the per-node memo may hold before it starts again (outcomes of nodes whose
+devices changed since are never read again)."""
 PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
 """The standard attribute naming a device's PCIe root complex (NVIDIA's driver sets it)."""
 
@@ -71,6 +74,21 @@ class _State:
     order: list[ResourceClaim]
     allocator: Allocator | None
     results: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    specs: int = 0
+    """What the allocator reads of ``to_allocate``, interned (the memo's claim part)."""
+    keys: dict[int, tuple[object, ...]] = field(default_factory=dict)
+    """Per row with results: its memo key (:meth:`DraState.node_key`)."""
+
+
+_NO_FIT: Final = object()
+"""Memo value: the claims do not fit on the node."""
+
+
+def _specs(claims: list[ResourceClaim]) -> object:
+    """The claims as the allocator reads them: namespace (adminAccess), requests,
+    constraints, configs (results name requests and carry configs, so equal specs give
+    equal results on one node)."""
+    return tuple((c.namespace, c.requests, c.constraints, repr(c.config)) for c in claims)
 
 
 def _reject(message: str) -> PreFilterResult:
@@ -134,6 +152,7 @@ class DynamicResources:
             return PREFILTER_SKIP
         if state.to_allocate:
             state.allocator = dra.allocator()
+            state.specs = dra.spec_id(_specs(state.to_allocate))
         cycle.state[NAME] = state
         return PreFilterResult()
 
@@ -142,6 +161,9 @@ class DynamicResources:
         if state is None:
             return None
         snapshot = cycle.snapshot
+        dra = cycle.dra
+        if dra is not None and len(dra.memo) > MEMO_LIMIT:
+            dra.memo.clear()
         codes = np.zeros(snapshot.num_nodes, dtype=np.int8)
         not_available = np.zeros(snapshot.num_nodes, dtype=np.bool_)
         cannot = np.zeros(snapshot.num_nodes, dtype=np.bool_)
@@ -164,8 +186,22 @@ class DynamicResources:
                 continue
             if state.allocator is None:
                 continue
+            allocator = state.allocator
+            key = None
+            if dra is not None:
+                pools = allocator.slices.pools(node.name, node.labels)
+                key = dra.node_key(node.name, pools, state.specs)
+                hit = dra.memo.get(("allocate", *key))
+                if hit is not None:
+                    if hit is _NO_FIT:
+                        cannot[row] = True
+                        codes[row] = cast(int, dra.memo[("in_use", *key)])
+                    else:
+                        state.results[int(row)] = cast(list[dict[str, Any]], hit)
+                        state.keys[int(row)] = key
+                    continue
             try:
-                found = state.allocator.allocate(node.name, node.labels, state.to_allocate)
+                found = allocator.allocate(node.name, node.labels, state.to_allocate)
             except AllocationError as err:
                 mask = np.zeros(snapshot.num_nodes, dtype=np.bool_)
                 mask[row] = True
@@ -177,13 +213,20 @@ class DynamicResources:
                 # UnschedulableAndUnresolvable): evicting lower-priority holders can make
                 # room (preemption). A node whose devices are all free cannot be helped.
                 cannot[row] = True
-                codes[row] = (
+                code = (
                     Code.UNSCHEDULABLE
-                    if state.allocator.any_in_use(node.name, node.labels)
+                    if allocator.any_in_use(node.name, node.labels)
                     else Code.UNSCHEDULABLE_AND_UNRESOLVABLE
                 )
+                codes[row] = code
+                if key is not None and dra is not None:
+                    dra.memo[("allocate", *key)] = _NO_FIT
+                    dra.memo[("in_use", *key)] = code
             else:
                 state.results[int(row)] = found
+                if key is not None and dra is not None:
+                    dra.memo[("allocate", *key)] = found
+                    state.keys[int(row)] = key
         reasons = tuple(
             (reason, mask)
             for reason, mask in (
@@ -233,8 +276,15 @@ def device_fits(cycle: Cycle) -> dict[int, DeviceFit]:
     if state is None or state.allocator is None or not state.results:
         return {}
     allocator = state.allocator
+    memo = cycle.dra.memo if cycle.dra is not None else None
     out: dict[int, DeviceFit] = {}
     for row, allocations in state.results.items():
+        node_key = state.keys.get(row)
+        if memo is not None and node_key is not None:
+            hit = memo.get(("fit", *node_key))
+            if isinstance(hit, DeviceFit):
+                out[row] = hit
+                continue
         chosen: set[DeviceId] = set()
         for allocation in allocations:
             for r in allocation["devices"]["results"]:
@@ -257,12 +307,15 @@ def device_fits(cycle: Cycle) -> dict[int, DeviceFit]:
                             roots.add(key)
                     elif device_id not in allocator.allocated and d.allocatable:
                         free.append(key)
-        out[row] = DeviceFit(
+        fit = DeviceFit(
             devices=len(chosen),
             roots=len(roots),
-            left_on_roots=sum(1 for key in free if key in roots),
+            left_on_roots=sum(1 for k in free if k in roots),
             left_in_pools=len(free),
         )
+        out[row] = fit
+        if memo is not None and node_key is not None:
+            memo[("fit", *node_key)] = fit
     return out
 
 
