@@ -66,6 +66,7 @@ from scheduler.core.gpus import Free, GpuDemand, SizeClass, fragmentation
 from scheduler.core.load import LoadView
 from scheduler.core.nominated import nominated_by_node
 from scheduler.core.plugins import pod_topology_spread as spread_plugin
+from scheduler.core.plugins.dynamic_resources import DynamicResources
 from scheduler.core.plugins.inter_pod_affinity import incoming_term_matches, required_state
 from scheduler.core.plugins.node_ports import conflicts
 from scheduler.core.plugins.topology import Placement, Topology
@@ -458,7 +459,7 @@ def _build(
         if rep.host_ports:
             bound = np.minimum(bound, 1)
         caps, active, aligned = _topology_caps(framework, snapshot, topology, rep, rows, len(group))
-        claim_caps, claiming = _claim_caps(snapshot, dra, rep, rows, len(group))
+        claim_caps, claiming = _claim_caps(framework, snapshot, dra, rep, rows, len(group))
         # A class that allocates DRA devices counts as a device user (aligned: another
         # class's claims could take its devices): the same one-class-per-node rule.
         active, aligned = active or claiming, aligned or claiming
@@ -863,7 +864,12 @@ def unallocated_claims(pod: Pod, dra: DraState) -> list[ResourceClaim] | None:
 
 
 def _claim_caps(
-    snapshot: Snapshot, dra: DraState | None, pod: Pod, rows: IndexArray, size: int
+    framework: Framework,
+    snapshot: Snapshot,
+    dra: DraState | None,
+    pod: Pod,
+    rows: IndexArray,
+    size: int,
 ) -> tuple[IntArray, bool]:
     """Per feasible row, how many members with ``pod``'s claims the node's free devices
     take one after another, with the allocator DynamicResources uses and each simulated
@@ -877,13 +883,19 @@ def _claim_caps(
         return caps, False  # allocated claims: their nodeSelector is the filter's
     base = dra.allocated_devices()
     index = dra.slice_index()
+    plugin = next((p for p in framework.plugins.filters if isinstance(p, DynamicResources)), None)
+    aligned = plugin.aligned if plugin is not None else False
     for i, row in enumerate(rows.tolist()):
         node = snapshot.node(row)
         used: set[DeviceId] = set(base)
         count = 0
         while count < size:
             allocator = Allocator(
-                classes=dra.classes, slices=index, allocated=used, compiler=dra.compiler
+                classes=dra.classes,
+                slices=index,
+                allocated=used,
+                compiler=dra.compiler,
+                aligned=aligned,
             )
             try:
                 found = allocator.allocate(node.name, node.labels, claims)

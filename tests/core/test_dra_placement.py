@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.core.dra.allocator import PCIE_ROOT
 from scheduler.core.dra.objects import DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.core.dra.state import DraState
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Cycle
 from scheduler.core.plugins.dynamic_resources import (
-    PCIE_ROOT,
     DeviceFit,
     DynamicResources,
     device_fits,
@@ -104,14 +104,46 @@ def test_a_one_device_claim_fills_the_partly_used_node_and_root() -> None:
 
 
 def test_alignment_comes_before_filling_a_node() -> None:
-    """n1 has fewer free devices, but its first-fit pair spans both roots (gpu-3, gpu-4):
-    the pair that shares a root on the whole node wins."""
-    claims = (held("other", "n1", 0, 1, 2),)
+    """n1 has fewer free devices, but one on each root (gpu-3, gpu-7): any pair there
+    spans both roots, so the pair that shares a root on the whole node wins."""
+    claims = (held("other", "n1", 0, 1, 2, 4, 5, 6),)
     fits = fits_of(2, *claims)
     assert fits["n1"].roots == 2
     assert fits["n0"].roots == 1
     for seed in range(8):
         assert schedule(DEFAULT_PROFILE, 2, *claims, seed=seed).selected == "n0"
+
+
+def devices_of(decision: Decision) -> list[str]:
+    assert decision.claim_plan is not None
+    (write,) = decision.claim_plan.allocations
+    assert write.allocation is not None
+    return [r["device"] for r in write.allocation["devices"]["results"]]
+
+
+def test_inside_a_node_a_claim_takes_the_root_that_best_fits_it() -> None:
+    """n1's first root has one free device (gpu-3), its second four. kube's first fit
+    gives a pair gpu-3 and gpu-4, across both roots; Lattice's order tries whole roots that
+    hold the count first, fewest free first: the pair lands on the second root, and a
+    single device fills the first root's last one, keeping the second whole."""
+    claims = (held("other", "n1", 0, 1, 2),)
+    pair = schedule(DEFAULT_PROFILE, 2, *claims)
+    assert pair.selected == "n1"  # aligned there too, and it fills the partly used node
+    assert devices_of(pair) == ["gpu-4", "gpu-5"]
+    single = schedule(DEFAULT_PROFILE, 1, *claims)
+    assert (single.selected, devices_of(single)) == ("n1", ["gpu-3"])
+    # Four on a node whose roots have 1 and 4 free: the whole root, not a spread.
+    four = schedule(DEFAULT_PROFILE, 4, *claims)
+    assert (four.selected, devices_of(four)) == ("n1", ["gpu-4", "gpu-5", "gpu-6", "gpu-7"])
+    # LeastAllocated keeps kube's first fit, as kube-scheduler's users would get it.
+    on_n1 = [
+        d
+        for seed in range(16)
+        if (d := schedule(policy(GpuPolicy.LEAST_ALLOCATED), 2, *claims, seed=seed)).selected
+        == "n1"
+    ]
+    assert on_n1  # LeastAllocated has no DRA score: the seed sends some to n1
+    assert all(devices_of(d) == ["gpu-3", "gpu-4"] for d in on_n1)
 
 
 def test_most_allocated_fills_the_fullest_node_and_least_allocated_is_kubes() -> None:

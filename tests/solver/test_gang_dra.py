@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from scheduler.control.gang_flow import shared_unallocated_claim
+from scheduler.core.dra.allocator import PCIE_ROOT
 from scheduler.core.dra.objects import DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.core.dra.state import DraState
-from scheduler.core.plugins.dynamic_resources import PCIE_ROOT
 from scheduler.model.pod import Pod
 from scheduler.solver import build_problem, solve, violations
 from scheduler.solver.problem import unallocated_claims

@@ -12,7 +12,13 @@ feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
 2. **Order.** kube 1.34 walks pools in Go map order (random per call). Lattice walks them
    sorted by (driver, pool), slices by name, devices in ``spec.devices`` order, so the same
    cluster always gives the same allocation. Where kube's choice is deterministic (one pool
-   with one slice on the node) the two agree.
+   with one slice on the node) the two agree, except with ``aligned`` (GPUPlacement's
+   Fragmentation policy, the default) in a pool whose devices name two or more
+   ``resource.kubernetes.io/pcieRoot`` values: an ExactCount request then tries whole
+   roots that hold its count first, fewest free devices first, then the others, most
+   free first (:func:`_by_root`), so a claim's devices share a root where one can hold
+   them and a 1-device claim fills a partly used root, keeping whole roots for claims
+   that need them.
 3. **Validation, per request (and per firstAvailable subrequest):** the class must exist; a
    selector that is not CEL is an error; ExactCount needs ``count`` devices; All takes every
    selectable device of every pool now, and an incomplete or invalid pool is an *error*;
@@ -72,6 +78,8 @@ from scheduler.core.dra.objects import (
 )
 from scheduler.model.selectors import Labels
 
+PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
+"""The standard attribute naming a device's PCIe root complex (NVIDIA's driver sets it)."""
 FILTER_TIMEOUT: Final = 10.0
 """Seconds one allocation may search (kube-scheduler 1.34's filterTimeout default)."""
 _CLOCK_EVERY: Final = 256
@@ -245,6 +253,10 @@ class _Search:
     deadline: float | None = None
     clock: Callable[[], float] = time.monotonic
     steps: int = 0
+    aligned: bool = False
+    order: dict[tuple[int, int, int], list[_Candidate | Pool]] = field(default_factory=dict)
+    """Per (claim, request, subrequest): the devices in search order (an invalid pool
+    stands at its place: reaching it is an error)."""
 
 
 class Allocator:
@@ -259,6 +271,7 @@ class Allocator:
         compiler: SelectorCompiler,
         timeout: float | None = FILTER_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
+        aligned: bool = False,
     ) -> None:
         self.classes = classes
         self.slices = slices
@@ -266,6 +279,8 @@ class Allocator:
         self.compiler = compiler
         self.timeout = timeout
         self.clock = clock
+        self.aligned = aligned
+        """Lattice's device order (see the module docstring, step 2); False: kube's."""
 
     def allocate(
         self, node: str, labels: Labels, claims: Sequence[ResourceClaim]
@@ -283,6 +298,7 @@ class Allocator:
             node=node,
             deadline=None if self.timeout is None else self.clock() + self.timeout,
             clock=self.clock,
+            aligned=self.aligned,
         )
         for ci, claim in enumerate(claims):
             per_request: list[list[_Request]] = []
@@ -590,27 +606,102 @@ def _allocate_one(search: _Search, ci: int, ri: int, si: int, di: int, *, in_sub
             _release(search, ci, request, c)
         return done
     claim = search.claims[ci]
+    key = (ci, ri, si)
+    candidates = search.order.get(key)
+    if candidates is None:
+        candidates = search.order[key] = _ordered(search, request, key, claim)
+    for entry in candidates:
+        if isinstance(entry, Pool):
+            raise AllocationError(f"pool {entry.id} is invalid (duplicate device names)")
+        if _in_use(search, request, ci, entry.id):
+            continue
+        if not _selectable(search, request, key, claim, entry.id, entry.device):
+            continue
+        if not _take(search, ci, request, entry, must=False):
+            continue
+        try:
+            done = _allocate_one(search, ci, ri, si, di + 1, in_sub=in_sub)
+        except BaseException:
+            _release(search, ci, request, entry)
+            raise
+        if done:
+            return True
+        _release(search, ci, request, entry)
+    return False
+
+
+def _ordered(
+    search: _Search, request: _Request, key: tuple[int, int, int], claim: ResourceClaim
+) -> list[_Candidate | Pool]:
+    """The devices an ExactCount request tries, pool by pool: kube's order (slices by name,
+    ``spec.devices`` order) unless ``search.aligned`` and the pool's devices sit on two or
+    more PCIe roots (:func:`_by_root`) and the claim is :func:`_reorderable`. Kube's order
+    stays where the request has adminAccess (it may reuse devices in use) or a selector
+    fails with an error on some free device of the pool: which device kube reaches first
+    then decides the verdict."""
+    out: list[_Candidate | Pool] = []
     for pool in search.pools:
         if pool.invalid:
-            raise AllocationError(f"pool {pool.id} is invalid (duplicate device names)")
-        for s in pool.slices:
-            for d in s.devices:
-                c = _Candidate(DeviceId(s.driver, s.pool, d.name), d, s)
-                if _in_use(search, request, ci, c.id):
-                    continue
-                if not _selectable(search, request, (ci, ri, si), claim, c.id, d):
-                    continue
-                if not _take(search, ci, request, c, must=False):
-                    continue
-                try:
-                    done = _allocate_one(search, ci, ri, si, di + 1, in_sub=in_sub)
-                except BaseException:
-                    _release(search, ci, request, c)
-                    raise
-                if done:
-                    return True
-                _release(search, ci, request, c)
-    return False
+            out.append(pool)
+            break  # nothing after it is reached
+        devices = [
+            _Candidate(DeviceId(s.driver, s.pool, d.name), d, s)
+            for s in pool.slices
+            for d in s.devices
+        ]
+        if search.aligned and not request.admin and len(devices) > 1 and _reorderable(claim):
+            devices = _by_root(search, request, key, claim, devices)
+        out += devices
+    return out
+
+
+def _reorderable(claim: ResourceClaim) -> bool:
+    """Claims the root-aware order provably spans no more roots than any order: one
+    request and no constraint, or every request under one pcieRoot ``matchAttribute``
+    (which pins them to one root anyway). Elsewhere (several free requests, constraints on
+    other attributes) the first solution in another order could span more: kube's order."""
+    if not claim.constraints:
+        return len(claim.requests) == 1
+    names = {r.name for r in claim.requests}
+    return any(
+        c.match_attribute == PCIE_ROOT and (not c.requests or set(c.requests) >= names)
+        for c in claim.constraints
+    )
+
+
+def _by_root(
+    search: _Search,
+    request: _Request,
+    key: tuple[int, int, int],
+    claim: ResourceClaim,
+    devices: list[_Candidate],
+) -> list[_Candidate]:
+    """Whole roots first that hold the request's count of free selectable devices, fewest
+    first (best fit: a 1-device claim fills a partly used root, a pair lands on one root);
+    then the roots that hold fewer, most first (fewest roots spanned); kube's order inside a
+    root and between equal ones. Free: in no allocation (the order is fixed per search)."""
+    roots = [c.device.attribute(PCIE_ROOT) for c in devices]
+    if len({r for r in roots if r is not None}) < 2:
+        return devices
+    need = request.count
+    free: dict[Attribute | None, int] = {}
+    first: dict[Attribute | None, int] = {}
+    for i, (c, root) in enumerate(zip(devices, roots, strict=True)):
+        first.setdefault(root, i)
+        if c.id in search.allocated:
+            continue
+        try:
+            usable = _selectable(search, request, key, claim, c.id, c.device)
+        except AllocationError:
+            return devices
+        if usable:
+            free[root] = free.get(root, 0) + 1
+
+    def rank(i: int) -> tuple[bool, int, int, int]:
+        n = free.get(roots[i], 0)
+        return (n < need, n if n >= need else -n, first[roots[i]], i)
+
+    return [devices[i] for i in sorted(range(len(devices)), key=rank)]
 
 
 def _result(search: _Search, ci: int) -> dict[str, Any]:

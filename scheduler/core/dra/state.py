@@ -26,6 +26,8 @@ from scheduler.core.dra.cel import SelectorCompiler
 from scheduler.core.dra.objects import DeviceClass, DeviceId, ResourceClaim, ResourceSlice
 
 ClaimKey = tuple[str, str]
+SPEC_LIMIT = 10_000
+"""Distinct claim specs the memo numbers before it starts again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +206,9 @@ class DraState:
     def spec_id(self, specs: object) -> int:
         """A small number for claim specs (hashing the specs per node would cost more than
         the lookups save)."""
+        if len(self._spec_ids) >= SPEC_LIMIT:  # ids of specs no pod asks any more
+            self._spec_ids.clear()
+            self.memo.clear()
         return self._spec_ids.setdefault(specs, len(self._spec_ids))
 
     def node_key(self, node: str, pools: list[Pool], claims: int) -> tuple[object, ...]:
@@ -222,12 +227,13 @@ class DraState:
             self._index = SliceIndex(self.slices[name] for name in sorted(self.slices))
         return self._index
 
-    def allocator(self) -> Allocator:
+    def allocator(self, *, aligned: bool = False) -> Allocator:
         return Allocator(
             classes=self.classes,
             slices=self.slice_index(),
             allocated=self.allocated_devices(),
             compiler=self.compiler,
+            aligned=aligned,
         )
 
 

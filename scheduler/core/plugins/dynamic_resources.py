@@ -41,7 +41,7 @@ from typing import Any, Final, cast
 
 import numpy as np
 
-from scheduler.core.dra.allocator import AllocationError, Allocator
+from scheduler.core.dra.allocator import PCIE_ROOT, AllocationError, Allocator
 from scheduler.core.dra.objects import DeviceId, ResourceClaim, requests_of
 from scheduler.core.dra.state import ClaimPlan, ClaimWrite, DraState
 from scheduler.core.framework import (
@@ -51,7 +51,7 @@ from scheduler.core.framework import (
     FilterResult,
     PreFilterResult,
 )
-from scheduler.core.profile import DYNAMIC_RESOURCES, DynamicResourcesArgs, Profile
+from scheduler.core.profile import DYNAMIC_RESOURCES, DynamicResourcesArgs, GpuPolicy, Profile
 from scheduler.core.snapshot import BoolArray, Snapshot
 from scheduler.model.pod import Pod
 
@@ -63,8 +63,6 @@ NO_STATE: Final = "Lattice allocates DRA resource claims only with the cluster's
 MEMO_LIMIT: Final = 200_000
 """Entries the per-node memo may hold before it starts again (outcomes of nodes whose
 devices changed since are never read again)."""
-PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
-"""The standard attribute naming a device's PCIe root complex (NVIDIA's driver sets it)."""
 
 
 @dataclass(slots=True)
@@ -98,8 +96,10 @@ def _reject(message: str) -> PreFilterResult:
 class DynamicResources:
     name: Final = NAME
 
-    def __init__(self, args: DynamicResourcesArgs | None = None) -> None:
+    def __init__(self, args: DynamicResourcesArgs | None = None, *, aligned: bool = True) -> None:
         self.args = args or DynamicResourcesArgs()
+        self.aligned = aligned
+        """The allocator's root-aware device order (GPUPlacement's Fragmentation policy)."""
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
         pod = cycle.pod
@@ -151,8 +151,8 @@ class DynamicResources:
         if not state.order:
             return PREFILTER_SKIP
         if state.to_allocate:
-            state.allocator = dra.allocator()
-            state.specs = dra.spec_id(_specs(state.to_allocate))
+            state.allocator = dra.allocator(aligned=self.aligned)
+            state.specs = dra.spec_id((self.aligned, _specs(state.to_allocate)))
         cycle.state[NAME] = state
         return PreFilterResult()
 
@@ -343,4 +343,5 @@ def stale_allocations(pod: Pod, dra: DraState, snapshot: Snapshot) -> list[Resou
 
 
 def new(profile: Profile) -> DynamicResources:
-    return DynamicResources(profile.dynamic_resources)
+    aligned = profile.gpu_placement.policy is GpuPolicy.FRAGMENTATION
+    return DynamicResources(profile.dynamic_resources, aligned=aligned)
