@@ -671,6 +671,8 @@ class Scheduler:
             return
         assert isinstance(pod, Pod)
         self.plugin_timer.start_cycle(self.queue.scheduling_cycle)
+        dra = self.cache.dra
+        before = (dra.stats.seconds, dra.compiler.evaluations) if pod.resource_claims else None
         try:
             decision = self.decide(pod)
         except Exception as exc:  # a bug in a plugin must not stop the scheduler
@@ -679,6 +681,9 @@ class Scheduler:
                 info, log, trace_id, f"internal error: {exc}", started, AttemptResult.ERROR
             )
             return
+        if before is not None:
+            self.metrics.dra_allocation_duration.observe(dra.stats.seconds - before[0])
+            self.metrics.dra_cel_evaluations.observe(dra.compiler.evaluations - before[1])
         if decision.selected is None:
             if decision.code is Code.ERROR:  # an allocator error: backoff, no preemption
                 self._failed(info, log, trace_id, decision.summary, started, AttemptResult.ERROR)

@@ -184,6 +184,11 @@ class Metrics:
     schedulers allocating from one pool)."""
     dra_conflicts: Counter
     """Allocations PreBind did not write: a device was in another allocation by then."""
+    dra_allocation_duration: Histogram
+    """Per attempt of a pod with claims: time in the structured allocator, all nodes."""
+    dra_cel_evaluations: Histogram
+    """Per attempt of a pod with claims: CEL selector evaluations run (verdicts are cached
+    per device, so this stays near zero once the devices have been seen)."""
     reports_dropped: Counter
     """Failed pods/binding calls (each one is a forget, a backoff and a requeue)."""
     graph_patches: Counter
@@ -320,6 +325,20 @@ class Metrics:
                 "Allocations not written at PreBind: a device was in another allocation by then.",
                 namespace=NAMESPACE,
                 registry=reg,
+            ),
+            dra_allocation_duration=Histogram(
+                "dra_allocation_duration_seconds",
+                "Per attempt of a pod with claims: time in the DRA allocator over all nodes.",
+                namespace=NAMESPACE,
+                registry=reg,
+                buckets=_SOLVE_BUCKETS,
+            ),
+            dra_cel_evaluations=Histogram(
+                "dra_cel_evaluations",
+                "Per attempt of a pod with claims: CEL selector evaluations run.",
+                namespace=NAMESPACE,
+                registry=reg,
+                buckets=(0, 1, 10, 100, 1000, 10_000, 100_000),
             ),
             reports_dropped=Counter(
                 "reports_dropped",

@@ -152,6 +152,11 @@ async def test_claims_are_written_before_the_binding_and_counted() -> None:
     assert writer.written == ["c"]
     assert writer.binds == [("p", "n1")]
     assert sched.metrics.dra_allocations._value.get() == 1
+    registry = sched.metrics.registry
+    assert registry.get_sample_value("lattice_dra_allocation_duration_seconds_count") == 1
+    assert (registry.get_sample_value("lattice_dra_allocation_duration_seconds_sum") or 0) > 0
+    # the class selector ran on the one device; a second pod's cycle reuses the verdict
+    assert registry.get_sample_value("lattice_dra_cel_evaluations_sum") == 1
     held = sched.cache.dra.claims[("default", "c")]
     assert held.allocation is not None
     assert sched.cache.dra.pending_for(("default", "c")) is None

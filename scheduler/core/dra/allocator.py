@@ -259,6 +259,14 @@ class _Search:
     stands at its place: reaching it is an error)."""
 
 
+@dataclass(slots=True)
+class AllocStats:
+    """Time spent in :meth:`Allocator.allocate`, summed (for the allocation-time metric)."""
+
+    seconds: float = 0.0
+    calls: int = 0
+
+
 class Allocator:
     """Per-cycle view: classes, slices and the devices already in use."""
 
@@ -272,7 +280,9 @@ class Allocator:
         timeout: float | None = FILTER_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
         aligned: bool = False,
+        stats: AllocStats | None = None,
     ) -> None:
+        self.stats = stats
         self.classes = classes
         self.slices = slices
         self.allocated = allocated
@@ -287,6 +297,18 @@ class Allocator:
     ) -> list[dict[str, Any]] | None:
         """Allocations for ``claims`` on ``node`` (one per claim), or None when they do not
         fit; raises :class:`AllocationError` as described in the module docstring."""
+        if self.stats is None:
+            return self._allocate(node, labels, claims)
+        started = time.perf_counter()
+        try:
+            return self._allocate(node, labels, claims)
+        finally:
+            self.stats.seconds += time.perf_counter() - started
+            self.stats.calls += 1
+
+    def _allocate(
+        self, node: str, labels: Labels, claims: Sequence[ResourceClaim]
+    ) -> list[dict[str, Any]] | None:
         pools = self.slices.pools(node, labels)
         search = _Search(
             claims=claims,

@@ -508,6 +508,9 @@ class SelectorCompiler:
             ],
         )
         self._compiled: dict[str, Selector | CelError] = {}
+        self.evaluations = 0
+        """Selector evaluations so far (verdicts are cached per device: a metric of how
+        much CEL a pod's cycle really ran)."""
 
     def compile(self, expression: str) -> Selector:
         cached = self._compiled.get(expression)

@@ -144,6 +144,7 @@ class Device:
         """One selector's verdict, cached per expression; raises :class:`CelError`."""
         verdict = self.verdicts.get(expression)
         if verdict is None:
+            compiler.evaluations += 1
             try:
                 verdict = compiler.compile(expression).evaluate(self.cel_input())
             except CelError as err:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.core.dra.allocator import Allocator, Pool, SliceIndex
+from scheduler.core.dra.allocator import Allocator, AllocStats, Pool, SliceIndex
 from scheduler.core.dra.cel import SelectorCompiler
 from scheduler.core.dra.objects import DeviceClass, DeviceId, ResourceClaim, ResourceSlice
 
@@ -68,6 +68,9 @@ class DraState:
         """Per (driver, pool): bumped whenever a device of the pool is taken or freed."""
         self.memo: dict[tuple[object, ...], object] = {}
         self._spec_ids: dict[object, int] = {}
+        self.stats = AllocStats()
+        """Allocator time of every cycle on this state (the controller observes the
+        difference per attempt)."""
         """DynamicResources' per-node outcomes, keyed by the node's pools and their
         versions and the claims' specs (:meth:`node_key`); cleared when a class or slice
         changes. A pod's cycle then runs the allocator only on nodes whose devices changed
@@ -234,6 +237,7 @@ class DraState:
             allocated=self.allocated_devices(),
             compiler=self.compiler,
             aligned=aligned,
+            stats=self.stats,
         )
 
 
