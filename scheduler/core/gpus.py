@@ -5,12 +5,17 @@ Theory of operation (after FGD, Weng et al., USENIX ATC'23, for whole GPUs):
 * :class:`GpuDemand` learns the mix of GPU request sizes the cluster sees. Every arriving
   pod that asks for GPUs moves an exponentially weighted share towards its size class (1, 2,
   4, 8, or whatever sizes arrive), and each class keeps the typical cpu and memory its pods
-  ask beside their GPUs. Pods still pending count too: a class that waits is a class the
-  cluster is short of. Before anything arrives the prior is 1/2/4/8 in equal shares.
+  ask beside their GPUs, and the largest cpu and memory among its last :data:`RECENT` pods
+  (at the share of one of them), so a rare large shape that only a few nodes can take is
+  part of the mix. Pods still pending count too: a class that waits is a class the cluster
+  is short of; the pod being placed is left out of the mix it is judged by (it is not its
+  own competition). Before anything arrives the prior is 1/2/4/8 in equal shares.
 * The **fragmentation** of a node is the expected number of its free GPUs that a request
   drawn from that mix could *not* use: all of them for a size larger than the free count,
   and all of them when the node's free cpu or memory is below what that size typically
-  brings (a GPU with no CPU beside it is stranded too).
+  brings (a GPU with no CPU beside it is stranded too). Each class weighs by its share per
+  node that can still take it (its demand pressure), so the only nodes that can hold a
+  class count its loss as the loss of a scarce home, not one among hundreds.
 * A placement is judged by how much it raises the node's fragmentation (the fragmentation
   gradient): a 1-GPU pod on a whole free 8-GPU node makes seven GPUs useless to 8-GPU
   requests; on a node with one GPU left it makes nothing worse.
@@ -21,6 +26,7 @@ controller feeds arrivals and pending pods, the core reads the mix.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -41,6 +47,8 @@ ARRIVAL_ALPHA: Final = 0.01
 """Share moved per arrival: the mix reflects roughly the last few hundred GPU pods."""
 REQUEST_ALPHA: Final = 0.05
 """Smoothing of a class's typical cpu and memory request."""
+RECENT: Final = 64
+"""Pods per class whose largest cpu and memory the mix keeps beside the typical ones."""
 PENDING_SHARE: Final = 0.5
 """Weight of the pending pods' sizes in the mix while some GPU pods are pending."""
 _MIN_SHARE: Final = 1e-4
@@ -75,6 +83,9 @@ class GpuDemand:
         self._cpu: dict[int, float] = {}
         self._memory: dict[int, float] = {}
         self._pending: dict[str, int] = {}
+        self._pending_counts: dict[int, int] = {}
+        self._recent: dict[int, deque[tuple[int, int]]] = {}
+        self._largest: dict[int, tuple[int, int]] = {}
         self._arrivals = 0
         self._classes: tuple[SizeClass, ...] | None = None
 
@@ -110,6 +121,9 @@ class GpuDemand:
         ):
             old = typical.get(gpus)
             typical[gpus] = float(amount) if old is None else old + REQUEST_ALPHA * (amount - old)
+        recent = self._recent.setdefault(gpus, deque(maxlen=RECENT))
+        recent.append((requests.get(CPU, 0), requests.get(MEMORY, 0)))
+        self._largest[gpus] = (max(r[0] for r in recent), max(r[1] for r in recent))
         self._classes = None
 
     def set_pending(self, key: str, pod: Pod | None) -> None:
@@ -120,41 +134,70 @@ class GpuDemand:
             if key not in self._pending:
                 assert pod is not None
                 self.observe(pod)
-            if self._pending.get(key) != gpus:
+            old = self._pending.get(key)
+            if old != gpus:
+                if old is not None:
+                    self._count_pending(old, -1)
                 self._pending[key] = gpus
+                self._count_pending(gpus, 1)
                 self._classes = None
-        elif self._pending.pop(key, None) is not None:
-            self._classes = None
+        else:
+            old = self._pending.pop(key, None)
+            if old is not None:
+                self._count_pending(old, -1)
+                self._classes = None
 
-    def classes(self) -> tuple[SizeClass, ...]:
-        """The mix, largest share first (ties: smaller size first)."""
+    def _count_pending(self, gpus: int, delta: int) -> None:
+        count = self._pending_counts.get(gpus, 0) + delta
+        if count > 0:
+            self._pending_counts[gpus] = count
+        else:
+            self._pending_counts.pop(gpus, None)
+
+    def classes(self, without: str | None = None) -> tuple[SizeClass, ...]:
+        """The mix, largest share first (ties: smaller size first); ``without``: the key of
+        a pending pod left out (the pod being placed)."""
+        gpus = self._pending.get(without) if without is not None else None
+        if gpus is not None:
+            counts = dict(self._pending_counts)
+            self._count_pending_in(counts, gpus)
+            return self._compute(counts)
         if self._classes is None:
-            self._classes = self._compute()
+            self._classes = self._compute(self._pending_counts)
         return self._classes
 
-    def _compute(self) -> tuple[SizeClass, ...]:
+    @staticmethod
+    def _count_pending_in(counts: dict[int, int], gpus: int) -> None:
+        if counts[gpus] > 1:
+            counts[gpus] -= 1
+        else:
+            del counts[gpus]
+
+    def _compute(self, counts: Mapping[int, int]) -> tuple[SizeClass, ...]:
         total = sum(self._shares.values())
         mix = {k: v / total for k, v in self._shares.items()}
-        if self._pending:
-            counts: dict[int, int] = {}
-            for gpus in self._pending.values():
-                counts[gpus] = counts.get(gpus, 0) + 1
-            n = len(self._pending)
-            mix = {k: (1 - PENDING_SHARE) * mix.get(k, 0.0) for k in mix | counts}
+        if counts:
+            n = sum(counts.values())
+            mix = {k: (1 - PENDING_SHARE) * mix.get(k, 0.0) for k in mix | dict(counts)}
             for k, c in counts.items():
                 mix[k] += PENDING_SHARE * c / n
+        shapes: dict[tuple[int, int, int], float] = {}
+        for k, share in mix.items():
+            if share <= 0:
+                continue
+            typical = (k, round(self._cpu.get(k, 0.0)), round(self._memory.get(k, 0.0)))
+            recent = self._recent.get(k)
+            largest = self._largest.get(k)
+            if recent and largest is not None:
+                rare = share / len(recent)
+                shapes[(k, *largest)] = shapes.get((k, *largest), 0.0) + rare
+                share -= rare
+            shapes[typical] = shapes.get(typical, 0.0) + share
         out = [
-            SizeClass(
-                k,
-                share,
-                round(self._cpu.get(k, 0.0)),
-                round(self._memory.get(k, 0.0)),
-                k in self._cpu,
-            )
-            for k, share in mix.items()
-            if share > 0
+            SizeClass(k, share, cpu, memory, k in self._cpu)
+            for (k, cpu, memory), share in shapes.items()
         ]
-        return tuple(sorted(out, key=lambda c: (-c.share, c.gpus)))
+        return tuple(sorted(out, key=lambda c: (-c.share, c.gpus, c.cpu_milli, c.memory)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,11 +266,39 @@ def figures(
     free = Free.of(snapshot, resources)
     after = free.minus(gpus, requests.get(CPU, 0), requests.get(MEMORY, 0))
 
-    def milli(f: Free) -> IntArray:
-        out: IntArray = np.rint(fragmentation(f, classes) * 1000).astype(np.int64)
+    before, classes = _pressured(free, classes)
+
+    def milli(f: FloatArray) -> IntArray:
+        out: IntArray = np.rint(f * 1000).astype(np.int64)
         return out
 
-    return Figures(gpus, free, after, classes, milli(free), milli(after))
+    return Figures(gpus, free, after, classes, milli(before), milli(fragmentation(after, classes)))
+
+
+def _pressured(
+    free: Free, classes: tuple[SizeClass, ...]
+) -> tuple[FloatArray, tuple[SizeClass, ...]]:
+    """The mix reweighted by demand pressure (each class's share divided by the nodes whose
+    free GPUs, cpu and memory could take it now, at least one; renormalised to sum to 1),
+    and the fragmentation of ``free`` under it."""
+    gpus = np.maximum(free.gpus, 0)
+    unusable = [
+        (gpus < c.gpus) | (free.cpu < c.cpu_milli) | (free.memory < c.memory) for c in classes
+    ]
+    pressure = [
+        c.share / max(len(gpus) - int(np.count_nonzero(u)), 1)
+        for c, u in zip(classes, unusable, strict=True)
+    ]
+    total = sum(pressure)
+    if total > 0:
+        classes = tuple(
+            SizeClass(c.gpus, p / total, c.cpu_milli, c.memory, c.seen)
+            for c, p in zip(classes, pressure, strict=True)
+        )
+    out = np.zeros(len(gpus), dtype=np.float64)
+    for c, u in zip(classes, unusable, strict=True):
+        out += np.where(u, gpus * c.share, 0.0)
+    return out, classes
 
 
 def fragmentation(free: Free, classes: Iterable[SizeClass]) -> FloatArray:

@@ -62,7 +62,9 @@ class GpuPlacement:
     def figures(self, cycle: Cycle) -> Figures:
         """This pod's GPU figures per node (explain shows the same numbers)."""
         classes = (
-            self.demand(cycle).classes() if self.args.policy is GpuPolicy.FRAGMENTATION else ()
+            self.demand(cycle).classes(cycle.pod.key)
+            if self.args.policy is GpuPolicy.FRAGMENTATION
+            else ()
         )
         return figures(cycle.snapshot, cycle.pod, self.args.resources, classes)
 
