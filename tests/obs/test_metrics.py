@@ -24,7 +24,8 @@ NAME = re.compile(
 )
 UNIT_BY_TYPE = {
     "counter": ("_total",),
-    "histogram": ("_seconds",),
+    # A histogram of counts (CEL evaluations per attempt) is unitless, named for what it counts.
+    "histogram": ("_seconds", "_evaluations"),
     "gauge": ("_pods", "_nodes", "_gangs", "_devices"),
 }
 
@@ -47,7 +48,7 @@ def _ours(metrics: Metrics) -> dict[str, str]:
 
 def test_every_metric_follows_the_naming_convention() -> None:
     families = _ours(Metrics.create())
-    assert len(families) == 20
+    assert len(families) == 23
     for name, kind in families.items():
         assert NAME.match(name), name
         assert name.endswith(UNIT_BY_TYPE[kind]), (name, kind)
@@ -112,6 +113,9 @@ def test_expected_names() -> None:
         "lattice_binding_errors_total",
         "lattice_dra_allocations_total",
         "lattice_dra_double_allocations_total",
+        "lattice_dra_prebind_conflicts_total",
+        "lattice_dra_allocation_duration_seconds",
+        "lattice_dra_cel_evaluations",
         "lattice_graph_patches_total",
         "lattice_cache_size_nodes",
         "lattice_cache_size_pods",
