@@ -134,12 +134,40 @@ class DraObjects:
             self.state.remove_claim(namespace, name)
 
 
+async def _patch_status(
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    resource_version: object,
+    status: dict[str, Any],
+) -> dict[str, Any]:
+    """A merge patch of ``status``, conditional on the version read (409 if it moved).
+
+    Never a PUT of the object read: its ``status.allocation`` would be sent back re-encoded
+    from Python, and the API server compares opaque config parameters byte by byte, so an
+    allocation another writer made (kube-scheduler, a driver, an operator) comes back as a
+    change of that immutable field (422). The patch names only what this write changes.
+    """
+    body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+    written: dict[str, Any] = await cast(Any, objects).patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        namespace,
+        "resourceclaims",
+        name,
+        body,
+        _content_type="application/merge-patch+json",
+    )
+    return written
+
+
 async def deallocate_claim(
     api: client.ApiClient, claim: ResourceClaim, *, pod_uid: str
-) -> str | None:
+) -> tuple[dict[str, Any] | None, str | None]:
     """kube's PostFilter write: clear ``status.allocation``, ``reservedFor`` and
     ``devices`` of a claim reserved by nobody but the pod (checked again on the fresh
-    object; a 409 re-reads). None when done or no longer needed, else why it failed."""
+    object; a 409 re-reads). (the claim as written, None) when done, (None, None) when no
+    longer needed, else (None, why it failed)."""
     objects = client.CustomObjectsApi(api)
     what = f"resourceclaim {claim.namespace}/{claim.name}"
     for _ in range(CONFLICT_RETRIES):
@@ -148,23 +176,28 @@ async def deallocate_claim(
                 GROUP, VERSION, claim.namespace, "resourceclaims", claim.name
             )
         except client.ApiException as exc:
-            return None if exc.status == 404 else f"reading {what}: {exc.status} {_message(exc)}"
+            if exc.status == 404:
+                return None, None
+            return None, f"reading {what}: {exc.status} {_message(exc)}"
         status = body.get("status") or {}
         if (body.get("metadata") or {}).get("uid") != claim.uid or not status.get("allocation"):
-            return None
+            return None, None
         if any(r.get("uid") != pod_uid for r in status.get("reservedFor") or []):
-            return None
-        body["status"] = {k: v for k, v in status.items() if k not in _DEALLOCATED}
+            return None, None
         try:
-            await objects.replace_namespaced_custom_object_status(
-                GROUP, VERSION, claim.namespace, "resourceclaims", claim.name, body
+            written = await _patch_status(
+                objects,
+                claim.namespace,
+                claim.name,
+                body["metadata"].get("resourceVersion"),
+                dict.fromkeys(_DEALLOCATED),
             )
         except client.ApiException as exc:
             if exc.status == 409:
                 continue
-            return f"deallocating {what}: {exc.status} {_message(exc)}"
-        return None
-    return f"deallocating {what}: still conflicting after {CONFLICT_RETRIES} attempts"
+            return None, f"deallocating {what}: {exc.status} {_message(exc)}"
+        return written, None
+    return None, f"deallocating {what}: still conflicting after {CONFLICT_RETRIES} attempts"
 
 
 _DEALLOCATED: Final = frozenset({"allocation", "reservedFor", "devices"})
@@ -187,12 +220,13 @@ async def unreserve_claim(api: client.ApiClient, write: ClaimWrite, *, pod_uid: 
         kept = [r for r in reserved if r.get("uid") != pod_uid]
         if len(kept) == len(reserved):
             return None
-        body["status"] = {**status, "reservedFor": kept}
-        if not kept:
-            del body["status"]["reservedFor"]
         try:
-            await objects.replace_namespaced_custom_object_status(
-                GROUP, VERSION, write.namespace, "resourceclaims", write.name, body
+            await _patch_status(
+                objects,
+                write.namespace,
+                write.name,
+                (body.get("metadata") or {}).get("resourceVersion"),
+                {"reservedFor": kept or None},
             )
         except client.ApiException as exc:
             if exc.status == 409:
@@ -251,18 +285,23 @@ async def write_claim(
                     if exc.status == 409:
                         continue
                     return None, f"adding the finalizer to {what}: {exc.status} {_message(exc)}"
-            status = copy.deepcopy(claim.get("status") or {})
-            status["allocation"] = copy.deepcopy(dict(write.allocation))
+            status = claim.get("status") or {}
+            change: dict[str, Any] = {"allocation": copy.deepcopy(dict(write.allocation))}
         elif status.get("allocation") is None:
             return None, f"{what} got deallocated in the meantime"
+        else:
+            change = {}
         reserved = list(status.get("reservedFor") or [])
         if not any(r.get("uid") == pod_uid for r in reserved):
             reserved.append({"resource": "pods", "name": pod_name, "uid": pod_uid})
-        status["reservedFor"] = reserved
-        claim["status"] = status
+        change["reservedFor"] = reserved
         try:
-            written: dict[str, Any] = await objects.replace_namespaced_custom_object_status(
-                GROUP, VERSION, write.namespace, "resourceclaims", write.name, claim
+            written = await _patch_status(
+                objects,
+                write.namespace,
+                write.name,
+                (claim.get("metadata") or {}).get("resourceVersion"),
+                change,
             )
         except client.ApiException as exc:
             if exc.status == 409:

@@ -255,7 +255,9 @@ class KubeWriter:
         await self.limiter.acquire()
         return await write_claim(self._api, write, pod_name=pod_name, pod_uid=pod_uid)
 
-    async def deallocate_claim(self, claim: ResourceClaim, *, pod_uid: str) -> str | None:
+    async def deallocate_claim(
+        self, claim: ResourceClaim, *, pod_uid: str
+    ) -> tuple[dict[str, Any] | None, str | None]:
         """DynamicResources' PostFilter write (:func:`scheduler.control.dra.deallocate_claim`)."""
         await self.limiter.acquire()
         return await deallocate_claim(self._api, claim, pod_uid=pod_uid)

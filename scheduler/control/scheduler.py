@@ -967,15 +967,26 @@ class Scheduler:
             self._prebinding.pop(pod.uid, None)
 
     async def _deallocate(self, pod: Pod, claims: Sequence[ResourceClaim], log: Any) -> None:
-        """kube's DynamicResources PostFilter: allocations no node can use are given back;
-        the claims' update events requeue the pod."""
+        """kube's DynamicResources PostFilter: allocations no node can use are given back.
+
+        The claim as written goes into the cache and the pod is retried at once (after its
+        backoff), not on the watch's echo: an echo that arrives while the pod is between
+        attempts can leave it waiting for the periodic flush (kube 1.34.4 does: its pod
+        keeps 'deallocation of ResourceClaim completed' for minutes)."""
         assert self.writer is not None
         for claim in claims:
-            failed = await self.writer.deallocate_claim(claim, pod_uid=pod.uid)
-            if failed is None:
-                log.info("claim_deallocated", reason=f"{claim.namespace}/{claim.name}")
-            else:
+            written, failed = await self.writer.deallocate_claim(claim, pod_uid=pod.uid)
+            if failed is not None:
                 log.warning("claim_deallocation_failed", reason=failed)
+                continue
+            if written is None:
+                continue
+            log.info("claim_deallocated", reason=f"{claim.namespace}/{claim.name}")
+            self.dra.claim_written(written)
+            self.queue.move_all_on_event(
+                ClusterEvent(ClusterEventType.DRA_CHANGED, subject=f"{DraKind.CLAIM}/{claim.name}"),
+                lambda p: isinstance(p, Pod) and p.uid == pod.uid,
+            )
 
     async def _unreserve(self, pod: Pod, plan: ClaimPlan, log: Any) -> None:
         """kube's DynamicResources Unreserve after a failed binding: the pod leaves the

@@ -4,18 +4,23 @@ Hundreds of seeded random cases (:mod:`tests.e2e.differential.dra_gen`: counts, 
 complete and incomplete pools, firstAvailable, matchAttribute on string/int/version/mixed
 and sometimes-missing attributes, scoped constraints, a GPU+NIC pair over two drivers on
 ``resource.kubernetes.io/pcieRoot``, adminAccess, CEL selectors of many forms including
-kube's runtime errors, 33 devices, an older pool generation, a missing class) run on one
-plane in one go, each on disjoint devices as in ``test_dra_vs_kube.py``: kube-scheduler's
-pod pinned to one node, Lattice's to the other. Once every pod's verdict (bound, or the
-reason of PodScheduled=False) has held still for :data:`STABLE` seconds:
+kube's runtime errors, 33 devices, an older pool generation, a missing class, claims shared
+by several pods, claims already allocated when the pod comes (used, only taking devices, or
+pinned elsewhere so PostFilter frees them), claims generated from templates, pools of two
+slices) run on one plane in one go, each on disjoint devices as in ``test_dra_vs_kube.py``:
+kube-scheduler's pods pinned to one node, Lattice's to the other. Once every pod's verdict
+(bound, or the reason of PodScheduled=False) has held still for :data:`STABLE` seconds:
 
-* both pods of a case have the same verdict;
+* each pod has the same verdict as its twin on the other node;
 * a bound pair's written ``status.allocation`` is equal once node and pool names are
   mapped (one pool of one slice per driver on the node: kube's first fit is deterministic),
   or differs only in devices that span no more PCIe roots (:func:`better_by_rule`:
-  Lattice's root-aware device order);
+  Lattice's root-aware device order); with a pool of two slices kube's first fit follows
+  its informer's slice order, so there only validity is compared;
 * every allocation either scheduler wrote passes the independent checker
-  (:mod:`tests.e2e.differential.dra_check`), and an unbound pod's claims stay unallocated.
+  (:mod:`tests.e2e.differential.dra_check`), each bound pod is in its claims'
+  ``reservedFor`` with kube's finalizer on what a scheduler allocated, and an unbound
+  pod's claims stay unallocated (a held claim's allocation is the test's).
 
 The seed is ``LATTICE_DRA_SEED`` if set, else drawn per run; it is printed and named in
 every assertion message. ``LATTICE_DRA_CASES`` changes the case count (default 300).
@@ -42,10 +47,11 @@ from tests.e2e.differential.dra_cases import (
     dra_plane,
     list_claims,
     pinned,
+    pod_claim_name,
     scheduler_for,
     verdict,
 )
-from tests.e2e.differential.dra_check import check_pod, expected_config
+from tests.e2e.differential.dra_check import check_pod, check_reserved, expected_config
 from tests.e2e.differential.dra_gen import (
     KINDS,
     NODE_PAIRS,
@@ -59,6 +65,7 @@ from tests.e2e.differential.dra_gen import (
     SelectorError,
     Sub,
     generate,
+    held_status,
     objects,
     reproducer,
 )
@@ -127,6 +134,69 @@ def _pod_name(case: Case, node: str) -> str:
     return f"{case.name}-{node}"
 
 
+def kube_waits_after_deallocating(case: Case, kube_pod: dict[str, Any], ours: str | None) -> bool:
+    """kube-scheduler 1.34.4 deallocated a held claim pinned elsewhere (its PostFilter) and
+    did not try the pod again within the test: the deallocation's event reached its queue
+    while the pod was still in flight, so the pod waits for the periodic flush (up to 5
+    minutes), seen in 3 of 5 such cases. Lattice retries the pod itself once its own
+    deallocation is written, so it must be bound (its allocation is checked as any)."""
+    return (
+        any(c.held_elsewhere for c in case.claims)
+        and verdict(kube_pod) == "Unschedulable"
+        and "deallocation of ResourceClaim completed" in _message(kube_pod)
+        and ours == BOUND
+    )
+
+
+def claim_object(
+    case: Case,
+    node: str,
+    claim: Claim,
+    pod: dict[str, Any] | None,
+    claims: dict[str, dict[str, Any]],
+) -> dict[str, Any] | None:
+    """``claim``'s object on ``node``: by name, or for a template's through ``pod``'s
+    ``status.resourceClaimStatuses`` (the name kube-controller-manager generated)."""
+    if not claim.template:
+        return claims.get(case.claim_name(claim, node))
+    if pod is None:
+        return None
+    entry = pod_claim_name(case.used_claims().index(claim))
+    for st in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+        if st.get("name") == entry and st.get("resourceClaimName"):
+            return claims.get(st["resourceClaimName"])
+    return None
+
+
+async def write_held(api: client.ApiClient, ns: str, cases: list[Case]) -> int:
+    """Allocate every held claim as the case says, before any pod exists (status subresource,
+    as a scheduler writes it); the count written."""
+    custom: Any = client.CustomObjectsApi(api)
+    sem = asyncio.Semaphore(16)
+
+    async def one(name: str, status: dict[str, Any]) -> None:
+        async with sem:
+            await custom.patch_namespaced_custom_object_status(
+                "resource.k8s.io",
+                "v1",
+                ns,
+                "resourceclaims",
+                name,
+                {"status": status},
+                _content_type="application/merge-patch+json",
+            )
+
+    writes = [
+        one(case.claim_name(claim, node), held_status(case, claim, node))
+        for case in cases
+        for claim in case.claims
+        if claim.held is not None
+        for node in case.nodes
+    ]
+    await asyncio.gather(*writes)
+    return len(writes)
+
+
 async def _settle(
     api: client.ApiClient, ns: str, names: set[str], tag: str
 ) -> dict[str, dict[str, Any]]:
@@ -183,14 +253,24 @@ async def test_random_claims_agree_with_kube_scheduler(
     plane.run(
         "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": bodies})
     )
+    held = await write_held(api, ns, cases)
     sched = plane.lattice().start()
     try:
-        pods = [
-            pinned(case.name, node, [case.claim_name(c, node) for c in case.claims])
-            for case in cases
-            for node in case.nodes
+        pods = [body for case in cases for node in case.nodes for body in case.pods(node)]
+        # A shared claim's later pods come once the first has its verdict: they then find
+        # the claim allocated (or not) and only reserve it. Created together, kube 1.34.4's
+        # second pod can see the first's allocation still in flight, fail, and wait for the
+        # 5-minute flush: no event follows the end of an in-flight allocation.
+        first = [
+            p
+            for p in pods
+            if any(p["metadata"]["name"] == _pod_name(c, n) for c in cases for n in c.nodes)
         ]
-        await create_pods(api, ns, pods)
+        later = [p for p in pods if p not in first]
+        await create_pods(api, ns, first)
+        await _settle(api, ns, {p["metadata"]["name"] for p in first}, tag)
+        if later:
+            await create_pods(api, ns, later)
         settled = await _settle(api, ns, {p["metadata"]["name"] for p in pods}, tag)
         claims = await list_claims(api, ns)
     finally:
@@ -198,33 +278,53 @@ async def test_random_claims_agree_with_kube_scheduler(
     elapsed = time.monotonic() - started
 
     def allocation(case: Case, node: str, claim_index: int) -> dict[str, Any] | None:
-        body = claims[case.claim_name(case.claims[claim_index], node)]
-        alloc: dict[str, Any] | None = (body.get("status") or {}).get("allocation")
+        body = claim_object(
+            case, node, case.claims[claim_index], settled.get(_pod_name(case, node)), claims
+        )
+        alloc: dict[str, Any] | None = ((body or {}).get("status") or {}).get("allocation")
         return alloc
 
     problems: list[str] = []
     realigned: list[str] = []
+    validity_only = 0
+    waited: list[str] = []
     verdicts: dict[str, int] = {}
     for case in cases:
         kube_node, our_node = case.nodes
         v = {node: verdict(settled[_pod_name(case, node)]) for node in case.nodes}
         key = f"{case.kind}:{v[kube_node]}"
         verdicts[key] = verdicts.get(key, 0) + 1
-        if v[kube_node] != v[our_node]:
-            problems.append(
-                f"{case.describe()}: kube {v[kube_node]} "
-                f"({_message(settled[_pod_name(case, kube_node)])!r}), Lattice {v[our_node]} "
-                f"({_message(settled[_pod_name(case, our_node)])!r}); reproducer: "
-                f"{json.dumps(reproducer(case, ns))}"
-            )
+        for kube_pod, our_pod in zip(
+            case.pod_names(kube_node), case.pod_names(our_node), strict=True
+        ):
+            kv, ov = verdict(settled[kube_pod]), verdict(settled[our_pod])
+            if kube_waits_after_deallocating(case, settled[kube_pod], ov):
+                waited.append(f"{case.describe()} {kube_pod}")
+                continue
+            if kv != ov:
+                problems.append(
+                    f"{case.describe()} {our_pod}: kube {kv} ({_message(settled[kube_pod])!r}), "
+                    f"Lattice {ov} ({_message(settled[our_pod])!r}); reproducer: "
+                    f"{json.dumps(reproducer(case, ns))}"
+                )
         for node in case.nodes:
             allocs = [allocation(case, node, i) for i in range(len(case.claims))]
             who = "kube" if node == kube_node else "Lattice"
             if v[node] == BOUND:
                 problems += [f"{case.describe()} {who}: {p}" for p in check_pod(case, node, allocs)]
-            elif any(a is not None for a in allocs):
+            elif any(
+                a is not None for a, c in zip(allocs, case.claims, strict=True) if c.held is None
+            ):
                 problems.append(f"{case.describe()} {who}: unbound ({v[node]}) but allocated")
-        if v[kube_node] == v[our_node] == BOUND:
+            for name in case.pod_names(node):
+                body = settled[name]
+                if verdict(body) != BOUND:
+                    continue
+                used = [(c, claim_object(case, node, c, body, claims)) for c in case.used_claims()]
+                problems += [f"{case.describe()} {who}: {p}" for p in check_reserved(body, used)]
+        if v[kube_node] == v[our_node] == BOUND and not case.same_devices_expected:
+            validity_only += 1
+        elif v[kube_node] == v[our_node] == BOUND:
             for i in range(len(case.claims)):
                 ours, theirs = allocation(case, our_node, i), allocation(case, kube_node, i)
                 mapped = None if ours is None else as_kube(ours, our_node, kube_node)
@@ -260,6 +360,12 @@ async def test_random_claims_agree_with_kube_scheduler(
     print(f"{tag} cases, verdicts and messages: {out}")
     summary = ", ".join(f"{k}={n}" for k, n in sorted(verdicts.items()))
     summary += f"; {len(realigned)} allocations other than kube's, on no more PCIe roots"
+    summary += f"; {held} claims allocated before their pods"
+    summary += f"; {validity_only} bound pairs on two-slice pools (validity compared only)"
+    summary += (
+        f"; {len(waited)} held-elsewhere pods kube left waiting after its own deallocation"
+        " while Lattice bound"
+    )
     for line in realigned[:5]:
         print(f"{tag} Lattice's device order: {line}")
     report_line(f"DRA random differential {tag}: {elapsed:.0f}s; kube verdicts {summary}")
@@ -279,12 +385,62 @@ def test_the_generator_is_a_pure_function_of_the_seed_and_covers_every_kind() ->
     assert {c.kind for c in a} == {k for k, _ in KINDS}
     assert all(len(d.devices) <= 16 for c in a for d in c.drivers)
     assert any(c.side for c in a)
-    assert all(c.side for c in a if any(d.slice_count > 1 for d in c.drivers))
+    assert all(c.side for c in a if any(d.slice_count > 1 and not d.split for d in c.drivers))
+    assert not any(c.side for c in a if any(d.split for d in c.drivers))
+    claims = [cl for c in a for cl in c.claims]
+    assert any(cl.template for cl in claims)
+    assert {(cl.unused, cl.held_elsewhere) for cl in claims if cl.held} == {
+        (False, False),
+        (True, False),
+        (False, True),
+    }
+    assert any(c.pods_per_node > 1 for c in a)
+    assert any(c.pods_per_node > 1 and c.claims[0].held for c in a)
     per_pair: dict[tuple[str, str], int] = {}
     for c in a:
-        per_pair[c.nodes] = per_pair.get(c.nodes, 0) + 1
+        per_pair[c.nodes] = per_pair.get(c.nodes, 0) + c.pods_per_node
     assert len(per_pair) == NODE_PAIRS
     assert max(per_pair.values()) <= 100, "a kwok node holds 110 pods"
+
+
+def test_held_shared_template_and_two_slice_cases_have_the_objects_they_say() -> None:
+    by_kind: dict[str, list[Case]] = {}
+    for c in generate(11, DEFAULT_CASES):
+        by_kind.setdefault(c.kind, []).append(c)
+    held = next(c for c in by_kind["held"] if c.claims[0].held_elsewhere)
+    (claim,) = [o for o in objects(held, "ns") if o["kind"] == "ResourceClaim"][:1]
+    pinned_to = claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]
+    assert pinned_to["matchFields"][0]["values"] == ["kwok-node-elsewhere"]
+    assert check_pod(held, held.nodes[0], [claim["status"]["allocation"]])
+    blocking = next(c for c in by_kind["held"] if c.claims[0].unused)
+    assert len(blocking.pods(blocking.nodes[1])) == 1
+    (spec,) = [p["spec"]["resourceClaims"] for p in blocking.pods(blocking.nodes[1])]
+    assert [e["resourceClaimName"] for e in spec] == [
+        blocking.claim_name(blocking.claims[1], blocking.nodes[1])
+    ]
+    shared = next(c for c in by_kind["shared"])
+    node = shared.nodes[0]
+    bodies = shared.pods(node)
+    assert len(bodies) == shared.pods_per_node > 1
+    assert len({b["metadata"]["name"] for b in bodies}) == len(bodies)
+    assert {b["spec"]["resourceClaims"][0]["resourceClaimName"] for b in bodies} == {
+        shared.claim_name(shared.claims[0], node)
+    }
+    template = by_kind["template"][0]
+    kinds = {o["kind"] for o in objects(template, "ns")}
+    assert "ResourceClaimTemplate" in kinds
+    assert "ResourceClaim" not in kinds
+    entry = template.pods(template.nodes[0])[0]["spec"]["resourceClaims"][0]
+    assert entry["resourceClaimTemplateName"] == template.claim_name(
+        template.claims[0], template.nodes[0]
+    )
+    split = by_kind["multi-slice"][0]
+    slices = [o for o in objects(split, "ns") if o["kind"] == "ResourceSlice"]
+    assert len(slices) == 4
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {2}
+    mine = [s for s in slices if s["spec"]["nodeName"] == split.nodes[0]]
+    names = sorted(x["name"] for s in mine for x in s["spec"]["devices"])
+    assert names == sorted(x["name"] for x in split.drivers[0].devices)
 
 
 def _small_case() -> tuple[Case, dict[str, Any]]:

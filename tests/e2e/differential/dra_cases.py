@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -51,19 +51,30 @@ def scheduler_for(node: str) -> str:
     return "default-scheduler" if int(node.rsplit("-", 1)[1]) % 2 == 0 else "lattice"
 
 
-def pinned(case: str, node: str, claims: Sequence[str] | None = None) -> dict[str, Any]:
+def pinned(
+    case: str, node: str, claims: Sequence[str] | None = None, templates: Collection[str] = ()
+) -> dict[str, Any]:
     """The case's pod for ``node``'s scheduler (:func:`scheduler_for`), pinned there, with
-    ``claims`` by name (by default one claim named as the pod)."""
+    ``claims`` by name (by default one claim named as the pod); a name in ``templates`` is a
+    ResourceClaimTemplate's (kube-controller-manager generates the pod's claim from it)."""
     names = [f"{case}-{node}"] if claims is None else list(claims)
     return pod(
         f"{case}-{node}",
         scheduler=scheduler_for(node),
         nodeSelector={"kubernetes.io/hostname": node},
         resourceClaims=[
-            {"name": f"devices-{i}" if i else "devices", "resourceClaimName": name}
+            {
+                "name": pod_claim_name(i),
+                ("resourceClaimTemplateName" if name in templates else "resourceClaimName"): name,
+            }
             for i, name in enumerate(names)
         ],
     )
+
+
+def pod_claim_name(index: int) -> str:
+    """The name of a :func:`pinned` pod's ``index``-th entry in ``spec.resourceClaims``."""
+    return f"devices-{index}" if index else "devices"
 
 
 async def claim_status(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:

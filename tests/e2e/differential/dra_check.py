@@ -16,7 +16,9 @@ claims of one pod on one node it checks what kube-scheduler 1.34.4 guarantees:
 * ``devices.config`` as v1.34.2+ writes it: each class's config once per class naming the
   requests that used it (in request order), then each claim config, once when it names no
   request, else once per used request it names;
-* ``nodeSelector`` pins the node (every slice here is node-local).
+* ``nodeSelector`` pins the node (every slice here is node-local);
+* (:func:`check_reserved`) each bound pod is in ``status.reservedFor`` of every claim it
+  names, and every claim a scheduler allocated carries the delete-protection finalizer.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.e2e.differential.dra_gen import (
+    FINALIZER,
     Case,
     Claim,
     SelectorError,
@@ -51,6 +54,29 @@ def check_pod(case: Case, node: str, allocations: list[dict[str, Any] | None]) -
             problems.append(f"{where}: pod bound but claim not allocated")
             continue
         problems += [f"{where}: {p}" for p in _check_claim(case, claim, node, allocation, held)]
+    return problems
+
+
+def check_reserved(
+    pod: dict[str, Any], claims: list[tuple[Claim, dict[str, Any] | None]]
+) -> list[str]:
+    """Problems with the claims (``(claim, its object)``) a bound ``pod`` names: the pod must
+    be in each one's ``reservedFor``; a claim the scheduler allocated (every one but a held
+    claim it found allocated for its node) must carry kube's finalizer."""
+    meta = pod["metadata"]
+    problems: list[str] = []
+    for claim, body in claims:
+        if body is None:
+            problems.append(f"{meta['name']}: the claim{claim.suffix} it names does not exist")
+            continue
+        where = f"{meta['name']}: {body['metadata']['name']}"
+        reserved = (body.get("status") or {}).get("reservedFor") or []
+        entry = {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
+        if not any({k: r.get(k) for k in entry} == entry for r in reserved):
+            problems.append(f"{where}: reservedFor {reserved} lacks the pod")
+        by_scheduler = claim.held is None or claim.held_elsewhere
+        if by_scheduler and FINALIZER not in (body["metadata"].get("finalizers") or []):
+            problems.append(f"{where}: allocated without the {FINALIZER} finalizer")
     return problems
 
 

@@ -16,7 +16,13 @@ constraint), pair (GPU + NIC of two drivers on ``resource.kubernetes.io/pcieRoot
 (adminAccess, alone or beside a second claim holding the same devices), two-claims,
 selector-error (unknown key, unknown domain, a missing attribute: kube's runtime errors),
 too-many (33 devices in one request or across two), generation (an older generation's
-slice with better devices that must be ignored), missing-class.
+slice with better devices that must be ignored), missing-class, shared (one claim, two or
+three pods on the node; sometimes already allocated), held (a claim the test allocates
+before any pod exists: the pod uses it, or it only takes devices from the pod's own claim,
+or it is pinned to a node no pod can use, so the scheduler's PostFilter frees it and
+allocates it anew), template (claims kube-controller-manager generates from
+ResourceClaimTemplates), multi-slice (a pool published as two slices; kube's first fit then
+follows its informer's slice order, so only verdicts and validity are compared).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tests.e2e.differential.dra_cases import node_pair
+from tests.e2e.differential.dra_cases import node_pair, pinned
 
 DOMAIN_SUFFIX: Final = ".dra.lattice.dev"
 OTHER_DOMAIN: Final = "other.lattice.dev"
@@ -45,6 +51,10 @@ SIDE_PAIR: Final = 1
 NODE_PAIRS: Final = 5
 LIMIT: Final = 32
 """kube's AllocationResultsMaxSize: devices per claim."""
+ELSEWHERE: Final = "kwok-node-elsewhere"
+"""The node a held claim's allocation pins when no pod of its case can use it (no such
+node exists)."""
+FINALIZER: Final = "resource.kubernetes.io/delete-protection"
 
 
 class SelectorError(Exception):
@@ -294,6 +304,16 @@ class Claim:
     constraints: list[Constraint] = field(default_factory=list)
     config_for: list[list[str]] = field(default_factory=lambda: [[]])
     """The claim's opaque configs, each by the requests it names ([] = all)."""
+    template: bool = False
+    """A ResourceClaimTemplate's: each pod gets a claim of its own, generated."""
+    held: list[str] | None = None
+    """Device names (of the first request's driver) the test allocates the claim before any
+    pod exists, as a scheduler would have written it."""
+    held_elsewhere: bool = False
+    """The held allocation pins :data:`ELSEWHERE`: the pod's node never fits it, so the
+    scheduler deallocates it in PostFilter (reserved by nobody) and allocates it anew."""
+    unused: bool = False
+    """No pod names it: its held devices are only taken."""
 
 
 @dataclass
@@ -308,6 +328,9 @@ class Driver:
     """resourceSliceCount; 2 with one slice published is an incomplete pool."""
     old_devices: list[Device] | None = None
     """An older generation's slice (generation 1; the current one is 2)."""
+    split: bool = False
+    """The pool published whole as ``slice_count`` slices, its devices dealt out in order
+    (rather than an incomplete pool, whose one slice of ``slice_count`` is published)."""
 
     def pool(self, node: str) -> str:
         return f"{self.cls}-{node}"
@@ -323,6 +346,14 @@ class Case:
     side: bool = False
     """On the :data:`SIDE_PAIR` of nodes (an incomplete pool, or an All request beside one)
     instead of one of the :data:`CLEAN_PAIRS`."""
+    pods_per_node: int = 1
+    """Pods on each node naming the same claims (shared claims when more than one)."""
+
+    @property
+    def same_devices_expected(self) -> bool:
+        """Whether kube's first fit is deterministic (one slice per pool on the node), so the
+        two schedulers' devices are compared, not only their validity."""
+        return not any(d.split for d in self.drivers)
 
     @property
     def nodes(self) -> tuple[str, str]:
@@ -337,7 +368,26 @@ class Case:
         return next((d for d in self.drivers if d.cls == cls), None)
 
     def claim_name(self, claim: Claim, node: str) -> str:
+        """The claim's name on ``node`` (a template's, for a generated claim)."""
         return f"{self.name}{claim.suffix}-{node}"
+
+    def pod_names(self, node: str) -> list[str]:
+        """The case's pods on ``node``; the first one's name is ``{case}-{node}``."""
+        return [f"{self.name}{f's{i}' if i else ''}-{node}" for i in range(self.pods_per_node)]
+
+    def used_claims(self) -> list[Claim]:
+        """The claims every pod of the case names, in order."""
+        return [c for c in self.claims if not c.unused]
+
+    def pods(self, node: str) -> list[dict[str, Any]]:
+        """The case's pod bodies for ``node``."""
+        used = self.used_claims()
+        names = [self.claim_name(c, node) for c in used]
+        templates = {self.claim_name(c, node) for c in used if c.template}
+        return [
+            pinned(name.removesuffix(f"-{node}"), node, names, templates)
+            for name in self.pod_names(node)
+        ]
 
     def describe(self) -> str:
         """A short, replayable summary for assertion messages."""
@@ -435,6 +485,10 @@ KINDS: Final = (
     ("too-many", 4),
     ("generation", 4),
     ("missing-class", 2),
+    ("shared", 5),
+    ("held", 7),
+    ("template", 5),
+    ("multi-slice", 4),
 )
 
 
@@ -588,11 +642,78 @@ class _Gen:
         elif kind == "missing-class":
             missing = True
             claims.append(one(Sub("", f"{name}-nosuch", [], count=1)))
+        elif kind == "shared":
+            pods = r.choice((2, 2, 3))
+            claim = one(Sub("", d.cls, _sels(r, 1), count=self.count(n)))
+            if r.random() < 0.3:
+                claim = self.held(d, pods=pods)
+            claims.append(claim)
+        elif kind == "held":
+            held = self.held(d)
+            variant = r.choice(("use", "use", "block", "elsewhere", "beside"))
+            held.unused = variant == "block"
+            held.held_elsewhere = variant == "elsewhere"
+            claims.append(held)
+            if variant in ("block", "beside"):
+                claims.append(
+                    Claim(
+                        "-b", [Request("gpu", [Sub("", d.cls, _sels(r, 1), count=self.count(n))])]
+                    )
+                )
+        elif kind == "template":
+            claim = one(Sub("", d.cls, _sels(r), count=self.count(n)), template=True)
+            if r.random() < 0.3:
+                claim.constraints.append(Constraint([], r.choice(constraint_attrs)))
+            claims.append(claim)
+            if r.random() < 0.4:
+                sub = Sub("", d.cls, _sels(r, 1), count=r.randint(1, 2))
+                claims.append(Claim("-t", [Request("gpu", [sub])], template=True))
+        elif kind == "multi-slice":
+            if n < 2:
+                d = self.driver(name, n=r.choice((2, 4, 8, 12, 16)))
+                drivers, n = [d], len(d.devices)
+            d.split = True
+            d.slice_count = 2
+            mode = "All" if r.random() < 0.25 else "ExactCount"
+            claim = one(Sub("", d.cls, _sels(r, 1), mode=mode, count=self.count(n)))
+            if r.random() < 0.3:
+                claim.constraints.append(Constraint([], r.choice(constraint_attrs)))
+            claims.append(claim)
         else:
             raise AssertionError(kind)
-        incomplete = any(x.slice_count > 1 for x in drivers)
+        incomplete = any(x.slice_count > 1 and not x.split for x in drivers)
         side = incomplete or (kind in ("all", "admin", "match") and r.random() < 0.15)
-        return Case(index, kind, drivers, claims, missing_class=missing, side=side)
+        return Case(
+            index,
+            kind,
+            drivers,
+            claims,
+            missing_class=missing,
+            side=side,
+            pods_per_node=pods if kind == "shared" else 1,
+        )
+
+    def held(self, d: Driver, pods: int = 1) -> Claim:
+        """A claim for k devices of ``d``, allocated by the test (k drawn devices its class
+        accepts: a valid allocation, as a scheduler would have written it)."""
+
+        def accepted(device: Device) -> bool:
+            try:
+                return all(s.truth(device, d.name) for s in d.class_selectors)
+            except SelectorError:
+                return False
+
+        fits = [i for i, x in enumerate(d.devices) if accepted(x)]
+        if not fits:
+            d.class_selectors = []
+            fits = list(range(len(d.devices)))
+        k = self.r.randint(1, min(len(fits), 4 if pods > 1 else len(fits)))
+        picked = sorted(self.r.sample(fits, k))
+        return Claim(
+            "-h",
+            [Request("gpu", [Sub("", d.cls, [], count=k)])],
+            held=[d.devices[i]["name"] for i in picked],
+        )
 
 
 def generate(seed: int, count: int) -> list[Case]:
@@ -637,19 +758,28 @@ def objects(case: Case, ns: str) -> list[dict[str, Any]]:
                 "generation": generation,
                 "resourceSliceCount": d.slice_count,
             }
-            out.append(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceSlice",
-                    "metadata": {"name": d.pool(node)},
-                    "spec": {
-                        "driver": d.name,
-                        "nodeName": node,
-                        "pool": pool,
-                        "devices": d.devices,
-                    },
-                }
+            parts = (
+                [
+                    (f"{d.pool(node)}-s{i}", d.devices[i :: d.slice_count])
+                    for i in range(d.slice_count)
+                ]
+                if d.split
+                else [(d.pool(node), d.devices)]
             )
+            for slice_name, devices in parts:
+                out.append(
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceSlice",
+                        "metadata": {"name": slice_name},
+                        "spec": {
+                            "driver": d.name,
+                            "nodeName": node,
+                            "pool": pool,
+                            "devices": devices,
+                        },
+                    }
+                )
             if d.old_devices is not None:
                 out.append(
                     {
@@ -665,15 +795,62 @@ def objects(case: Case, ns: str) -> list[dict[str, Any]]:
                     }
                 )
         for claim in case.claims:
-            out.append(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceClaim",
-                    "metadata": {"name": case.claim_name(claim, node), "namespace": ns},
-                    "spec": {"devices": claim_spec(case, claim)},
-                }
-            )
+            meta = {"name": case.claim_name(claim, node), "namespace": ns}
+            spec = {"devices": claim_spec(case, claim)}
+            if claim.template:
+                out.append(
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceClaimTemplate",
+                        "metadata": meta,
+                        "spec": {"spec": spec},
+                    }
+                )
+                continue
+            body: dict[str, Any] = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": meta,
+                "spec": spec,
+            }
+            if claim.held is not None:
+                # kubectl apply leaves status alone: the test writes it (held_status).
+                body["status"] = held_status(case, claim, node)
+            out.append(body)
     return out
+
+
+def held_status(case: Case, claim: Claim, node: str) -> dict[str, Any]:
+    """The status a held claim starts with: its devices allocated as kube 1.34.4 writes an
+    allocation (results, configs, a nodeSelector pinning the node), reserved for nobody."""
+    from tests.e2e.differential.dra_check import expected_config
+
+    assert claim.held is not None
+    (request,) = claim.requests
+    (sub,) = request.alternatives
+    d = case.driver_of(sub.cls)
+    assert d is not None
+    pinned_to = ELSEWHERE if claim.held_elsewhere else node
+    return {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": request.name, "driver": d.name, "pool": d.pool(node), "device": x}
+                    for x in claim.held
+                ],
+                "config": expected_config(case, claim, {request.name: sub}),
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": [pinned_to]}
+                        ]
+                    }
+                ]
+            },
+        }
+    }
 
 
 def claim_spec(case: Case, claim: Claim) -> dict[str, Any]:
