@@ -123,7 +123,9 @@ def test_the_shipped_rbac_grants_dra_least_privilege(plane: Plane) -> None:
     for resource in ("deviceclasses", "resourceslices", "resourceclaims"):
         assert can("watch", f"{resource}.resource.k8s.io")
     assert can("patch", "resourceclaims.resource.k8s.io")  # the finalizer
-    assert can("update", "resourceclaims.resource.k8s.io", "--subresource=status")
+    # allocation and reservedFor: merge patches, never a PUT of another writer's allocation
+    assert can("patch", "resourceclaims.resource.k8s.io", "--subresource=status")
+    assert not can("update", "resourceclaims.resource.k8s.io", "--subresource=status")
     for verb, resource in [
         ("create", "resourceclaims"),
         ("delete", "resourceclaims"),
