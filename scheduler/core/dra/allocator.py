@@ -356,6 +356,8 @@ class Allocator:
                 constraints.append(_MatchAttribute(frozenset(c.requests), c.match_attribute))
             search.constraints.append(constraints)
             search.picked.append([])
+        if _short_of_devices(search):
+            return None
         try:
             done = _allocate_one(search, 0, 0, 0, 0, in_sub=False)
         except (_TooMany, _TimedOut):
@@ -507,6 +509,48 @@ def diagnose(
 
 def _ref(claim: ResourceClaim) -> str:
     return f"{claim.namespace}/{claim.name}" if claim.namespace else claim.name
+
+
+def _short_of_devices(search: _Search) -> bool:
+    """Whether some ExactCount request has fewer free devices its selectors accept than it
+    asks for. Then no allocation exists, and the search would learn it only by walking the
+    orders of the node's devices until kube's 10 s filter timeout, holding Lattice's one
+    loop (bindings and watches too) that long on every attempt; kube's verdict either way
+    is that the node does not fit.
+
+    Only where the search can end in nothing but fit, no fit or time-out, so kube's verdict
+    is kept exactly: every request a plain ExactCount one (no firstAvailable, All or
+    adminAccess, whose searches can raise errors of their own), no invalid pool, and no
+    selector failing at runtime on any free device (kube's search may reach it first)."""
+    if any(pool.invalid for pool in search.pools):
+        return False
+    requests = [
+        (ci, ri, alternatives[0])
+        for ci, per_request in enumerate(search.requests)
+        for ri, alternatives in enumerate(per_request)
+    ]
+    if any(
+        len(search.requests[ci][ri]) != 1 or r.sub or r.admin or r.all_devices is not None
+        for ci, ri, r in requests
+    ):
+        return False
+    short = False
+    for ci, ri, request in requests:
+        claim = search.claims[ci]
+        free = 0
+        for pool in search.pools:
+            for s in pool.slices:
+                for d in s.devices:
+                    device_id = DeviceId(s.driver, s.pool, d.name)
+                    if device_id in search.allocated:
+                        continue
+                    try:
+                        if _selectable(search, request, (ci, ri, 0), claim, device_id, d):
+                            free += 1
+                    except AllocationError:
+                        return False
+        short = short or free < request.count
+    return short
 
 
 def _selectable(

@@ -581,8 +581,9 @@ def test_allocations_are_valid_and_complete(
 
 
 def test_a_search_past_the_filter_timeout_does_not_fit_as_in_kube() -> None:
-    """17 of 16 devices: the exhaustive search walks 16! orders (hours in Python); kube 1.34
-    gives up after its 10 s filterTimeout and the node does not fit. So does Lattice."""
+    """Two claims of 9 devices each on 16: each alone fits, so only the search can tell,
+    and it walks the orders of 16 devices (hours in Python); kube 1.34 gives up after its
+    10 s filterTimeout and the node does not fit. So does Lattice."""
     ticks = itertools.count()
 
     def make(timeout: float | None) -> Allocator:
@@ -595,9 +596,13 @@ def test_a_search_past_the_filter_timeout_does_not_fit_as_in_kube() -> None:
             clock=lambda: float(next(ticks)),
         )
 
-    too_many = [ResourceClaim.from_api(claim("c", request("gpu", exactly("gpu", count=17))))]
+    too_many = [
+        ResourceClaim.from_api(claim(name, request("gpu", exactly("gpu", count=9))))
+        for name in ("a", "b")
+    ]
     assert make(50.0).allocate("n1", {}, too_many) is None
-    assert next(ticks) < 1000, "gave up at the deadline, not after the whole search"
+    seen = next(ticks)
+    assert 50 <= seen < 1000, "gave up at the deadline, not after the whole search"
     fits = [ResourceClaim.from_api(claim("c", request("gpu", exactly("gpu", count=16))))]
     result = make(50.0).allocate("n1", {}, fits)
     assert result is not None
@@ -605,3 +610,47 @@ def test_a_search_past_the_filter_timeout_does_not_fit_as_in_kube() -> None:
     assert FILTER_TIMEOUT == 10.0, (
         "kube-scheduler 1.34's DynamicResourcesArgs.filterTimeout default"
     )
+
+
+def test_fewer_free_matching_devices_than_asked_does_not_fit_without_a_search() -> None:
+    """16 of 16 devices with one taken (or 17, or 9 of the 8 a selector accepts): kube
+    walks orders until its 10 s filter timeout, holding its loop; counting the free devices
+    the selectors accept gives the same 'does not fit' at once (the clock is read once, for
+    the deadline). Where a selector fails at runtime on a free device the search decides,
+    as kube's may reach it: an error."""
+    calls = 0
+
+    def clock() -> float:
+        nonlocal calls
+        calls += 1
+        return float(calls)
+
+    def make(slices: list[dict[str, Any]], used: frozenset[DeviceId]) -> Allocator:
+        return Allocator(
+            classes={"gpu": DeviceClass.from_api(GPU_CLASS)},
+            slices=SliceIndex([ResourceSlice.from_api(b) for b in slices]),
+            allocated=used,
+            compiler=SelectorCompiler(),
+            timeout=5.0,
+            clock=clock,
+        )
+
+    one_taken = frozenset({DeviceId(GPU_DRIVER, "n1", "gpu-0")})
+    for count, used, selectors in [
+        (16, one_taken, ()),
+        (17, frozenset[DeviceId](), ()),
+        (9, frozenset[DeviceId](), (f'device.attributes["{GPU_DRIVER}"].numa < 2',)),
+    ]:
+        calls = 0
+        ask = exactly("gpu", *selectors, count=count)
+        claims = [ResourceClaim.from_api(claim("c", request("gpu", ask)))]
+        assert make([gpus("n1", 16)], used).allocate("n1", {}, claims) is None
+        assert calls == 1, (count, "the search ran")
+    # gpu-15 lacks "numa": the selector fails at runtime on it, as kube's search would find.
+    odd = gpus("n1", 16)
+    del odd["spec"]["devices"][15]["attributes"]["numa"]
+    ask = exactly("gpu", f'device.attributes["{GPU_DRIVER}"].numa < 2', count=9)
+    with pytest.raises(AllocationError, match="runtime error"):
+        make([odd], frozenset()).allocate(
+            "n1", {}, [ResourceClaim.from_api(claim("c", request("gpu", ask)))]
+        )
