@@ -970,9 +970,10 @@ class Scheduler:
         """kube's DynamicResources PostFilter: allocations no node can use are given back.
 
         The claim as written goes into the cache and the pod is retried at once (after its
-        backoff), not on the watch's echo: an echo that arrives while the pod is between
-        attempts can leave it waiting for the periodic flush (kube 1.34.4 does: its pod
-        keeps 'deallocation of ResourceClaim completed' for minutes)."""
+        backoff), not only on the watch's echo: once in five such cases of the random DRA
+        differential the echo left the pod waiting for the periodic flush (cause not found;
+        kube 1.34.4 does the same, its pod keeping 'deallocation of ResourceClaim
+        completed' for minutes)."""
         assert self.writer is not None
         for claim in claims:
             written, failed = await self.writer.deallocate_claim(claim, pod_uid=pod.uid)
