@@ -256,17 +256,14 @@ async def test_random_claims_agree_with_kube_scheduler(
     held = await write_held(api, ns, cases)
     sched = plane.lattice().start()
     try:
-        pods = [body for case in cases for node in case.nodes for body in case.pods(node)]
+        per_node = [case.pods(node) for case in cases for node in case.nodes]
+        first = [bodies[0] for bodies in per_node]
+        later = [body for bodies in per_node for body in bodies[1:]]
+        pods = first + later
         # A shared claim's later pods come once the first has its verdict: they then find
         # the claim allocated (or not) and only reserve it. Created together, kube 1.34.4's
         # second pod can see the first's allocation still in flight, fail, and wait for the
         # 5-minute flush: no event follows the end of an in-flight allocation.
-        first = [
-            p
-            for p in pods
-            if any(p["metadata"]["name"] == _pod_name(c, n) for c in cases for n in c.nodes)
-        ]
-        later = [p for p in pods if p not in first]
         await create_pods(api, ns, first)
         await _settle(api, ns, {p["metadata"]["name"] for p in first}, tag)
         if later:
