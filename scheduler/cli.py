@@ -112,6 +112,7 @@ def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also run one real kubelet with containerd on this machine (root; Debian packages "
         "installed if missing), with the locally built Lattice and pause images imported",
     )
+    _add_kubernetes_option(up)
     up.add_argument("--kube-scheduler-qps", type=float, default=500.0)
     up.add_argument("--kube-scheduler-burst", type=int, default=1000)
     up.add_argument("--percentage-of-nodes-to-score", type=int, default=None)
@@ -120,17 +121,40 @@ def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     dsub.add_parser("kubeconfig", help="print the admin kubeconfig's path")
     kctl = dsub.add_parser("kubectl", help="run the matching kubectl against the cluster")
     kctl.add_argument("kubectl_args", nargs=argparse.REMAINDER, help="arguments for kubectl")
-    dsub.add_parser("build", help="build the control-plane binaries (done by `up` when needed)")
+    build = dsub.add_parser(
+        "build", help="build the control-plane binaries (done by `up` when needed)"
+    )
+    _add_kubernetes_option(build)
+
+
+def _add_kubernetes_option(parser: argparse.ArgumentParser) -> None:
+    from lattice_dev.devcluster.build import DEFAULT_KUBERNETES, KUBERNETES_ENV, SUPPORTED_KUBERNETES
+
+    parser.add_argument(
+        "--kubernetes",
+        metavar="VERSION",
+        default=None,
+        help=f"release of the control plane: {', '.join(SUPPORTED_KUBERNETES)} or its minor "
+        f"(default ${KUBERNETES_ENV}, else {DEFAULT_KUBERNETES})",
+    )
 
 
 def _devcluster(args: argparse.Namespace) -> int:
-    from lattice_dev.devcluster.build import BuildError, ensure_binaries
+    from lattice_dev.devcluster.build import (
+        KUBERNETES_ENV,
+        BuildError,
+        ensure_binaries,
+        resolve_kubernetes,
+    )
     from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster, DevClusterError
     from lattice_dev.devcluster.image import ImageError
     from lattice_dev.devcluster.realnode import RealNodeError
 
     cluster = DevCluster(args.state_dir)
     try:
+        if getattr(args, "kubernetes", None):
+            # One switch for everything built or started below (kubelet included).
+            os.environ[KUBERNETES_ENV] = resolve_kubernetes(args.kubernetes)
         if args.action == "build":
             bins = ensure_binaries()
             print(bins.directory)

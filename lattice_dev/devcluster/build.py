@@ -1,10 +1,14 @@
 """Build the control-plane binaries from Go modules, once per version.
 
 The Go module under ``e2e/controlplane`` pins kube-apiserver, kube-scheduler and
-etcd; kwok is installed by ``go install`` at a pinned version (its go.mod has no
-replace directives). Binaries land in ``~/.cache/lattice/bin/<key>/`` where the
-key names the versions and hashes the module files, so a warm run never
-rebuilds and a changed pin never reuses a stale binary. A build goes to a
+etcd: its ``go.mod`` at the default release (:data:`DEFAULT_KUBERNETES`), and one
+``kubernetes-<version>.mod`` (with its ``.sum``) per other supported release, built with
+``go build -modfile``. ``LATTICE_KUBERNETES`` (or ``lattice devcluster up
+--kubernetes``) picks the release. kwok is installed by ``go install`` at a pinned
+version (its go.mod has no replace directives). Binaries land in
+``~/.cache/lattice/bin/<key>/`` where the key names the versions and hashes the
+sources that release builds from, so a warm run never rebuilds and a changed pin
+never reuses a stale binary. A build goes to a
 temporary folder and is renamed into place, under a file lock, so an
 interrupted or concurrent build never leaves a half-filled cache.
 
@@ -31,10 +35,23 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-KUBERNETES_VERSION = "v1.34.4"
-ETCD_VERSION = "v3.6.4"
-KWOK_VERSION = "v0.7.0"
+SUPPORTED_KUBERNETES = ("v1.35.4", "v1.36.3", "v1.37.2")
+"""The releases Lattice supports and tests: Kubernetes' three newest minors."""
+DEFAULT_KUBERNETES = "v1.37.2"
+KUBERNETES_ENV = "LATTICE_KUBERNETES"
+"""Picks the release of the control plane: ``1.36``, ``1.36.3`` or ``v1.36.3``."""
+KWOK_VERSION = "v0.8.0"
 KWOK_MODULE = "sigs.k8s.io/kwok/cmd/kwok"
+KWOK_STAGES = (
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat/node-heartbeat.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+)
+"""The stages kwok v0.7 applied by itself (nodes Ready with a heartbeat, kwok keeping their
+Leases; pods Running, completed, deleted); v0.8 applies none unless given them."""
+KWOK_STAGES_FILE = "kwok-stages.yaml"
 HELM_VERSION = "v3.22.0"
 HELM_MODULE = "helm.sh/helm/v3"
 
@@ -93,6 +110,10 @@ class Binaries:
         return self.path("kwok")
 
     @property
+    def kwok_stages(self) -> Path:
+        return self.path(KWOK_STAGES_FILE)
+
+    @property
     def helm(self) -> Path:
         return (self.helm_directory or self.directory) / "helm"
 
@@ -128,15 +149,77 @@ def module_dir() -> Path:
     return path
 
 
-def cache_key(module: Path) -> str:
-    """Versions plus a hash of the module files: a new pin means a new folder."""
+def resolve_kubernetes(wanted: str | None = None) -> str:
+    """The supported release ``wanted`` names (``1.36``, ``1.36.3``, ``v1.36.3``), else
+    ``LATTICE_KUBERNETES``'s, else the default; anything else is a clear error."""
+    text = (wanted or os.environ.get(KUBERNETES_ENV) or DEFAULT_KUBERNETES).strip()
+    bare = text.removeprefix("v")
+    for version in SUPPORTED_KUBERNETES:
+        if bare in (version[1:], version[1:].rsplit(".", 1)[0]):
+            return version
+    raise BuildError(
+        f"Kubernetes {text!r} is not a supported release; "
+        f"choose one of {', '.join(SUPPORTED_KUBERNETES)} (or its minor, e.g. 1.36)"
+    )
+
+
+def kubernetes_version() -> str:
+    """The release this process's control plane is built at (see :func:`resolve_kubernetes`)."""
+    return resolve_kubernetes()
+
+
+def modfile(module: Path, version: str) -> Path:
+    """The go.mod that pins ``version``: the module's own for the default release."""
+    path = module / ("go.mod" if version == DEFAULT_KUBERNETES else f"kubernetes-{version}.mod")
+    if not path.is_file():
+        raise BuildError(f"no module file for Kubernetes {version} at {path}")
+    return path
+
+
+def etcd_version(module: Path, version: str) -> str:
+    """The etcd a release's module pins (the one its kube-apiserver is tested with)."""
+    found = re.search(
+        r"go\.etcd\.io/etcd/server/v3 (v[0-9.]+)", modfile(module, version).read_text()
+    )
+    if found is None:
+        raise BuildError(f"{modfile(module, version)} pins no go.etcd.io/etcd/server/v3")
+    return found.group(1)
+
+
+def cache_key(module: Path, version: str | None = None) -> str:
+    """Versions plus a hash of what the release builds from (``cmd/`` and its own module
+    file and sums): a new pin means a new folder, another release's pin changes nothing."""
+    version = version or kubernetes_version()
+    mod = modfile(module, version)
+    files = [p for p in (module / "cmd").rglob("*") if p.is_file()]
+    files += [mod, mod.with_suffix(".sum")]
     digest = hashlib.sha256()
-    for rel in sorted(str(p.relative_to(module)) for p in module.rglob("*") if p.is_file()):
-        digest.update(rel.encode())
-        digest.update((module / rel).read_bytes())
+    for path in sorted(files, key=lambda p: str(p.relative_to(module))):
+        digest.update(str(path.relative_to(module)).encode())
+        digest.update(path.read_bytes())
     digest.update(KWOK_VERSION.encode())
-    versions = f"k8s-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}-kwok-{KWOK_VERSION}"
+    versions = f"k8s-{version}-etcd-{etcd_version(module, version)}-kwok-{KWOK_VERSION}"
     return f"{versions}-{digest.hexdigest()[:10]}"
+
+
+def modfile_flags(module: Path, version: str) -> str:
+    """GOFLAGS words that select ``version``'s module file (none for the default)."""
+    mod = modfile(module, version)
+    return "" if mod.name == "go.mod" else f" -modfile={mod}"
+
+
+def version_stamp(version: str) -> str:
+    """The ldflags upstream's release build sets: without them binaries say v0.0.0-master,
+    and clients (kubectl, kwok, Lattice) read the server's version from there."""
+    return " ".join(
+        [
+            "-s -w",
+            f"-X k8s.io/component-base/version.gitVersion={version}",
+            "-X k8s.io/component-base/version.gitMajor=1",
+            f"-X k8s.io/component-base/version.gitMinor={version.split('.')[1]}",
+            "-X k8s.io/component-base/version.gitTreeState=clean",
+        ]
+    )
 
 
 def helm_dir() -> Path:
@@ -194,17 +277,40 @@ def ensure_binaries(progress: Progress = _print) -> Binaries:
         missing = [n for n in ALL_BINARIES if not bins.path(n).is_file()]
         if missing:
             raise BuildError(f"LATTICE_BIN_DIR={override} lacks {', '.join(missing)}")
+        if not bins.kwok_stages.is_file():
+            _write_kwok_stages(bins.kwok_stages)
         return bins
 
     module = module_dir()
-    target = cache_root() / "bin" / cache_key(module)
+    version = kubernetes_version()
+    target = cache_root() / "bin" / cache_key(module, version)
     bins = Binaries(target, helm_directory=helm_dir())
     if not all(bins.path(n).is_file() for n in CACHED_BINARIES):
         with _build_lock(target.parent):
             if not all(bins.path(n).is_file() for n in CACHED_BINARIES):
-                _build(module, target, progress)  # else another process built it meanwhile
+                _build(module, version, target, progress)  # else another process built it
+    if not bins.kwok_stages.is_file():
+        with _build_lock(target.parent):
+            _write_kwok_stages(bins.kwok_stages)
     ensure_helm(progress)
     return bins
+
+
+def _write_kwok_stages(path: Path) -> None:
+    """kwok's own stage files, from its module at the pinned version, as one config file."""
+    env = {**os.environ, "GOFLAGS": "-mod=mod"}
+    env.setdefault("GOPROXY", "https://proxy.golang.org,direct")
+    args = ["go", "mod", "download", "-json", f"sigs.k8s.io/kwok@{KWOK_VERSION}"]
+    out = subprocess.run(
+        args, cwd=tempfile.gettempdir(), env=env, capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        raise BuildError(f"{' '.join(args)} failed: {out.stderr.strip()[-400:]}")
+    source = Path(json.loads(out.stdout)["Dir"])
+    text = "\n---\n".join((source / rel).read_text().strip() for rel in KWOK_STAGES)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text + "\n")
+    tmp.rename(path)
 
 
 def ensure_helm(progress: Progress = _print) -> Path:
@@ -238,25 +344,18 @@ def _build_lock(bin_root: Path) -> Iterator[None]:
         yield
 
 
-def _build(module: Path, target: Path, progress: Progress) -> None:
+def _build(module: Path, version: str, target: Path, progress: Progress) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=target.parent))
     log = target.parent / f"{target.name}.build.log"
     log.write_text("")
-    env = {**os.environ, "GOFLAGS": "-mod=readonly -trimpath -buildvcs=false"}
+    flags = "-mod=readonly -trimpath -buildvcs=false" + modfile_flags(module, version)
+    env = {**os.environ, "GOFLAGS": flags}
     env.setdefault("GOPROXY", "https://proxy.golang.org,direct")
-    stamp = " ".join(
-        [
-            "-s -w",
-            f"-X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION}",
-            "-X k8s.io/component-base/version.gitMajor=1",
-            f"-X k8s.io/component-base/version.gitMinor={KUBERNETES_VERSION.split('.')[1]}",
-            "-X k8s.io/component-base/version.gitTreeState=clean",
-        ]
-    )
+    stamp = version_stamp(version)
     progress(
-        f"building the control plane once (Kubernetes {KUBERNETES_VERSION}, "
-        f"etcd {ETCD_VERSION}, kwok {KWOK_VERSION}) into {target}; a cold build takes "
-        f"10-25 minutes on 2 cores, log: {log}"
+        f"building the control plane once (Kubernetes {version}, "
+        f"etcd {etcd_version(module, version)}, kwok {KWOK_VERSION}) into {target}; "
+        f"a cold build takes 10-25 minutes on 2 cores, log: {log}"
     )
     started = time.monotonic()
     try:

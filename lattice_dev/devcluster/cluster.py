@@ -532,6 +532,7 @@ class DevCluster:
                 # With a real node, pods reach the API server through the `kubernetes`
                 # Service (kube-proxy) at the node's bridge address, forwarded to loopback.
                 f"--advertise-address={self._advertise_address(state)}",
+                *self._endpoint_reconciler(state),
                 f"--secure-port={state.ports['apiserver']}",
                 f"--tls-cert-file={pkid / 'apiserver.crt'}",
                 f"--tls-private-key-file={pkid / 'apiserver.key'}",
@@ -603,8 +604,9 @@ class DevCluster:
                 f"--service-account-private-key-file={pkid / 'sa.key'}",
                 f"--root-ca-file={pkid / 'ca.crt'}",
                 "--use-service-account-credentials=false",
-                # No cloud, no real network: these controllers have nothing to do here.
-                "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+                # No real network: pod CIDRs are kwok's. (The cloud controllers are gone
+                # from 1.37's kube-controller-manager and no-ops in 1.35-1.36.)
+                "--controllers=*,-nodeipam",
                 # Lift the not-ready taint soon after kwok reports a node Ready.
                 "--node-monitor-period=1s",
                 # The PV binder retries a conflicted bind at its resync (default 15 s): a
@@ -624,6 +626,7 @@ class DevCluster:
             bins.kwok,
             [
                 f"--kubeconfig={self.kubeconfig_for(pki.KWOK.name)}",
+                f"--config={bins.kwok_stages}",
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 "--node-lease-duration-seconds=40",
@@ -632,6 +635,14 @@ class DevCluster:
                 f"--server-address=127.0.0.1:{state.ports['kwok']}",
             ],
         )
+
+    @classmethod
+    def _endpoint_reconciler(cls, state: ClusterState) -> list[str]:
+        """Since 1.37 the lease reconciler refuses a loopback address for the `kubernetes`
+        Service's endpoints; without a real node nothing dials that Service, so none."""
+        if cls._advertise_address(state).startswith("127."):
+            return ["--endpoint-reconciler-type=none"]
+        return []
 
     @staticmethod
     def _advertise_address(state: ClusterState) -> str:

@@ -32,14 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lattice_dev.devcluster.build import (
-    KUBERNETES_VERSION,
     BuildError,
     Progress,
     _build_lock,
     cache_key,
     cache_root,
     checkout_path,
+    kubernetes_version,
+    modfile_flags,
     module_dir,
+    version_stamp,
 )
 from lattice_dev.devcluster.image import ImageError, apt_install, images_dir
 
@@ -97,30 +99,31 @@ def cni_bin_dir() -> Path | None:
 NODE_BINARIES = ("kubelet", "kube-proxy")
 
 
+def node_binaries_dir() -> Path:
+    """Where this release's kubelet and kube-proxy are cached."""
+    version = kubernetes_version()
+    return cache_root() / "bin" / f"node-{version}-{cache_key(module_dir(), version)[-10:]}"
+
+
 def ensure_node_binaries(progress: Progress = _say) -> Path:
-    """kubelet and kube-proxy of the control plane's Kubernetes version, built once per
+    """kubelet and kube-proxy of the control plane's Kubernetes release, built once per
     module pin; returns their folder."""
-    module = module_dir()
-    target = cache_root() / "bin" / f"node-{KUBERNETES_VERSION}-{cache_key(module)[-10:]}"
+    target = node_binaries_dir()
     if all((target / b).is_file() for b in NODE_BINARIES):
         return target
     with _build_lock(target.parent):
         if all((target / b).is_file() for b in NODE_BINARIES):
             return target
-        progress(f"building kubelet and kube-proxy {KUBERNETES_VERSION} once into {target}")
+        version = kubernetes_version()
+        progress(f"building kubelet and kube-proxy {version} once into {target}")
         log = target.parent / f"{target.name}.build.log"
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             copy = Path(tmp) / "module"
-            shutil.copytree(module, copy)
-            stamp = (
-                f"-s -w -X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION} "
-                "-X k8s.io/component-base/version.gitMajor=1 "
-                f"-X k8s.io/component-base/version.gitMinor={KUBERNETES_VERSION.split('.')[1]} "
-                "-X k8s.io/component-base/version.gitTreeState=clean"
-            )
+            shutil.copytree(module_dir(), copy)
             # -mod=mod: kubelet needs a few go.sum lines the control plane does not;
             # the versions stay those go.mod pins (checked against the sum database).
-            env = {**os.environ, "GOFLAGS": "-mod=mod -trimpath -buildvcs=false"}
+            flags = "-mod=mod -trimpath -buildvcs=false" + modfile_flags(copy, version)
+            env = {**os.environ, "GOFLAGS": flags}
             out = Path(tmp) / "out"
             out.mkdir()
             done = subprocess.run(
@@ -128,7 +131,7 @@ def ensure_node_binaries(progress: Progress = _say) -> Path:
                     "go",
                     "build",
                     "-ldflags",
-                    stamp,
+                    version_stamp(version),
                     "-o",
                     str(out) + "/",
                     *(f"k8s.io/kubernetes/cmd/{b}" for b in NODE_BINARIES),
@@ -416,7 +419,6 @@ def proxy_args(layout: Layout) -> list[str]:
 def cleanup_proxy_rules() -> None:
     """Remove kube-proxy's iptables chains (``kube-proxy --cleanup``), so a stopped
     devcluster leaves the machine's firewall as it found it."""
-    folder = cache_root() / "bin" / f"node-{KUBERNETES_VERSION}-{cache_key(module_dir())[-10:]}"
-    binary = folder / "kube-proxy"
+    binary = node_binaries_dir() / "kube-proxy"
     if binary.is_file():
         subprocess.run([str(binary), "--cleanup"], capture_output=True, timeout=60, check=False)
