@@ -18,9 +18,14 @@ image:
 down:
     lattice devcluster down
 
-# Static checks and the whole test suite (starts its own control plane).
+# Static checks and the whole test suite (starts its own control plane, Kubernetes v1.37.2).
 test: lint build
     python -m pytest -q
+
+# The tests that talk to Kubernetes again on the older supported releases, 1.35.4 and 1.36.3
+# (each plane built once, ~20 min cold; LATTICE_KUBERNETES picks the release).
+test-matrix *ARGS:
+    for v in 1.35.4 1.36.3; do LATTICE_KUBERNETES=$v lattice devcluster build; LATTICE_KUBERNETES=$v python -m pytest -q tests/e2e tests/devcluster tests/charts {{ARGS}}; done
 
 # ruff, mypy and the import layers, as CI runs them.
 lint:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from lattice_dev.devcluster.build import kubernetes_version
+
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 ZONES = ("zone-a", "zone-b", "zone-c")
 
@@ -52,7 +54,7 @@ class NodeProfile:
                 "nodeInfo": {
                     "architecture": "amd64",
                     "operatingSystem": "linux",
-                    "kubeletVersion": "v1.34.4-kwok",
+                    "kubeletVersion": f"{kubernetes_version()}-kwok",
                     "kubeProxyVersion": "fake",
                     "containerRuntimeVersion": "fake",
                     "osImage": "kwok",

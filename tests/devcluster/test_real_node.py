@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from lattice_dev.devcluster import realnode
-from lattice_dev.devcluster.build import ensure_binaries
+from lattice_dev.devcluster.build import ensure_binaries, kubernetes_version
 from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
 from scheduler import __version__
 from tests.charts.render import CHART
@@ -59,7 +59,7 @@ def test_node_registers_with_its_own_credentials(cluster: DevCluster) -> None:
     assert done.returncode == 0, done.stderr
     node = json.loads(done.stdout)
     info = node["status"]["nodeInfo"]
-    assert info["kubeletVersion"] == "v1.34.4"
+    assert info["kubeletVersion"] == kubernetes_version()
     assert info["containerRuntimeVersion"].startswith("containerd://")
     assert {"type": "InternalIP", "address": realnode.NODE_IP} in node["status"]["addresses"]
     # NodeRestriction: the node's identity may change itself, never another node.
