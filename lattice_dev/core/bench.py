@@ -120,7 +120,11 @@ def naive_cycle(nodes: list[_NaiveNode], pod: Pod) -> str | None:
         ) // 2
         f_cpu = min((used_cpu + req.get(CPU, 0)) / alloc_cpu, 1.0)
         f_mem = min((used_mem + req.get(MEMORY, 0)) / alloc_mem, 1.0)
-        balanced = int((1 - abs(f_cpu - f_mem) / 2) * 100)
+        after = int((1 - abs(f_cpu - f_mem) / 2) * 100)
+        before = int(
+            (1 - abs(min(used_cpu / alloc_cpu, 1.0) - min(used_mem / alloc_mem, 1.0)) / 2) * 100
+        )
+        balanced = 50 + (50 + after - before) // 2  # kube 1.36+: the change in balance
         soft = sum(1 for t in node.taints if t.effect == "PreferNoSchedule")
         feasible.append((entry, least, balanced, soft))
     if not feasible:

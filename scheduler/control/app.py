@@ -1,9 +1,10 @@
 """`lattice run`: every background task of the scheduler process, started and
 stopped in one place.
 
-Start-up: API client -> our LatticeScheduler object (created with defaults if
-missing) -> the intake's streams (pods pending for us, pods on nodes, nodes,
-namespaces, NodeTopologies, NodeResourceTopologies, PodGroups: server-side
+Start-up: API client -> the API server's release (GET /version: the kube-scheduler
+release whose behaviour Lattice mirrors, see release.py) -> our LatticeScheduler object
+(created with defaults if missing) -> the intake's streams (pods pending for us, pods on
+nodes, nodes, namespaces, NodeTopologies, NodeResourceTopologies, PodGroups: server-side
 filtered list + watch, see intake.py) -> their initial lists applied in one go
 (readiness) -> /metrics server -> kopf (our LatticeScheduler object only) ->
 leader election -> (leader only) scheduling loop and status. There is no
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 import signal
@@ -52,11 +54,13 @@ from scheduler.control.kubeconfig import (
 from scheduler.control.kubeio import KubeWriter, keep_connections_open
 from scheduler.control.leader import Elector
 from scheduler.control.ratelimit import TokenBucket
+from scheduler.control.release import ServerVersion, choose_release
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.server import PortInUse, check_port_free, start_server
 from scheduler.control.settings import SchedulerSettings, SettingsError, parse_spec
 from scheduler.control.status import build_status, ensure_object, write_status
 from scheduler.control.watch import build_registry, operator_settings
+from scheduler.core.profile import DEFAULT_KUBE_MINOR, DEFAULT_PROFILE
 from scheduler.obs.metrics import Metrics
 
 log = structlog.get_logger("lattice.app")
@@ -83,6 +87,20 @@ def _api_client(credentials: Credentials) -> client.ApiClient:
     return api
 
 
+def mirrored_release(version: ServerVersion | None) -> int:
+    """The release to behave as (see release.py), logged once: a warning when it is not the
+    API server's own."""
+    release = choose_release(version)
+    if release.warning is not None:
+        log.warning(
+            "kubernetes_release_unsupported", reason=f"{release.warning}; {release.describe()}"
+        )
+    else:
+        server = "?" if version is None else version.text
+        log.info("kubernetes_release", reason=f"API server {server}: {release.describe()}")
+    return release.kube_minor
+
+
 def _kopf_login(credentials: Credentials) -> Any:
     """kopf connects with the same credentials as our own client (see kubeconfig.py)."""
     return credentials.kopf_login()
@@ -106,6 +124,8 @@ class App:
         self._elector: Elector | None = None
         self._leading_since: float | None = None
         """Monotonic time this replica started scheduling (None: a standby)."""
+        self.kube_minor = DEFAULT_KUBE_MINOR
+        """The Kubernetes release mirrored (1.x): the API server's, set at start."""
         self._kopf_listed = asyncio.Event()
         """kopf has handed over our object once: its start-up (discovery, the first list)
         is over."""
@@ -117,7 +137,9 @@ class App:
             return
         self.generation = meta.get("generation")
         try:
-            settings = parse_spec(body.get("spec") or {}, self.cfg.scheduler_name)
+            settings = parse_spec(
+                body.get("spec") or {}, self.cfg.scheduler_name, kube_minor=self.kube_minor
+            )
         except SettingsError as exc:
             self.settings_error = str(exc)
             log.warning("settings_rejected", reason=str(exc))
@@ -240,7 +262,7 @@ class App:
         self.credentials = await load_credentials(self.cfg.kubeconfig)
         self.api = _api_client(self.credentials)
         try:
-            await wait_for_api(self.api, self.credentials)
+            self.kube_minor = mirrored_release(await wait_for_api(self.api, self.credentials))
             await require_lattice_crds(self.api, self.credentials)
             return await self._run()
         except PortInUse as exc:
@@ -258,7 +280,10 @@ class App:
 
     async def _run(self) -> int:
         obj = await ensure_object(self.api, self.cfg.scheduler_name)
-        settings = SchedulerSettings(scheduler_name=self.cfg.scheduler_name)
+        settings = SchedulerSettings(
+            scheduler_name=self.cfg.scheduler_name,
+            profile=dataclasses.replace(DEFAULT_PROFILE, kube_minor=self.kube_minor),
+        )
         writer = KubeWriter(
             self.api,
             component=self.cfg.scheduler_name,

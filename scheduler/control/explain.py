@@ -36,6 +36,7 @@ from scheduler.control.dra import DraObjects
 from scheduler.control.dra import Kind as DraKind
 from scheduler.control.kubeconfig import StartupError, load_credentials
 from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
+from scheduler.control.release import choose_release, server_version
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL, GangSettings, parse_spec
 from scheduler.core.dra.allocator import diagnose
 from scheduler.core.dra.state import DraState
@@ -114,6 +115,8 @@ class Explained:
     """GPUPlacement's per-node figures for the pod (None: it scored nothing)."""
     claims: dict[str, list[ClaimRow]] | None = None
     """Per node, the pod's claim requests there (None: it allocates no device)."""
+    release_warning: str | None = None
+    """Why the release mirrored is not the API server's own (None: it is)."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     except client.ApiException as exc:
         print(f"lattice explain: API error {exc.status}: {exc.reason}", file=sys.stderr)
         return 2
+    if explained.release_warning is not None:
+        print(f"warning: {explained.release_warning}", file=sys.stderr)
     for line in explained.skipped:
         print(f"warning: skipped unreadable {line}", file=sys.stderr)
     decision, gang = explained.decision, explained.gang
@@ -189,6 +194,8 @@ async def _list(call: Any) -> list[dict[str, Any]]:
 async def _explain(args: argparse.Namespace) -> Explained:
     creds = await load_credentials(args.kubeconfig)
     async with client.ApiClient(configuration=creds.configuration) as api:
+        # Scores as the cluster's own release, like `lattice run` (see release.py).
+        release = choose_release(server_version(await client.VersionApi(api).get_code()))
         core = client.CoreV1Api(api)
         gang_ref: tuple[str, str] | None = None
         body: dict[str, Any] = {}
@@ -251,7 +258,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
             if exc.status != 404:
                 raise
             reports = {"items": []}
-        profile = DEFAULT_PROFILE
+        profile = dataclasses.replace(DEFAULT_PROFILE, kube_minor=release.kube_minor)
         gang_settings = GangSettings()
         try:
             obj: dict[str, Any] = await custom.get_cluster_custom_object(
@@ -261,7 +268,9 @@ async def _explain(args: argparse.Namespace) -> Explained:
             if exc.status != 404:
                 raise
         else:
-            settings = parse_spec(obj.get("spec") or {}, args.scheduler_name)
+            settings = parse_spec(
+                obj.get("spec") or {}, args.scheduler_name, kube_minor=release.kube_minor
+            )
             profile, gang_settings = settings.profile, settings.gang
         group_body: dict[str, Any] | None = None
         if gang_ref is not None:
@@ -351,7 +360,8 @@ async def _explain(args: argparse.Namespace) -> Explained:
             dra=dra,
         )
     breakdowns = load_breakdowns(predictor, built.snapshot, now)
-    return Explained(decision, breakdowns, built.skipped, gang, gpus, claims)
+    warning = None if release.warning is None else f"{release.warning}; {release.describe()}"
+    return Explained(decision, breakdowns, built.skipped, gang, gpus, claims, warning)
 
 
 class _Unlogged:

@@ -39,6 +39,7 @@ import aiohttp
 import kopf
 from kubernetes_asyncio import client, config
 
+from scheduler.control.release import ServerVersion, server_version
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -250,16 +251,17 @@ def _api_message(exc: client.ApiException) -> str:
 
 async def wait_for_api(
     api: client.ApiClient, creds: Credentials, within: float = API_WAIT_SECONDS
-) -> None:
-    """GET /version until it answers; a server that never does is a clear refusal."""
+) -> ServerVersion | None:
+    """GET /version until it answers, and what it said (None: an answer without a readable
+    version); a server that never answers is a clear refusal."""
     deadline = time.monotonic() + within
     delay = 0.5
     attempts = 0
     while True:
         attempts += 1
         try:
-            await client.VersionApi(api).get_code(_request_timeout=min(5.0, within))
-            return
+            info = await client.VersionApi(api).get_code(_request_timeout=min(5.0, within))
+            return server_version(info)
         except client.ApiException as exc:
             if exc.status not in (429, 500, 502, 503, 504):  # 401, 403, ...: no use retrying
                 raise StartupError(describe_api_error(exc, creds, "reading /version")) from exc

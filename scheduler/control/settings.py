@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.core.profile import (
+    DEFAULT_KUBE_MINOR,
     DEFAULT_PROFILE,
     DynamicResourcesArgs,
     GpuPlacementArgs,
@@ -280,8 +281,13 @@ def _bool(spec: Mapping[str, Any], key: str, default: bool) -> bool:
     return value
 
 
-def parse_spec(spec: Mapping[str, Any], scheduler_name: str) -> SchedulerSettings:
-    """Validate a LatticeScheduler spec into settings; SettingsError says what is wrong."""
+def parse_spec(
+    spec: Mapping[str, Any], scheduler_name: str, *, kube_minor: int = DEFAULT_KUBE_MINOR
+) -> SchedulerSettings:
+    """Validate a LatticeScheduler spec into settings; SettingsError says what is wrong.
+
+    ``kube_minor`` is not part of the spec: it is the cluster's release (read from the API
+    server at start, see release.py), the same for every spec applied."""
     if not isinstance(spec, Mapping):
         raise SettingsError("spec must be an object")
     name = spec.get("schedulerName", scheduler_name)
@@ -339,6 +345,7 @@ def parse_spec(spec: Mapping[str, Any], scheduler_name: str) -> SchedulerSetting
             load_aware=parse_load_aware(spec.get("loadAware")),
             gpu_placement=parse_gpu_placement(spec.get("gpuPlacement")),
             dynamic_resources=parse_dra(spec.get("dra")),
+            kube_minor=kube_minor,
         )
     except ValueError as exc:
         raise SettingsError(str(exc)) from exc

@@ -1,7 +1,8 @@
 """Scheduling profiles: which plugins run, in what order, with which weights and arguments.
 
-The defaults reproduce kube-scheduler v1.34's default profile restricted to the plugins the
-core implements (no ImageLocality or preemption). Filter order matters: a
+The defaults reproduce the default profile of kube-scheduler at :attr:`Profile.kube_minor`
+(1.35 to 1.37; the controller sets it from the API server's version) restricted to the plugins
+the core implements (no ImageLocality or preemption). Filter order matters: a
 node is attributed to the first filter that rejects it, and that is what FailedScheduling
 messages count.
 
@@ -46,6 +47,17 @@ class ScoringStrategy(StrEnum):
 
 
 DEFAULT_SCORE_RESOURCES: Final = ((CPU, 1), (MEMORY, 1))
+
+OLDEST_KUBE_MINOR: Final = 35
+NEWEST_KUBE_MINOR: Final = 37
+"""The Kubernetes 1.x releases whose kube-scheduler a profile can mirror (the supported
+window); a cluster outside it is run as the nearest of them (see scheduler.control.release)."""
+DEFAULT_KUBE_MINOR: Final = NEWEST_KUBE_MINOR
+
+
+def nearest_kube_minor(minor: int) -> int:
+    """The supported release closest to ``minor`` (itself when supported)."""
+    return min(max(minor, OLDEST_KUBE_MINOR), NEWEST_KUBE_MINOR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,8 +248,21 @@ class Profile:
     load_aware: LoadAwareArgs = field(default_factory=LoadAwareArgs)
     gpu_placement: GpuPlacementArgs = field(default_factory=GpuPlacementArgs)
     dynamic_resources: DynamicResourcesArgs = field(default_factory=DynamicResourcesArgs)
+    kube_minor: int = DEFAULT_KUBE_MINOR
+    """The Kubernetes 1.x release whose kube-scheduler this profile mirrors. Plugins whose
+    behaviour changed between releases (BalancedAllocation in 1.36) follow it, so Lattice
+    scores as the cluster's own kube-scheduler would."""
 
     def __post_init__(self) -> None:
+        if (
+            isinstance(self.kube_minor, bool)
+            or not isinstance(self.kube_minor, int)
+            or nearest_kube_minor(self.kube_minor) != self.kube_minor
+        ):
+            raise ValueError(
+                f"profile {self.name!r}: Kubernetes 1.{self.kube_minor} is not a supported"
+                f" release (1.{OLDEST_KUBE_MINOR} to 1.{NEWEST_KUBE_MINOR})"
+            )
         if len(set(self.filters)) != len(self.filters):
             raise ValueError(f"duplicate filter plugins in profile {self.name!r}")
         names = [n for n, _ in self.scores]
@@ -254,11 +279,13 @@ def kube_profile(
     name: str = "kube-default",
     strategy: ScoringStrategy = ScoringStrategy.LEAST_ALLOCATED,
     resources: tuple[tuple[str, int], ...] = DEFAULT_SCORE_RESOURCES,
+    kube_minor: int = DEFAULT_KUBE_MINOR,
 ) -> Profile:
     """kube-scheduler's default profile as the core computes it (Lattice's plugins removed),
     optionally with a NodeResourcesFit strategy of its own: the peers of `lattice simulate`."""
     return Profile(
         name=name,
+        kube_minor=kube_minor,
         filters=tuple(f for f in DEFAULT_FILTERS if f not in LATTICE_PLUGINS),
         scores=tuple((s, w) for s, w in DEFAULT_SCORES if s not in LATTICE_PLUGINS),
         node_resources_fit=NodeResourcesFitArgs(strategy=strategy, resources=resources),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from scheduler.core.explain import Decision
-from scheduler.core.profile import Profile
+from scheduler.core.profile import DEFAULT_KUBE_MINOR, Profile
 from scheduler.core.schedule import Framework
 from scheduler.model.node import Namespace
 from tests.builders import NodeLike, PodLike, as_pod, cluster
@@ -16,9 +16,11 @@ def only_filter(name: str) -> Framework:
     return Framework(Profile(name=f"only-{name}", filters=(name,), scores=()))
 
 
-def only_score(name: str, weight: int = 1) -> Framework:
-    """A framework with no filters and a single score plugin."""
-    return Framework(Profile(name=f"score-{name}", filters=(), scores=((name, weight),)))
+def only_score(name: str, weight: int = 1, *, kube_minor: int = DEFAULT_KUBE_MINOR) -> Framework:
+    """A framework with no filters and a single score plugin, mirroring release 1.kube_minor."""
+    return Framework(
+        Profile(name=f"score-{name}", filters=(), scores=((name, weight),), kube_minor=kube_minor)
+    )
 
 
 def run(

@@ -10,7 +10,14 @@ import pytest
 
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code, Cycle, FilterResult, PreFilterResult
-from scheduler.core.profile import DEFAULT_PROFILE, Profile
+from scheduler.core.profile import (
+    DEFAULT_KUBE_MINOR,
+    DEFAULT_PROFILE,
+    NEWEST_KUBE_MINOR,
+    Profile,
+    kube_profile,
+    nearest_kube_minor,
+)
 from scheduler.core.registry import (
     DuplicatePluginError,
     Registry,
@@ -202,11 +209,27 @@ def test_custom_plugin_through_registry() -> None:
         pytest.param({"filters": ("NodeName", "NodeName")}, id="duplicate-filter"),
         pytest.param({"scores": (("NodeAffinity", 1), ("NodeAffinity", 2))}, id="duplicate-score"),
         pytest.param({"scores": (("NodeAffinity", 0),)}, id="zero-weight"),
+        pytest.param({"kube_minor": 34}, id="release-below-the-window"),
+        pytest.param({"kube_minor": 38}, id="release-above-the-window"),
+        pytest.param({"kube_minor": True}, id="release-not-an-int"),
     ],
 )
 def test_profile_validation(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - the message names the profile
         Profile(name="bad", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("minor", "nearest"), [(0, 35), (34, 35), (35, 35), (36, 36), (37, 37), (38, 37), (99, 37)]
+)
+def test_nearest_kube_minor(minor: int, nearest: int) -> None:
+    assert nearest_kube_minor(minor) == nearest
+
+
+def test_profiles_mirror_the_newest_release_by_default() -> None:
+    assert DEFAULT_PROFILE.kube_minor == DEFAULT_KUBE_MINOR == NEWEST_KUBE_MINOR == 37
+    assert kube_profile().kube_minor == 37
+    assert kube_profile(kube_minor=35).kube_minor == 35
 
 
 def test_default_profile_order_matches_kube_scheduler() -> None:

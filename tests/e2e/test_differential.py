@@ -30,10 +30,11 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.build import kubernetes_version
 from lattice_dev.devcluster.kube import api_client
 from scheduler.core.explain import Decision
 from scheduler.core.from_api import as_pending, snapshot_from_api
-from scheduler.core.profile import kube_profile
+from scheduler.core.profile import Profile, kube_profile
 from scheduler.core.schedule import Framework
 from scheduler.model.pod import Pod
 from tests.conftest import report_line
@@ -59,8 +60,10 @@ async def diff_api(diff_plane: Path) -> AsyncIterator[client.ApiClient]:
         yield api
 
 
-LATTICE = Framework()
-KUBE = Framework(kube_profile())
+KUBE_MINOR = int(kubernetes_version().split(".")[1])
+"""The release of the control plane the suite runs: kube-scheduler's scores follow it."""
+LATTICE = Framework(Profile(kube_minor=KUBE_MINOR))
+KUBE = Framework(kube_profile(kube_minor=KUBE_MINOR))
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,22 @@
 """NodeResourcesBalancedAllocation: prefer nodes whose resource fractions stay even.
 
-For each scored resource the node's requested fraction (including the pod, capped at 1) is
-computed; the score is ``(1 - std) * 100`` truncated, where std is half the difference for two
-resources. Like PodTopologySpread's log weights and InterPodAffinity's normalisation, this uses
-floats because kube-scheduler does: they only rank feasible nodes (fits are integer-exact), and
-the float64 operations are done in kube-scheduler's order so scores agree bit for bit.
-Pods requesting nothing skip the plugin (kube's PreScore Skip for best-effort pods).
+For each scored resource a node's requested fraction (capped at 1) is computed, and its
+balance is ``(1 - std) * 100`` truncated, where std is half the difference for two resources
+and the population std for more. What is scored depends on the release mirrored
+(:attr:`Profile.kube_minor`):
+
+* 1.35 scores the balance with the pod: ``balance(with)``, within 50..100.
+* 1.36 on (kubernetes#135573) scores the change the pod makes, ``50 + (50 + balance(with) -
+  balance(without)) / 2`` in Go's integer arithmetic (the halving truncates toward zero),
+  also within 50..100: 75 for a pod that changes nothing, towards 100 for one that evens a
+  node out, towards 50 for one that tips it. "Without" is the node's plain requests (no
+  non-zero defaults, like "with"), over the same resources as "with".
+
+Like PodTopologySpread's log weights and InterPodAffinity's normalisation, this uses floats
+because kube-scheduler does: they only rank feasible nodes (fits are integer-exact), and the
+float64 operations are done in kube-scheduler's order so scores agree bit for bit. Resource
+weights are validated but not used, as in kube. Pods requesting none of the scored resources
+skip the plugin (kube's PreScore Skip for best-effort pods), in every release.
 """
 
 from __future__ import annotations
@@ -22,43 +33,66 @@ from scheduler.core.snapshot import BoolArray, IntArray
 
 NAME: Final = BALANCED_ALLOCATION
 
+SCORES_CHANGE_SINCE: Final = 36
+"""The first release scoring the change in balance rather than the balance with the pod."""
+
+_MAX: Final = 100
+_HALF: Final = _MAX // 2
+
+Fractions = npt.NDArray[np.float64]
+
 
 class BalancedAllocation:
     name: Final = NAME
 
-    def __init__(self, args: BalancedAllocationArgs) -> None:
+    def __init__(self, args: BalancedAllocationArgs, *, kube_minor: int) -> None:
         self.args = args
+        self.scores_change = kube_minor >= SCORES_CHANGE_SINCE
 
     def score(self, cycle: Cycle, feasible: BoolArray) -> IntArray | None:
         requests = cycle.pod.resources.requests
         if all(requests.get(r, 0) == 0 for r, _ in self.args.resources):
             return None
-        n = cycle.num_nodes
-        fractions: list[npt.NDArray[np.float64]] = []
+        with_pod: list[Fractions] = []
+        without_pod: list[Fractions] = []
         valid: list[npt.NDArray[np.bool_]] = []
         for resource, _weight in self.args.resources:
-            cols = resource_columns(
-                cycle.snapshot, resource, requests.get(resource, 0), use_non_zero=False
-            )
+            request = requests.get(resource, 0)
+            cols = resource_columns(cycle.snapshot, resource, request, use_non_zero=False)
             if cols is None:
                 continue
             alloc, used = cols
             present = alloc > 0
-            divisor = alloc if present.all() else np.where(present, alloc, 1)
-            fraction = used.astype(np.float64) / divisor.astype(np.float64)
-            fractions.append(np.minimum(fraction, 1.0))
+            divisor = (alloc if present.all() else np.where(present, alloc, 1)).astype(np.float64)
+            with_pod.append(np.minimum(used.astype(np.float64) / divisor, 1.0))
+            if self.scores_change:
+                without_pod.append(np.minimum((used - request).astype(np.float64) / divisor, 1.0))
             valid.append(present)
-        if len(fractions) < 2:
-            return np.full(n, 100, dtype=np.int64)
-        if len(fractions) == 2:
-            std = np.abs((fractions[0] - fractions[1]) / 2)
-            both = valid[0] & valid[1]
-            if not both.all():
-                std = np.where(both, std, 0.0)
-        else:
-            std = _std_many(fractions, valid)
-        scores: IntArray = ((1.0 - std) * 100.0).astype(np.int64)
+        n = cycle.num_nodes
+        after = _balance(with_pod, valid, n)
+        if not self.scores_change:
+            return after
+        gain = _HALF + after - _balance(without_pod, valid, n)
+        # Go's int64 division truncates toward zero; gain is never negative (both balances
+        # lie within 50..100), but the sign is kept so the port holds whatever the inputs.
+        scores: IntArray = _HALF + np.sign(gain) * (np.abs(gain) // 2)
         return scores
+
+
+def _balance(fractions: list[Fractions], valid: list[npt.NDArray[np.bool_]], n: int) -> IntArray:
+    """kube's balancedResourceScore per node: ``int64((1 - std) * 100)`` over the node's
+    valid fractions (std 0 with fewer than two)."""
+    if len(fractions) < 2:
+        return np.full(n, _MAX, dtype=np.int64)
+    if len(fractions) == 2:
+        std = np.abs((fractions[0] - fractions[1]) / 2)
+        both = valid[0] & valid[1]
+        if not both.all():
+            std = np.where(both, std, 0.0)
+    else:
+        std = _std_many(fractions, valid)
+    scores: IntArray = ((1.0 - std) * float(_MAX)).astype(np.int64)
+    return scores
 
 
 def _std_many(
@@ -98,4 +132,4 @@ def _two_valid_std(
 
 
 def new(profile: Profile) -> BalancedAllocation:
-    return BalancedAllocation(profile.balanced_allocation)
+    return BalancedAllocation(profile.balanced_allocation, kube_minor=profile.kube_minor)
