@@ -120,7 +120,7 @@ def test_the_shipped_rbac_grants_dra_least_privilege(plane: Plane) -> None:
         )
         return out.strip() == "yes"
 
-    for resource in ("deviceclasses", "resourceslices", "resourceclaims"):
+    for resource in ("deviceclasses", "resourceslices", "resourceclaims", "devicetaintrules"):
         assert can("watch", f"{resource}.resource.k8s.io")
     assert can("patch", "resourceclaims.resource.k8s.io")  # the finalizer
     # allocation and reservedFor: merge patches, never a PUT of another writer's allocation
@@ -133,6 +133,8 @@ def test_the_shipped_rbac_grants_dra_least_privilege(plane: Plane) -> None:
         ("create", "resourceslices"),
         ("update", "resourceslices"),
         ("update", "deviceclasses"),
+        ("create", "devicetaintrules"),
+        ("update", "devicetaintrules"),
         ("get", "resourceclaimtemplates"),
     ]:
         assert not can(verb, f"{resource}.resource.k8s.io"), f"should not {verb} {resource}"
