@@ -128,7 +128,11 @@ def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _add_kubernetes_option(parser: argparse.ArgumentParser) -> None:
-    from lattice_dev.devcluster.build import DEFAULT_KUBERNETES, KUBERNETES_ENV, SUPPORTED_KUBERNETES
+    from lattice_dev.devcluster.build import (
+        DEFAULT_KUBERNETES,
+        KUBERNETES_ENV,
+        SUPPORTED_KUBERNETES,
+    )
 
     parser.add_argument(
         "--kubernetes",
