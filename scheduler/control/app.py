@@ -38,6 +38,8 @@ import structlog
 from kubernetes_asyncio import client
 
 from scheduler.config import RunConfig
+from scheduler.control.dra import GROUP as DRA_GROUP
+from scheduler.control.dra import VERSION as DRA_VERSION
 from scheduler.control.feed import Feed, describe, resources
 from scheduler.control.intake import ASSIGNED_PODS, PENDING_PODS, Intake, Update
 from scheduler.control.kubeconfig import (
@@ -48,6 +50,7 @@ from scheduler.control.kubeconfig import (
     load_credentials,
     one_line,
     require_lattice_crds,
+    serves,
     skip_environment_lookups,
     wait_for_api,
 )
@@ -158,8 +161,19 @@ class App:
         """Follow every stream. Custom resources, namespaces and nodes are applied once
         listed; then bound pods page by page as they are read (30 000 of them are never
         held whole); pending pods only once every stream has synced, so the first cycle
-        sees the whole cluster (readiness waits for it)."""
-        self.intake = intake = Intake(self.api, resources(self.cfg.scheduler_name))
+        sees the whole cluster (readiness waits for it). DeviceTaintRules are followed only
+        where discovery finds them in ``resource.k8s.io/v1`` (1.37; not 1.35, nor 1.36
+        whose beta is v1beta2 and off)."""
+        taint_rules = await serves(
+            self.api, group=DRA_GROUP, version=DRA_VERSION, plural="devicetaintrules"
+        )
+        log.info(
+            "device_taint_rules",
+            reason="followed" if taint_rules else "not served as resource.k8s.io/v1",
+        )
+        self.intake = intake = Intake(
+            self.api, resources(self.cfg.scheduler_name, device_taint_rules=taint_rules)
+        )
         self.feed = Feed(self.scheduler)
         intake.start()
         pods = {ASSIGNED_PODS, PENDING_PODS}

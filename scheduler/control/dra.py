@@ -1,11 +1,12 @@
 """DRA objects from the watch, and DynamicResources' PreBind writes, for `lattice run`.
 
 The watch side keeps the cache's :class:`~scheduler.core.dra.state.DraState` current from
-three streams (DeviceClasses, ResourceClaims in every namespace, ResourceSlices). An object
-that does not parse is logged, dropped from the state and listed in :attr:`DraObjects.broken`;
-it never stops the stream. A claim event older than the version already held (the echo of
-an intermediate write, after PreBind stored the final one) is ignored, so a written
-allocation never looks undone.
+three streams (DeviceClasses, ResourceClaims in every namespace, ResourceSlices), and a
+fourth where the API server serves ``devicetaintrules`` in ``resource.k8s.io/v1`` (1.37;
+the start-up discovers it). An object that does not parse is logged, dropped from the
+state and listed in :attr:`DraObjects.broken`; it never stops the stream. A claim event
+older than the version already held (the echo of an intermediate write, after PreBind
+stored the final one) is ignored, so a written allocation never looks undone.
 
 PreBind (:func:`write_claim`, kube's DynamicResources PreBind): for each claim of the
 decision's :class:`~scheduler.core.dra.state.ClaimPlan`, read the claim, refuse if it is
@@ -30,6 +31,7 @@ from kubernetes_asyncio import client
 from scheduler.core.dra.objects import (
     DELETE_PROTECTION_FINALIZER,
     DeviceClass,
+    DeviceTaintRule,
     ResourceClaim,
     ResourceSlice,
 )
@@ -47,6 +49,7 @@ class Kind(enum.StrEnum):
     CLASS = "deviceclass"
     CLAIM = "resourceclaim"
     SLICE = "resourceslice"
+    TAINT_RULE = "devicetaintrule"
 
 
 def object_key(kind: Kind, body: Body) -> str:
@@ -103,6 +106,7 @@ class DraObjects:
             Kind.CLASS: set(s.classes),
             Kind.CLAIM: {f"{ns}/{name}" for ns, name in s.claims},
             Kind.SLICE: set(s.slices),
+            Kind.TAINT_RULE: set(s.taint_rules),
         }[kind]
         return known | {k.split("/", 1)[1] for k in self.broken if k.startswith(f"{kind}/")}
 
@@ -115,6 +119,8 @@ class DraObjects:
             self.state.set_class(DeviceClass.from_api(body))
         elif kind is Kind.SLICE:
             self.state.set_slice(ResourceSlice.from_api(body))
+        elif kind is Kind.TAINT_RULE:
+            self.state.set_taint_rule(DeviceTaintRule.from_api(body))
         else:
             claim = ResourceClaim.from_api(body)
             held = self.state.claims.get(claim.key)
@@ -129,6 +135,8 @@ class DraObjects:
             self.state.remove_class(key)
         elif kind is Kind.SLICE:
             self.state.remove_slice(key)
+        elif kind is Kind.TAINT_RULE:
+            self.state.remove_taint_rule(key)
         else:
             namespace, _, name = key.partition("/")
             self.state.remove_claim(namespace, name)

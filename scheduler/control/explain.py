@@ -375,14 +375,21 @@ _DRA_PLURALS: Final = {
     DraKind.CLASS: "deviceclasses",
     DraKind.SLICE: "resourceslices",
     DraKind.CLAIM: "resourceclaims",
+    DraKind.TAINT_RULE: "devicetaintrules",
 }
 
 
 async def _list_dra(custom: client.CustomObjectsApi, plural: str) -> list[dict[str, Any]]:
-    """Every object of a ``resource.k8s.io/v1`` collection (claims: all namespaces)."""
-    raw: Any = await custom.list_cluster_custom_object(
-        DRA_GROUP, DRA_VERSION, plural, _preload_content=False
-    )
+    """Every object of a ``resource.k8s.io/v1`` collection (claims: all namespaces); none
+    where the release does not serve it (DeviceTaintRules before 1.37)."""
+    try:
+        raw: Any = await custom.list_cluster_custom_object(
+            DRA_GROUP, DRA_VERSION, plural, _preload_content=False
+        )
+    except client.ApiException as exc:
+        if exc.status == 404 and plural == _DRA_PLURALS[DraKind.TAINT_RULE]:
+            return []
+        raise
     items: list[dict[str, Any]] = json.loads(await raw.read()).get("items", [])
     return items
 
@@ -459,6 +466,11 @@ class ClaimRow:
     chosen: list[str]
     """Devices the allocation would take (selected node only)."""
     error: str = ""
+    tainted: int = 0
+    """Matching devices in no allocation that an untolerated taint keeps from the request
+    (not counted in ``free``)."""
+    taints: list[str] = dataclasses.field(default_factory=list)
+    """Their untolerated taints, ``key=value:Effect``."""
 
 
 def claim_rows(
@@ -502,6 +514,8 @@ def claim_rows(
                     view.free,
                     picked,
                     view.error,
+                    view.tainted,
+                    list(view.taints),
                 )
             )
         out[name] = rows
@@ -526,6 +540,8 @@ def render_claims_table(decision: Decision, claims: dict[str, list[ClaimRow]]) -
                 why = r.error
             elif r.chosen:
                 why = ", ".join(r.chosen)
+            elif short and r.taints:
+                why = f"too few free devices ({r.tainted} tainted: {', '.join(r.taints)})"
             elif short:
                 why = "too few free devices"
             elif verdict.plugin is not None:

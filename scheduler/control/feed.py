@@ -32,9 +32,10 @@ pod's preemption facts (start time, terminating by preemption) current.
 
 Storage objects (PVs, claims, StorageClasses, CSINodes, VolumeAttachments) go to
 :class:`~scheduler.control.storage.Storage` through the scheduler, which wakes the pods
-with claims on each change; DRA objects (DeviceClasses, ResourceSlices, ResourceClaims) go
-to :class:`~scheduler.control.dra.DraObjects` the same way and wake the pods with resource
-claims.
+with claims on each change; DRA objects (DeviceClasses, ResourceSlices, ResourceClaims, and
+DeviceTaintRules where served) go to :class:`~scheduler.control.dra.DraObjects` the same way
+and wake the pods with resource claims (a rule's change is a change of the devices it taints,
+as kube's slice tracker reports it).
 
 Missing resources (:class:`Unavailable`: CRD not installed, no grant) count as empty sets.
 """
@@ -93,6 +94,7 @@ _ORDER: Final = (
     intake.CSI_NODES,
     intake.VOLUME_ATTACHMENTS,
     intake.DEVICE_CLASSES,
+    intake.DEVICE_TAINT_RULES,
     intake.RESOURCE_SLICES,
     intake.RESOURCE_CLAIMS,
     intake.NODES,
@@ -110,11 +112,13 @@ _DRA: Final = {
     intake.DEVICE_CLASSES: DraKind.CLASS,
     intake.RESOURCE_CLAIMS: DraKind.CLAIM,
     intake.RESOURCE_SLICES: DraKind.SLICE,
+    intake.DEVICE_TAINT_RULES: DraKind.TAINT_RULE,
 }
 
 
-def resources(scheduler_name: str) -> list[Resource]:
-    """Every stream the scheduler follows (our LatticeScheduler object stays with kopf)."""
+def resources(scheduler_name: str, *, device_taint_rules: bool = False) -> list[Resource]:
+    """Every stream the scheduler follows (our LatticeScheduler object stays with kopf);
+    DeviceTaintRules only where the API server serves them (``device_taint_rules``)."""
     return [
         intake.custom(PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL, key=PODGROUPS),
         intake.custom(API_GROUP, API_VERSION, "nodetopologies", key=TOPOLOGIES),
@@ -122,7 +126,7 @@ def resources(scheduler_name: str) -> list[Resource]:
         intake.namespaces(),
         intake.pod_disruption_budgets(),
         *intake.storage(),
-        *intake.dynamic_resources(),
+        *intake.dynamic_resources(taint_rules=device_taint_rules),
         intake.nodes(),
         intake.assigned_pods(),
         intake.pending_pods(scheduler_name),

@@ -174,6 +174,7 @@ VOLUME_ATTACHMENTS: Final = "volumeattachments.storage.k8s.io"
 DEVICE_CLASSES: Final = "deviceclasses.resource.k8s.io"
 RESOURCE_CLAIMS: Final = "resourceclaims.resource.k8s.io"
 RESOURCE_SLICES: Final = "resourceslices.resource.k8s.io"
+DEVICE_TAINT_RULES: Final = "devicetaintrules.resource.k8s.io"
 
 
 _POD_STATUS_KEPT: Final = frozenset(
@@ -295,11 +296,14 @@ def storage() -> list[Resource]:
     ]
 
 
-def dynamic_resources() -> list[Resource]:
+def dynamic_resources(*, taint_rules: bool = False) -> list[Resource]:
     """What DynamicResources reads (``resource.k8s.io/v1``, GA in 1.34): DeviceClasses,
     ResourceClaims in every namespace (every written allocation uses devices up, whoever
-    wrote it) and ResourceSlices."""
-    return [
+    wrote it) and ResourceSlices; with ``taint_rules``, DeviceTaintRules too (v1 since
+    1.37, where kube-scheduler applies their taints to the slices' devices; the caller
+    passes it where discovery finds them served, so 1.35 and 1.36 get no stream that can
+    only ever answer 404)."""
+    out = [
         Resource(key=DEVICE_CLASSES, group="resource.k8s.io", version="v1", plural="deviceclasses"),
         Resource(
             key=RESOURCE_CLAIMS, group="resource.k8s.io", version="v1", plural="resourceclaims"
@@ -308,6 +312,16 @@ def dynamic_resources() -> list[Resource]:
             key=RESOURCE_SLICES, group="resource.k8s.io", version="v1", plural="resourceslices"
         ),
     ]
+    if taint_rules:
+        out.append(
+            Resource(
+                key=DEVICE_TAINT_RULES,
+                group="resource.k8s.io",
+                version="v1",
+                plural="devicetaintrules",
+            )
+        )
+    return out
 
 
 def custom(

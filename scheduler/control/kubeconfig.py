@@ -283,6 +283,19 @@ async def wait_for_api(
         delay = min(delay * 2, 4.0)
 
 
+async def serves(api: client.ApiClient, *, group: str, version: str, plural: str) -> bool:
+    """Whether the API server serves ``plural`` in ``group/version`` (discovery; a group
+    version it does not serve at all is a 404). For resources whose version follows the
+    release and its gates, such as ``devicetaintrules`` (v1 only from 1.37)."""
+    try:
+        found = await client.CustomObjectsApi(api).get_api_resources(group, version)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return plural in {r.name for r in (found.resources or [])}
+
+
 async def require_resource(
     api: client.ApiClient,
     creds: Credentials,

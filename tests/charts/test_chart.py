@@ -122,6 +122,22 @@ def test_rbac_grants_no_secrets_and_names_the_lease(default: list[dict[str, Any]
     } in gangs
 
 
+def test_rbac_reads_what_dynamic_resources_reads() -> None:
+    """kube-scheduler 1.37's reads in resource.k8s.io (``policy.go``), DeviceTaintRules
+    included: the scheduler follows them where the API server serves them. Read from the
+    rendered manifests (equal to the chart's render: see above), so no helm is needed."""
+    objs = [d for d in yaml.safe_load_all((MANIFESTS / "scheduler.yaml").read_text()) if d]
+    rules = find(objs, "ClusterRole", "lattice-scheduler")["rules"]
+    dra = {
+        resource: tuple(r["verbs"])
+        for r in rules
+        if r["apiGroups"] == ["resource.k8s.io"]
+        for resource in r["resources"]
+    }
+    for read in ("deviceclasses", "resourceslices", "devicetaintrules"):
+        assert dra.get(read) == ("get", "list", "watch"), read
+
+
 def test_scheduler_is_ha_and_unprivileged(default: list[dict[str, Any]]) -> None:
     deploy = find(default, "Deployment")
     assert deploy["spec"]["replicas"] == 2

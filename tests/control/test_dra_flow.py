@@ -16,7 +16,16 @@ from scheduler.core.dra.state import ClaimWrite
 from scheduler.obs.metrics import Metrics
 from tests.builders import make_node, make_pod
 from tests.control.test_gangs import Clock, FakeWriter, podgroup, run_one, scheduler
-from tests.core.dra.builders import claim, device, device_class, exactly, request, resource_slice
+from tests.core.dra.builders import (
+    claim,
+    device,
+    device_class,
+    exactly,
+    request,
+    resource_slice,
+    taint,
+    taint_rule,
+)
 
 
 def claim_pod(name: str, claim_name: str) -> dict[str, Any]:
@@ -142,6 +151,30 @@ async def test_lattice_allocates_only_on_its_own_dra_nodes() -> None:
     await run_one(sched)
     assert writer.binds == [("p", "n1")]
     assert writer.written == ["c"]
+
+
+async def test_a_taint_rule_names_its_taint_and_its_deletion_wakes_the_pod() -> None:
+    """A DeviceTaintRule taints the only device: FailedScheduling names the taint; the
+    rule's deletion (a DRA change, as kube's slice tracker reports it) wakes the pod,
+    which then gets the device."""
+    sched, writer = claim_scheduler(claim("c", request("gpu", exactly("gpu"))))
+    rule = taint_rule("maint", taint("example.com/maintenance"), selector={"pool": "n1"})
+    sched.dra_upserted(Kind.TAINT_RULE, rule)
+    sched.pod_upserted(claim_pod("p", "c"))
+    await run_one(sched)
+    assert writer.binds == []
+    (event,) = [e for e in writer.events if e[2] == "FailedScheduling"]
+    assert event[3].startswith(
+        "0/3 nodes are available: 1 cannot allocate all claims (untolerated device taint: "
+        "example.com/maintenance:NoSchedule), 2 cannot allocate all claims."
+    )
+    key = pod_key("default", "p")
+    assert sched.queue.where(key) is QueueName.UNSCHEDULABLE
+    sched.dra_deleted(Kind.TAINT_RULE, rule)
+    assert sched.queue.where(key) in (QueueName.ACTIVE, QueueName.BACKOFF)
+    sched.queue.flush(now=float("inf"))
+    await run_one(sched)
+    assert writer.binds == [("p", "n1")]
 
 
 async def test_claims_are_written_before_the_binding_and_counted() -> None:

@@ -17,6 +17,8 @@ from tests.core.dra.builders import (
     exactly,
     request,
     resource_slice,
+    taint,
+    taint_rule,
 )
 
 LOG = structlog.get_logger("test")
@@ -56,3 +58,18 @@ def test_unreadable_objects_are_dropped_and_listed() -> None:
     objects.delete(Kind.SLICE, bad)
     assert objects.broken == {}
     assert objects.keys(Kind.CLASS) == {"gpu"}
+
+
+def test_taint_rules_are_kept_reconciled_and_applied() -> None:
+    objects = DraObjects(DraState(), log=LOG)
+    objects.upsert(Kind.SLICE, resource_slice("s", [device("gpu-0")], node="n1"))
+    objects.upsert(Kind.TAINT_RULE, taint_rule("r", taint("k"), selector={"device": "gpu-0"}))
+    assert objects.keys(Kind.TAINT_RULE) == {"r"}
+    (pool,) = objects.state.slice_index().pools("n1", {})
+    assert [str(t) for t in pool.slices[0].devices[0].taints] == ["k:NoSchedule"]
+    objects.upsert(Kind.TAINT_RULE, taint_rule("bad", {"key": 7}))
+    assert set(objects.broken) == {"devicetaintrule/bad"}
+    assert objects.keys(Kind.TAINT_RULE) == {"r", "bad"}
+    objects.delete(Kind.TAINT_RULE, taint_rule("r", taint("k")))
+    (pool,) = objects.state.slice_index().pools("n1", {})
+    assert pool.slices[0].devices[0].taints == ()

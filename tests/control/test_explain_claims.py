@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.control.explain import claim_rows, render_claims_table
-from scheduler.core.dra.objects import DeviceClass, ResourceClaim, ResourceSlice
+from scheduler.core.dra.objects import DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice
 from scheduler.core.dra.state import DraState
 from scheduler.core.schedule import Framework
 from tests.builders import cluster, make_node, make_pod
@@ -18,6 +18,8 @@ from tests.core.dra.builders import (
     first_available,
     request,
     resource_slice,
+    taint,
+    taint_rule,
 )
 
 
@@ -87,3 +89,25 @@ def test_a_pod_whose_claims_are_allocated_has_no_table() -> None:
     snapshot = cluster([make_node("n0", cpu="8", memory="16Gi")])
     decision = Framework().schedule(snapshot, pod.build(), dra=dra)
     assert claim_rows(decision, snapshot, pod.build(), dra) is None
+
+
+def test_tainted_devices_are_not_free_and_the_table_names_their_taints() -> None:
+    dra = DraState()
+    dra.set_class(DeviceClass.from_api(device_class("gpu")))
+    devices = [device("gpu-0"), device("gpu-1")]
+    dra.set_slice(ResourceSlice.from_api(resource_slice("n0", devices, node="n0")))
+    dra.set_taint_rule(
+        DeviceTaintRule.from_api(taint_rule("drain", taint("maint", "NoExecute"), selector={}))
+    )
+    dra.set_claim(ResourceClaim.from_api(claim("want", request("gpu", exactly("gpu")))))
+    pod = make_pod("p", cpu="1").uid("u-p")
+    pod.body["spec"]["resourceClaims"] = [{"name": "c", "resourceClaimName": "want"}]
+    snapshot = cluster([make_node("n0", cpu="8", memory="16Gi")])
+    decision = Framework().schedule(snapshot, pod.build(), dra=dra)
+    assert decision.selected is None
+    rows = claim_rows(decision, snapshot, pod.build(), dra)
+    assert rows is not None
+    (row,) = rows["n0"]
+    assert (row.matching, row.free, row.tainted, row.taints) == (2, 0, 2, ["maint:NoExecute"])
+    table = render_claims_table(decision, rows)
+    assert table.splitlines()[-1].endswith("too few free devices (2 tainted: maint:NoExecute)")

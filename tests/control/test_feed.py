@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from scheduler.control import intake
-from scheduler.control.feed import PODGROUPS, Feed
+from scheduler.control.feed import PODGROUPS, Feed, resources
 from scheduler.control.intake import (
     Batch,
     Event,
@@ -26,6 +26,7 @@ from scheduler.control.settings import parse_spec
 from scheduler.model.pod import Pod
 from scheduler.obs.metrics import Metrics
 from tests.builders import make_node, make_pod
+from tests.core.dra.builders import GPU_DRIVER, taint, taint_rule
 
 _rv = iter(range(100, 10_000_000))
 
@@ -407,3 +408,19 @@ def test_a_gated_pods_nomination_counts_from_its_first_update_not_at_first_sight
         [batch(intake.PENDING_PODS, ev(EventType.ADDED, raw({**open_pod, "status": status})))]
     )
     assert sorted(p.name for p, _ in sched.nominated()) == ["gated", "open"]
+
+
+def test_device_taint_rules_are_followed_only_where_served_and_relisted(
+    sched: Scheduler, feed: Feed
+) -> None:
+    """1.37 serves DeviceTaintRules in resource.k8s.io/v1; 1.35 and 1.36 (gate off, or
+    v1beta2 only) do not, and get no stream for them. A re-list drops a rule gone
+    during a gap, so its taint leaves the devices."""
+    plural = {r.key: r.path for r in resources("lattice", device_taint_rules=True)}
+    assert plural[intake.DEVICE_TAINT_RULES] == "/apis/resource.k8s.io/v1/devicetaintrules"
+    assert intake.DEVICE_TAINT_RULES not in {r.key for r in resources("lattice")}
+    rule = raw(taint_rule("r", taint("k"), selector={"driver": GPU_DRIVER}))
+    feed.apply([listed(intake.DEVICE_TAINT_RULES, rule, initial=True)])
+    assert set(sched.cache.dra.taint_rules) == {"r"}
+    feed.apply([listed(intake.DEVICE_TAINT_RULES)])
+    assert sched.cache.dra.taint_rules == {}

@@ -215,15 +215,15 @@ def test_an_allocator_error_ends_the_attempt_with_an_error() -> None:
 
 
 def test_alpha_fields_keep_an_unsupported_refusal_naming_them() -> None:
-    tolerating = claim(
-        "c", request("gpu", {**exactly("gpu"), "tolerations": [{"operator": "Exists"}]})
+    consuming = claim(
+        "c", request("gpu", {**exactly("gpu"), "capacity": {"requests": {"memory": "1Gi"}}})
     )
-    decision = schedule(pod_with("p", {"name": "gpu", "resourceClaimName": "c"}), state(tolerating))
+    decision = schedule(pod_with("p", {"name": "gpu", "resourceClaimName": "c"}), state(consuming))
     assert rejection(decision) == (
         "Unsupported",
         Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
         'pod has resource claim "gpu" (ResourceClaim "c") using '
-        f"spec.devices.requests[0].exactly.tolerations: {DRA_ALPHA}; {ADVICE}",
+        f"spec.devices.requests[0].exactly.capacity: {DRA_ALPHA}; {ADVICE}",
     )
     distinct = claim(
         "c", request("gpu", exactly("gpu", count=2)), constraints=[{"distinctAttribute": "x/y"}]
@@ -232,6 +232,50 @@ def test_alpha_fields_keep_an_unsupported_refusal_naming_them() -> None:
         schedule(pod_with("p", {"name": "gpu", "resourceClaimName": "c"}), state(distinct))
     )[2]
     assert "spec.devices.constraints[0].distinctAttribute" in message
+
+
+def test_tainted_devices_name_their_taint_and_a_tolerating_claim_gets_one() -> None:
+    """Every device of the only node with devices is tainted: the pod is refused there with
+    kube's words plus the taint, the nodes without devices with kube's words alone; a claim
+    tolerating the taint gets a device, its result carrying the tolerations."""
+    dra = state(one_gpu("plain"))
+    dra.set_slice(
+        ResourceSlice.from_api(
+            resource_slice(
+                "n1-gpus",
+                [{**device(f"gpu-{i}"), "taints": [{"key": "maint", "effect": "NoExecute"}]}
+                 for i in range(2)],
+                node="n1",
+            )
+        )
+    )  # fmt: skip
+    refused = schedule(pod_with("p", {"name": "gpu", "resourceClaimName": "plain"}), dra)
+    assert refused.selected is None
+    tainted = f"{CANNOT_ALLOCATE} (untolerated device taint: maint:NoExecute)"
+    assert refused.explanation.node("n1").reasons == (tainted,)
+    assert refused.explanation.node("n0").reasons == (CANNOT_ALLOCATE,)
+    assert refused.summary == (f"0/3 nodes are available: 1 {tainted}, 2 {CANNOT_ALLOCATE}.")
+    assert refused.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    tolerations = [{"key": "maint", "operator": "Exists", "effect": "NoExecute"}]
+    dra.set_claim(
+        ResourceClaim.from_api(
+            claim("tolerant", request("gpu", {**exactly("gpu"), "tolerations": tolerations}))
+        )
+    )
+    placed = schedule(pod_with("q", {"name": "gpu", "resourceClaimName": "tolerant"}), dra)
+    assert placed.selected == "n1"
+    assert placed.claim_plan is not None
+    (write,) = placed.claim_plan.writes
+    assert write.allocation is not None
+    assert write.allocation["devices"]["results"] == [
+        {
+            "request": "gpu",
+            "driver": GPU_DRIVER,
+            "pool": "n1",
+            "device": "gpu-0",
+            "tolerations": tolerations,
+        }
+    ]
 
 
 def test_a_device_class_extended_resource_is_refused() -> None:

@@ -11,6 +11,8 @@ devices, after writing each claim's allocation (v1 shape), the delete-protection
 and ``reservedFor``; the shared claim is allocated once and reserved for both its pods;
 the fourth finds both devices taken and stays pending with FailedScheduling, until the
 third pod is deleted and the controller deletes its claim: then it gets that device.
+Later tests cover explain, PostFilter's deallocation, PCIe-root packing, preemption,
+gangs, and device taints (a slice's and a DeviceTaintRule's).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from lattice_dev.devcluster.kube import poll
 from lattice_dev.devcluster.profiles import node_name
 from scheduler.cli import main
 from scheduler.core.dra.objects import DELETE_PROTECTION_FINALIZER
+from tests.e2e.lattice_proc import LatticeProcess
 from tests.e2e.test_gangs import LABEL, create_group, events_of
 from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods, pod, wait_bound
 
@@ -120,7 +123,7 @@ def test_the_shipped_rbac_grants_dra_least_privilege(plane: Plane) -> None:
         )
         return out.strip() == "yes"
 
-    for resource in ("deviceclasses", "resourceslices", "resourceclaims"):
+    for resource in ("deviceclasses", "resourceslices", "resourceclaims", "devicetaintrules"):
         assert can("watch", f"{resource}.resource.k8s.io")
     assert can("patch", "resourceclaims.resource.k8s.io")  # the finalizer
     # allocation and reservedFor: merge patches, never a PUT of another writer's allocation
@@ -133,6 +136,8 @@ def test_the_shipped_rbac_grants_dra_least_privilege(plane: Plane) -> None:
         ("create", "resourceslices"),
         ("update", "resourceslices"),
         ("update", "deviceclasses"),
+        ("create", "devicetaintrules"),
+        ("update", "devicetaintrules"),
         ("get", "resourceclaimtemplates"),
     ]:
         assert not can(verb, f"{resource}.resource.k8s.io"), f"should not {verb} {resource}"
@@ -622,3 +627,128 @@ async def test_a_gang_of_template_claims_is_placed_all_or_nothing(
             await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
         plane.run("delete", "resourceslices", *(f"{ns}-gang-{n}" for n in nodes), check=False)
         plane.run("delete", "deviceclass", f"{ns}-gang", check=False)
+
+
+async def test_tainted_devices_are_allocated_only_to_claims_that_tolerate_them(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """Device taints (GA in 1.37) on the real plane. Node 0 publishes two devices: gpu-0
+    tainted in its slice, gpu-1 by a DeviceTaintRule (resource.k8s.io/v1, which Lattice
+    follows where discovery finds it). A pod pinned to node 0 whose claim tolerates
+    nothing stays pending with a FailedScheduling naming both taints; a pod whose claim
+    tolerates every taint is bound with a tainted device and its tolerations copied into
+    the result; deleting the rule wakes the first pod, which then gets gpu-1."""
+    driver = f"{ns}.taint.lattice.dev"
+    node = node_name(0)
+    slice_taint = {"key": "example.com/unhealthy", "value": "ecc", "effect": "NoSchedule"}
+    rule_taint = {"key": "example.com/maintenance", "effect": "NoSchedule"}
+    tolerate_all = [{"operator": "Exists"}]
+
+    def template(name: str, **extra: Any) -> dict[str, Any]:
+        exact = {"deviceClassName": f"{ns}-taint", **extra}
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exact}]}}},
+        }
+
+    rule_name = f"{ns}-maintenance"
+    rule: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": rule_name},
+        "spec": {
+            "deviceSelector": {"driver": driver, "pool": node, "device": "gpu-1"},
+            "taint": rule_taint,
+        },
+    }
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{ns}-taint"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{ns}-taint-{node}"},
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0", "taints": [slice_taint]}, {"name": "gpu-1"}],
+            },
+        },
+        rule,
+        template("plain"),
+        template("tolerant", tolerations=tolerate_all),
+    ]
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    pinned = {"kubernetes.io/hostname": node}
+    core = client.CoreV1Api(api)
+
+    def claims_pod(name: str, template_name: str) -> dict[str, Any]:
+        claims = [{"name": "gpu", "resourceClaimTemplateName": template_name}]
+        return pod(name, resourceClaims=claims, nodeSelector=pinned)
+
+    async def devices_of(name: str) -> tuple[str, list[dict[str, Any]]]:
+        body = await core.read_namespaced_pod(name, ns)
+        (status,) = body.status.resource_claim_statuses
+        claim = await get_claim(api, ns, status.resource_claim_name)
+        results: list[dict[str, Any]] = claim["status"]["allocation"]["devices"]["results"]
+        return body.spec.node_name, results
+
+    sched = plane.lattice().start()
+    try:
+        (discovered, *_) = await poll(lambda: _lines_with(sched, "device_taint_rules"), within=60)
+        assert discovered["reason"] == "followed"
+        await create_pods(api, ns, [claims_pod("blocked", "plain")])
+        named = (
+            "cannot allocate all claims (untolerated device taints: "
+            "example.com/unhealthy=ecc:NoSchedule and example.com/maintenance:NoSchedule)"
+        )
+
+        async def refused() -> list[Any] | None:
+            evs = [
+                e
+                for e in await events_of(api, ns, "FailedScheduling")
+                if e.involved_object.name == "blocked" and named in e.message
+            ]
+            return evs or None
+
+        (event, *_) = await poll(refused, within=90, interval=0.5)
+        assert event.message.startswith("0/2 nodes are available: 1 " + named), event.message
+        assert not (await core.read_namespaced_pod("blocked", ns)).spec.node_name
+
+        await create_pods(api, ns, [claims_pod("tolerant", "tolerant")])
+        await wait_bound(api, ns, 1, within=90)
+        where, results = await devices_of("tolerant")
+        assert where == node
+        (result,) = results
+        assert (result["driver"], result["device"]) == (driver, "gpu-0")
+        assert result["tolerations"] == tolerate_all
+
+        # The rule goes: gpu-1 is untainted, the change wakes the waiting pod.
+        plane.run("delete", "devicetaintrule", rule_name)
+        await wait_bound(api, ns, 2, within=90)
+        where, results = await devices_of("blocked")
+        assert where == node
+        (result,) = results
+        assert result["device"] == "gpu-1"
+        assert "tolerations" not in result
+    finally:
+        sched.stop()
+        for p in await list_pods(api, ns):
+            await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        plane.run("delete", "devicetaintrule", rule_name, check=False)
+        plane.run("delete", "resourceslice", f"{ns}-taint-{node}", check=False)
+        plane.run("delete", "deviceclass", f"{ns}-taint", check=False)
+    assert sched.proc is not None
+    assert sched.proc.returncode == 0
+
+
+async def _lines_with(sched: LatticeProcess, event: str) -> list[dict[str, Any]] | None:
+    lines = [ln for ln in sched.lines() if ln.get("event") == event]
+    return lines or None

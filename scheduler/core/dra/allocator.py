@@ -30,13 +30,17 @@ feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
    class selectors, then request selectors (the verdict per device and request is memoised
    for the call; CEL verdicts per device and expression live on the device), then every
    constraint of the claim (``matchAttribute``: the first device fixes the value, later ones
-   need the same type and value; a device without the attribute fails). Reaching an invalid
-   pool in an ExactCount search is an error. All requests allocate their fixed devices
-   with ``must``: a constraint they break is an error, a device in use makes the request
-   unsatisfiable. A claim that would exceed 32 results backtracks to the previous choice
+   need the same type and value; a device without the attribute fails). Between the two,
+   as kube's ``allocateDevice``: a device with a NoSchedule or NoExecute taint the request
+   (or subrequest) does not tolerate is passed over (``None`` and unknown effects are
+   ignored; adminAccess does not bypass it). Reaching an invalid pool in an ExactCount
+   search is an error. All requests allocate their fixed devices with ``must``: a
+   constraint they break is an error, a device in use or tainted against the request makes
+   the request unsatisfiable. A claim that would exceed 32 results backtracks to the previous choice
    (and tries the next subrequest, which may need fewer devices).
 5. **Results** in the ``status.allocation`` shape v1.34.4 writes: ``devices.results`` in
-   allocation order (``adminAccess: true`` only for adminAccess requests), ``devices.config``
+   allocation order (``adminAccess: true`` only for adminAccess requests; ``tolerations``, a
+   copy of the request's, where it has any, as 1.36+ writes), ``devices.config``
    with each class's configs once per class naming the requests that used it (the v1.34.2+
    form) followed by the claim's configs (one copy per matching request, as kube does), and
    ``nodeSelector``: the node's name when any device comes from a node-local slice, else
@@ -75,6 +79,7 @@ from scheduler.core.dra.objects import (
     ExactRequest,
     ResourceClaim,
     ResourceSlice,
+    untolerated,
 )
 from scheduler.model.selectors import Labels
 
@@ -119,7 +124,11 @@ class SliceIndex:
         self.all_nodes: list[ResourceSlice] = []
         self.selected: list[ResourceSlice] = []
         self._pools: dict[str, tuple[Labels, list[Pool]]] = {}
+        self.tainted = False
+        """Whether some device has a taint that can keep it from a request (only then is a
+        failed allocation worth looking at for taints)."""
         for s in slices:
+            self.tainted = self.tainted or any(d.blocking_taints for d in s.devices)
             if s.per_device_node_selection:
                 continue  # DRAPartitionableDevices (alpha, off)
             if s.node_name:
@@ -444,9 +453,25 @@ class RequestView:
     matching: int
     """Devices of the node's pools that the class and request selectors accept."""
     free: int
-    """Of those, the ones in no written or assumed allocation."""
+    """Of those, the ones in no written or assumed allocation and with no taint the
+    request does not tolerate."""
     error: str = ""
     """A selector's CEL runtime error or a missing class (the attempt fails with it)."""
+    tainted: int = 0
+    """Matching devices in no allocation that a taint keeps from the request."""
+    taints: tuple[str, ...] = ()
+    """Those devices' untolerated taints (``key=value:Effect``), each once, as first seen."""
+
+    @property
+    def short_by_taints(self) -> bool:
+        """Taints make the difference: an All request reaches a tainted device (kube then
+        fails it), or an ExactCount one has too few free devices but would have enough
+        with the tainted ones."""
+        if self.error or not self.tainted:
+            return False
+        if self.needed is None:
+            return True
+        return self.free < self.needed <= self.free + self.tainted
 
 
 def diagnose(
@@ -455,6 +480,39 @@ def diagnose(
     """Per request of each claim: how many of the node's devices match and are free, so
     an operator sees which request cannot be met (a constraint is the reason when every
     request has enough free devices and the node still does not fit)."""
+    return [v for alternatives in _views(allocator, node, labels, claims) for v in alternatives]
+
+
+def untolerated_taints(
+    allocator: Allocator, node: str, labels: Labels, claims: Sequence[ResourceClaim]
+) -> tuple[str, ...]:
+    """The device taints that keep some request of ``claims`` from the node: a request all
+    of whose alternatives fall short, some because of taints (:attr:`RequestView.
+    short_by_taints`). Empty where taints are not the reason; nothing is evaluated where no
+    device of the cluster carries a blocking taint."""
+    if not allocator.slices.tainted:
+        return ()
+    named: dict[str, None] = {}
+    for alternatives in _views(allocator, node, labels, claims):
+        if all(_short(v) for v in alternatives):
+            for view in alternatives:
+                if view.short_by_taints:
+                    named.update(dict.fromkeys(view.taints))
+    return tuple(named)
+
+
+def _short(view: RequestView) -> bool:
+    if view.error:
+        return False
+    if view.needed is None:
+        return view.tainted > 0
+    return view.free < view.needed
+
+
+def _views(
+    allocator: Allocator, node: str, labels: Labels, claims: Sequence[ResourceClaim]
+) -> list[list[RequestView]]:
+    """Per request of each claim, a view per alternative (one for ``exactly``)."""
     pools = allocator.slices.pools(node, labels)
     search = _Search(
         claims=claims,
@@ -465,7 +523,7 @@ def diagnose(
         compiler=allocator.compiler,
         node=node,
     )
-    out: list[RequestView] = []
+    out: list[list[RequestView]] = []
     for claim in claims:
         for request in claim.requests:
             alternatives = (
@@ -473,38 +531,56 @@ def diagnose(
                 if request.exactly is not None
                 else [(sub, f"{request.name}/{sub.name}") for sub in request.first_available]
             )
-            for spec, label in alternatives:
-                needed = spec.count if spec.mode == EXACT_COUNT else None
-                cls = allocator.classes.get(spec.device_class)
-                if cls is None:
-                    out.append(
-                        RequestView(
-                            _ref(claim), label, needed, 0, 0, f"no device class {spec.device_class}"
-                        )
-                    )
-                    continue
-                matching = free = 0
-                error = ""
-                for pool in pools:
-                    for s in pool.slices:
-                        for d in s.devices:
-                            if not d.allocatable:
-                                continue
-                            try:
-                                ok = _selectors_match(
-                                    search, d, cls.selectors, f"class {cls.name}"
-                                ) and _selectors_match(search, d, spec.selectors, _ref(claim))
-                            except AllocationError as err:
-                                error = error or str(err)
-                                continue
-                            if ok:
-                                matching += 1
-                                if spec.admin_access is True or (
-                                    DeviceId(s.driver, s.pool, d.name) not in allocator.allocated
-                                ):
-                                    free += 1
-                out.append(RequestView(_ref(claim), label, needed, matching, free, error))
+            out.append(
+                [
+                    _view(search, allocator, claim, spec, label, pools)
+                    for spec, label in alternatives
+                ]
+            )
     return out
+
+
+def _view(
+    search: _Search,
+    allocator: Allocator,
+    claim: ResourceClaim,
+    spec: ExactRequest,
+    label: str,
+    pools: Sequence[Pool],
+) -> RequestView:
+    needed = spec.count if spec.mode == EXACT_COUNT else None
+    cls = allocator.classes.get(spec.device_class)
+    if cls is None:
+        return RequestView(_ref(claim), label, needed, 0, 0, f"no device class {spec.device_class}")
+    matching = free = tainted = 0
+    error = ""
+    taints: dict[str, None] = {}
+    for pool in pools:
+        for s in pool.slices:
+            for d in s.devices:
+                if not d.allocatable:
+                    continue
+                try:
+                    ok = _selectors_match(
+                        search, d, cls.selectors, f"class {cls.name}"
+                    ) and _selectors_match(search, d, spec.selectors, _ref(claim))
+                except AllocationError as err:
+                    error = error or str(err)
+                    continue
+                if not ok:
+                    continue
+                matching += 1
+                if spec.admin_access is not True and (
+                    DeviceId(s.driver, s.pool, d.name) in allocator.allocated
+                ):
+                    continue
+                blocking = untolerated(d.taints, spec.tolerations) if d.taints else []
+                if blocking:
+                    tainted += 1
+                    taints.update(dict.fromkeys(str(t) for t in blocking))
+                else:
+                    free += 1
+    return RequestView(_ref(claim), label, needed, matching, free, error, tainted, tuple(taints))
 
 
 def _ref(claim: ResourceClaim) -> str:
@@ -521,7 +597,9 @@ def _short_of_devices(search: _Search) -> bool:
     Only where the search can end in nothing but fit, no fit or time-out, so kube's verdict
     is kept exactly: every request a plain ExactCount one (no firstAvailable, All or
     adminAccess, whose searches can raise errors of their own), no invalid pool, and no
-    selector failing at runtime on any free device (kube's search may reach it first)."""
+    selector failing at runtime on any free device (kube's search may reach it first). A
+    device tainted against the request is not free for it (its selectors still run: kube
+    evaluates them before the taint)."""
     if any(pool.invalid for pool in search.pools):
         return False
     requests = [
@@ -545,10 +623,11 @@ def _short_of_devices(search: _Search) -> bool:
                     if device_id in search.allocated:
                         continue
                     try:
-                        if _selectable(search, request, (ci, ri, 0), claim, device_id, d):
-                            free += 1
+                        selectable = _selectable(search, request, (ci, ri, 0), claim, device_id, d)
                     except AllocationError:
                         return False
+                    if selectable and not _blocked(request, d):
+                        free += 1
         short = short or free < request.count
     return short
 
@@ -594,9 +673,17 @@ def _in_use(search: _Search, request: _Request, ci: int, device_id: DeviceId) ->
     return device_id in search.allocated or bool(search.allocating.get(device_id))
 
 
+def _blocked(request: _Request, device: Device) -> bool:
+    """kube's ``taintPreventsAllocation``: some NoSchedule or NoExecute taint of the device
+    that none of the request's tolerations matches."""
+    return bool(device.taints) and bool(untolerated(device.taints, request.spec.tolerations))
+
+
 def _take(search: _Search, ci: int, request: _Request, c: _Candidate, *, must: bool) -> bool:
     if _in_use(search, request, ci, c.id):
         return False
+    if _blocked(request, c.device):
+        return False  # even with ``must`` (All): unsatisfiable, not an error
     constraints = search.constraints[ci]
     for i, constraint in enumerate(constraints):
         if not constraint.add(request, c.device):
@@ -760,7 +847,7 @@ def _by_root(
             usable = _selectable(search, request, key, claim, c.id, c.device)
         except AllocationError:
             return devices
-        if usable:
+        if usable and not _blocked(request, c.device):
             free[root] = free.get(root, 0) + 1
 
     def rank(i: int) -> tuple[bool, int, int, int]:
@@ -782,6 +869,8 @@ def _result(search: _Search, ci: int) -> dict[str, Any]:
         }
         if p.request.admin:
             entry["adminAccess"] = True
+        if p.request.spec.tolerations:
+            entry["tolerations"] = [t.to_api() for t in p.request.spec.tolerations]
         results.append(entry)
     config: list[dict[str, Any]] = []
     class_ranges: dict[str, tuple[int, int]] = {}

@@ -8,12 +8,18 @@ Alpha fields (features kube-scheduler 1.34 keeps off) are parsed only far enough
 which ones an object uses: :func:`claim_alpha_fields` names them for the Unsupported refusal;
 devices and slices carrying them are handled as 1.34's allocator handles them with the gates
 off (see :mod:`scheduler.core.dra.allocator`).
+
+Device taints (DRADeviceTaints, GA in 1.37, beta and on in 1.36) are parsed whole: a
+device's ``taints``, a request's ``tolerations`` and the cluster's DeviceTaintRules, whose
+taint kube-scheduler adds to every device its ``deviceSelector`` names. An API server with
+the gate off (1.35's default) drops both fields on write, so reading what is there follows
+the release without a switch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, NamedTuple
 
 from scheduler.core.dra.cel import (
@@ -51,6 +57,151 @@ class Attribute(NamedTuple):
     value: int | bool | str
 
 
+NO_SCHEDULE: Final = "NoSchedule"
+NO_EXECUTE: Final = "NoExecute"
+_BLOCKING_EFFECTS: Final = frozenset({NO_SCHEDULE, NO_EXECUTE})
+EQUAL: Final = "Equal"
+EXISTS: Final = "Exists"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaint:
+    """One ``DeviceTaint``, of a device or of a DeviceTaintRule."""
+
+    key: str
+    value: str = ""
+    effect: str = ""
+    time_added: str | None = None
+    """``timeAdded`` as written (the eviction controller's clock; never read here)."""
+
+    @property
+    def blocks(self) -> bool:
+        """Only NoSchedule and NoExecute keep a device from a claim: ``None`` and effects
+        this release does not know are informational (kube: "treat unknown effects like
+        None")."""
+        return self.effect in _BLOCKING_EFFECTS
+
+    def __str__(self) -> str:
+        """kube's ``DeviceTaint.String``: ``key=value:Effect``."""
+        value = f"={self.value}" if self.value else ""
+        if not self.effect:
+            return f"{self.key}{value}{':' if value else ''}"
+        return f"{self.key}{value}:{self.effect}"
+
+    @classmethod
+    def from_api(cls, raw: object, path: str) -> DeviceTaint:
+        body = mapping(raw, path)
+        time_added = body.get("timeAdded")
+        return cls(
+            key=string(body.get("key"), f"{path}.key"),
+            value=string(body.get("value"), f"{path}.value"),
+            effect=string(body.get("effect"), f"{path}.effect"),
+            time_added=None if time_added is None else string(time_added, f"{path}.timeAdded"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceToleration:
+    """One ``DeviceToleration`` of a request."""
+
+    key: str = ""
+    operator: str = ""
+    value: str = ""
+    effect: str = ""
+    seconds: int | None = None
+    """``tolerationSeconds``: only the eviction of running pods reads it, never allocation;
+    kept because every allocation result carries a copy of its request's tolerations."""
+
+    def tolerates(self, taint: DeviceTaint) -> bool:
+        """kube's ``resourceclaim.ToleratesTaint``: an empty effect or key matches any; an
+        operator other than Equal (the default) or Exists tolerates nothing."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator in ("", EQUAL):
+            return self.value == taint.value
+        return self.operator == EXISTS
+
+    def to_api(self) -> dict[str, Any]:
+        """The JSON kube writes into ``results[].tolerations`` (empty fields omitted)."""
+        body: dict[str, Any] = {
+            k: v
+            for k, v in (
+                ("key", self.key),
+                ("operator", self.operator),
+                ("value", self.value),
+                ("effect", self.effect),
+            )
+            if v
+        }
+        if self.seconds is not None:
+            body["tolerationSeconds"] = self.seconds
+        return body
+
+    @classmethod
+    def from_api(cls, raw: object, path: str) -> DeviceToleration:
+        body = mapping(raw, path)
+        seconds = body.get("tolerationSeconds")
+        return cls(
+            key=string(body.get("key"), f"{path}.key"),
+            # The API server defaults an empty operator to Equal; kept as written.
+            operator=string(body.get("operator"), f"{path}.operator"),
+            value=string(body.get("value"), f"{path}.value"),
+            effect=string(body.get("effect"), f"{path}.effect"),
+            seconds=None if seconds is None else _int64(seconds, f"{path}.tolerationSeconds"),
+        )
+
+
+def untolerated(
+    taints: Sequence[DeviceTaint], tolerations: Sequence[DeviceToleration]
+) -> list[DeviceTaint]:
+    """The taints that keep a device from a request with ``tolerations`` (kube's
+    ``taintPreventsAllocation``, every blocking taint rather than the first)."""
+    return [t for t in taints if t.blocks and not any(o.tolerates(t) for o in tolerations)]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaintRule:
+    """A ``DeviceTaintRule`` (``resource.k8s.io/v1``, 1.37): its taint on every device its
+    selector names."""
+
+    name: str
+    taint: DeviceTaint
+    selects: bool = False
+    """Whether ``spec.deviceSelector`` is set at all: without one the rule matches no
+    device (1.37.1, #141998; before, every device). An empty one matches every device."""
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+
+    def matches_pool(self, driver: str, pool: str) -> bool:
+        return self.selects and self.driver in (None, driver) and self.pool in (None, pool)
+
+    def matches(self, driver: str, pool: str, device: str) -> bool:
+        return self.matches_pool(driver, pool) and self.device in (None, device)
+
+    @classmethod
+    def from_api(cls, body: Mapping[str, Any]) -> DeviceTaintRule:
+        meta = mapping(body.get("metadata"), "metadata")
+        spec = mapping(body.get("spec"), "spec")
+        raw_selector = spec.get("deviceSelector")
+        selector = mapping(raw_selector, "spec.deviceSelector")
+
+        def part(name: str) -> str | None:
+            value = selector.get(name)
+            return None if value is None else string(value, f"spec.deviceSelector.{name}")
+
+        return cls(
+            name=string(meta.get("name"), "metadata.name"),
+            taint=DeviceTaint.from_api(spec.get("taint"), "spec.taint"),
+            selects=raw_selector is not None,
+            driver=part("driver"),
+            pool=part("pool"),
+            device=part("device"),
+        )
+
+
 _ATTRIBUTE_KINDS: Final = ("int", "bool", "string", "version")
 # Device fields of alpha features (1.34 defaults drop them on write).
 _DEVICE_ALPHA: Final = {
@@ -58,7 +209,6 @@ _DEVICE_ALPHA: Final = {
     "nodeName": "DRAPartitionableDevices",
     "nodeSelector": "DRAPartitionableDevices",
     "allNodes": "DRAPartitionableDevices",
-    "taints": "DRADeviceTaints",
     "bindsToNode": "DRADeviceBindingConditions",
     "bindingConditions": "DRADeviceBindingConditions",
     "bindingFailureConditions": "DRADeviceBindingConditions",
@@ -91,17 +241,29 @@ class Device:
     """By qualified name as written (bare names belong to the driver's domain)."""
     capacity: Mapping[str, Quantity]
     alpha_fields: tuple[str, ...] = ()
-    """Alpha-feature fields the device carries (``consumesCounters``, ``taints``, ...)."""
+    """Alpha-feature fields the device carries (``consumesCounters``, ...)."""
+    taints: tuple[DeviceTaint, ...] = ()
+    """The slice's taints, then those of matching DeviceTaintRules (:meth:`tainted`)."""
     verdicts: dict[str, bool | CelError] = field(default_factory=dict)
     _cel_input: dict[str, Any] | CelError | None = None
 
     @property
     def allocatable(self) -> bool:
         """1.34 with default gates never allocates a device needing an alpha feature:
-        ``consumesCounters`` and binding conditions are refused by its allocator; taints and
-        per-device node selection are refused here too, so a cluster whose API server has
-        those gates on cannot get a tainted or misplaced device from Lattice."""
+        ``consumesCounters`` and binding conditions are refused by its allocator; per-device
+        node selection is refused here too, so a cluster whose API server has those gates
+        on cannot get a misplaced device from Lattice."""
         return not self.alpha_fields
+
+    @property
+    def blocking_taints(self) -> bool:
+        """Whether some taint keeps the device from requests that do not tolerate it."""
+        return any(t.blocks for t in self.taints)
+
+    def tainted(self, extra: Sequence[DeviceTaint]) -> Device:
+        """This device with ``extra`` taints appended (kube's slice tracker patches a copy
+        the same way). The verdict cache is shared: selectors never see taints."""
+        return replace(self, taints=self.taints + tuple(extra))
 
     def attribute(self, qualified: str) -> Attribute | None:
         """matchAttribute's lookup: the exact name, else the bare id under the driver's
@@ -175,6 +337,10 @@ class Device:
             attributes=attributes,
             capacity=capacity,
             alpha_fields=alpha,
+            taints=tuple(
+                DeviceTaint.from_api(t, f"{path}.taints[{i}]")
+                for i, t in enumerate(object_list(body.get("taints"), f"{path}.taints"))
+            ),
         )
 
 
@@ -192,6 +358,20 @@ class ResourceSlice:
     all_nodes: bool = False
     per_device_node_selection: bool = False
     devices: tuple[Device, ...] = ()
+
+    def tainted_by(self, rules: Sequence[DeviceTaintRule]) -> ResourceSlice:
+        """The slice as kube-scheduler sees it: each rule's taint appended to the devices
+        it matches, rules in the given order (itself when none matches)."""
+        devices = list(self.devices)
+        changed = False
+        for rule in rules:
+            if not rule.matches_pool(self.driver, self.pool):
+                continue
+            for i, d in enumerate(devices):
+                if rule.device in (None, d.name):
+                    devices[i] = d.tainted((rule.taint,))
+                    changed = True
+        return replace(self, devices=tuple(devices)) if changed else self
 
     @classmethod
     def from_api(cls, body: Mapping[str, Any]) -> ResourceSlice:
@@ -281,6 +461,7 @@ class ExactRequest:
     admin_access: bool | None = None
     name: str = ""
     alpha_fields: tuple[str, ...] = ()
+    tolerations: tuple[DeviceToleration, ...] = ()
 
     @classmethod
     def from_api(cls, raw: object, path: str, *, name: str = "") -> ExactRequest:
@@ -292,9 +473,7 @@ class ExactRequest:
         admin = body.get("adminAccess")
         if admin is not None and not isinstance(admin, bool):
             raise InvalidObjectError(f"{path}.adminAccess", admin, "must be a boolean")
-        alpha = tuple(
-            f"{path}.{f}" for f in ("tolerations", "capacity") if body.get(f) not in (None, [], {})
-        )
+        alpha = tuple(f"{path}.{f}" for f in ("capacity",) if body.get(f) not in (None, [], {}))
         return cls(
             device_class=string(body.get("deviceClassName"), f"{path}.deviceClassName"),
             selectors=_selectors(body.get("selectors"), f"{path}.selectors"),
@@ -303,6 +482,10 @@ class ExactRequest:
             admin_access=admin,
             name=name,
             alpha_fields=alpha,
+            tolerations=tuple(
+                DeviceToleration.from_api(t, f"{path}.tolerations[{i}]")
+                for i, t in enumerate(object_list(body.get("tolerations"), f"{path}.tolerations"))
+            ),
         )
 
 

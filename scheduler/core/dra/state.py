@@ -12,6 +12,11 @@ as kube's allocated-device tracker does) plus every pending one. The set is reco
 the claims when they change, not per cycle. Slices are indexed once per change too
 (:class:`~scheduler.core.dra.allocator.SliceIndex`), and the CEL compiler lives as long as
 the state, so expressions compile once per process.
+
+DeviceTaintRules are kept beside the slices and applied when the index is built, as
+kube-scheduler's slice tracker patches its slices: each rule's taint is appended to the
+devices its selector names (rules by name, so the result does not depend on event order).
+A rule's change rebuilds the index and drops the memo, like a slice's.
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ from typing import Any
 
 from scheduler.core.dra.allocator import Allocator, AllocStats, Pool, SliceIndex
 from scheduler.core.dra.cel import SelectorCompiler
-from scheduler.core.dra.objects import DeviceClass, DeviceId, ResourceClaim, ResourceSlice
+from scheduler.core.dra.objects import (
+    DeviceClass,
+    DeviceId,
+    DeviceTaintRule,
+    ResourceClaim,
+    ResourceSlice,
+)
 
 ClaimKey = tuple[str, str]
 SPEC_LIMIT = 10_000
@@ -59,6 +70,7 @@ class DraState:
         self.classes: dict[str, DeviceClass] = {}
         self.claims: dict[ClaimKey, ResourceClaim] = {}
         self.slices: dict[str, ResourceSlice] = {}
+        self.taint_rules: dict[str, DeviceTaintRule] = {}
         self.compiler = SelectorCompiler()
         self._index: SliceIndex | None = None
         self._used: Counter[DeviceId] = Counter()
@@ -92,6 +104,16 @@ class DraState:
 
     def remove_slice(self, name: str) -> None:
         if self.slices.pop(name, None) is not None:
+            self._index = None
+            self.memo.clear()
+
+    def set_taint_rule(self, rule: DeviceTaintRule) -> None:
+        self.taint_rules[rule.name] = rule
+        self._index = None
+        self.memo.clear()
+
+    def remove_taint_rule(self, name: str) -> None:
+        if self.taint_rules.pop(name, None) is not None:
             self._index = None
             self.memo.clear()
 
@@ -227,7 +249,9 @@ class DraState:
 
     def slice_index(self) -> SliceIndex:
         if self._index is None:
-            self._index = SliceIndex(self.slices[name] for name in sorted(self.slices))
+            rules = [self.taint_rules[name] for name in sorted(self.taint_rules)]
+            slices = (self.slices[name] for name in sorted(self.slices))
+            self._index = SliceIndex(s.tainted_by(rules) if rules else s for s in slices)
         return self._index
 
     def allocator(self, *, aligned: bool = False) -> Allocator:

@@ -17,9 +17,11 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
   structured allocator (:mod:`scheduler.core.dra.allocator`). A failure is "cannot
   allocate all claims", Unschedulable where some device of the node is in use (kube:
   always UnschedulableAndUnresolvable) so that preemption may free devices held by
-  lower-priority pods; an allocator error (a CEL
-  runtime error, All over an incomplete pool, ...) is an Error status, which ends the
-  pod's whole attempt (SchedulerError and backoff), as in kube.
+  lower-priority pods. Where untolerated device taints keep some request from enough
+  devices, the reason names them (kube says only "cannot allocate all claims"; Lattice
+  appends ``(untolerated device taint: key=value:Effect)``, :func:`cannot_allocate`). An
+  allocator error (a CEL runtime error, All over an incomplete pool, ...) is an Error
+  status, which ends the pod's whole attempt (SchedulerError and backoff), as in kube.
 * **PostFilter** (:func:`stale_allocations`, run by the controller when no node fits):
   the pod's allocated claims that nobody else holds and that no node can use any more
   are deallocated, so the next attempt can allocate anew.
@@ -31,17 +33,24 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
   :class:`~scheduler.core.dra.state.DraState` (so the next cycle never offers those devices)
   and writes it before the binding.
 
-Claims whose requests use alpha fields are refused before this plugin by Unsupported.
+Claims whose requests use alpha fields are refused before this plugin by Unsupported;
+device taints and tolerations are not alpha any more (DRADeviceTaints, on since 1.36).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 import numpy as np
 
-from scheduler.core.dra.allocator import PCIE_ROOT, AllocationError, Allocator
+from scheduler.core.dra.allocator import (
+    PCIE_ROOT,
+    AllocationError,
+    Allocator,
+    untolerated_taints,
+)
 from scheduler.core.dra.objects import DeviceId, ResourceClaim, requests_of
 from scheduler.core.dra.state import ClaimPlan, ClaimWrite, DraState
 from scheduler.core.framework import (
@@ -60,6 +69,8 @@ NOT_AVAILABLE: Final = "resourceclaim not available on the node"
 CANNOT_ALLOCATE: Final = "cannot allocate all claims"
 OUTSIDE: Final = "node(s) outside Lattice's DRA nodes (LatticeScheduler spec.dra.nodeSelector)"
 NO_STATE: Final = "Lattice allocates DRA resource claims only with the cluster's DRA objects"
+TAINTS_NAMED: Final = 3
+"""Untolerated taints a reason names before it says how many more there are."""
 MEMO_LIMIT: Final = 200_000
 """Entries the per-node memo may hold before it starts again (outcomes of nodes whose
 devices changed since are never read again)."""
@@ -87,6 +98,18 @@ def _specs(claims: list[ResourceClaim]) -> object:
     constraints, configs (results name requests and carry configs, so equal specs give
     equal results on one node)."""
     return tuple((c.namespace, c.requests, c.constraints, repr(c.config)) for c in claims)
+
+
+def cannot_allocate(taints: Sequence[str] = ()) -> str:
+    """The Filter's reason for a node whose devices cannot take the claims, naming the
+    device taints that keep a request from enough of them (none: kube's own words)."""
+    if not taints:
+        return CANNOT_ALLOCATE
+    named = list(taints[:TAINTS_NAMED])
+    if len(taints) > TAINTS_NAMED:
+        named.append(f"{len(taints) - TAINTS_NAMED} more")
+    plural = "s" if len(taints) > 1 else ""
+    return f"{CANNOT_ALLOCATE} (untolerated device taint{plural}: {' and '.join(named)})"
 
 
 def _reject(message: str) -> PreFilterResult:
@@ -166,7 +189,7 @@ class DynamicResources:
             dra.memo.clear()
         codes = np.zeros(snapshot.num_nodes, dtype=np.int8)
         not_available = np.zeros(snapshot.num_nodes, dtype=np.bool_)
-        cannot = np.zeros(snapshot.num_nodes, dtype=np.bool_)
+        cannot: dict[str, BoolArray] = {}
         outside = np.zeros(snapshot.num_nodes, dtype=np.bool_)
         errors: dict[str, BoolArray] = {}
         own = self.args.node_selector
@@ -194,7 +217,8 @@ class DynamicResources:
                 hit = dra.memo.get(("allocate", *key))
                 if hit is not None:
                     if hit is _NO_FIT:
-                        cannot[row] = True
+                        reason = cast(str, dra.memo[("reason", *key)])
+                        _mark(cannot, reason, int(row), snapshot.num_nodes)
                         codes[row] = cast(int, dra.memo[("in_use", *key)])
                     else:
                         state.results[int(row)] = cast(list[dict[str, Any]], hit)
@@ -212,7 +236,10 @@ class DynamicResources:
                 # Where some device of the node is in use, Unschedulable (not kube's
                 # UnschedulableAndUnresolvable): evicting lower-priority holders can make
                 # room (preemption). A node whose devices are all free cannot be helped.
-                cannot[row] = True
+                reason = cannot_allocate(
+                    untolerated_taints(allocator, node.name, node.labels, state.to_allocate)
+                )
+                _mark(cannot, reason, int(row), snapshot.num_nodes)
                 code = (
                     Code.UNSCHEDULABLE
                     if allocator.any_in_use(node.name, node.labels)
@@ -222,20 +249,21 @@ class DynamicResources:
                 if key is not None and dra is not None:
                     dra.memo[("allocate", *key)] = _NO_FIT
                     dra.memo[("in_use", *key)] = code
+                    dra.memo[("reason", *key)] = reason
             else:
                 state.results[int(row)] = found
                 if key is not None and dra is not None:
                     dra.memo[("allocate", *key)] = found
                     state.keys[int(row)] = key
-        reasons = tuple(
-            (reason, mask)
-            for reason, mask in (
-                (OUTSIDE, outside),
-                (NOT_AVAILABLE, not_available),
-                (CANNOT_ALLOCATE, cannot),
+        reasons = (
+            tuple(
+                (reason, mask)
+                for reason, mask in ((OUTSIDE, outside), (NOT_AVAILABLE, not_available))
+                if mask.any()
             )
-            if mask.any()
-        ) + tuple(errors.items())
+            + tuple(cannot.items())
+            + tuple(errors.items())
+        )
         if not reasons:
             return None
         return FilterResult(codes, reasons)
@@ -255,6 +283,13 @@ class DynamicResources:
         return ClaimPlan(pod.name, pod.uid, tuple(writes))
 
 
+def _mark(masks: dict[str, BoolArray], reason: str, row: int, size: int) -> None:
+    mask = masks.get(reason)
+    if mask is None:
+        mask = masks[reason] = np.zeros(size, dtype=np.bool_)
+    mask[row] = True
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceFit:
     """How one node's allocation for the pod sits on that node's devices."""
@@ -266,12 +301,13 @@ class DeviceFit:
     left_on_roots: int
     """Free devices left on those roots afterwards, in the pools drawn from."""
     left_in_pools: int
-    """Free devices left in the pools drawn from on the node afterwards."""
+    """Free devices left in the pools drawn from on the node afterwards (a device with a
+    NoSchedule or NoExecute taint never counts: only claims tolerating it could use it)."""
 
 
 def device_fits(cycle: Cycle) -> dict[int, DeviceFit]:
     """Per node row with a new allocation for the pod: its :class:`DeviceFit` (empty: the
-    pod allocates nothing). Free means in no written or assumed allocation."""
+    pod allocates nothing). Free means in no written or assumed allocation, and untainted."""
     state: _State | None = cycle.state.get(NAME)
     if state is None or state.allocator is None or not state.results:
         return {}
@@ -305,7 +341,11 @@ def device_fits(cycle: Cycle) -> dict[int, DeviceFit]:
                     if device_id in chosen:
                         if root is not None:
                             roots.add(key)
-                    elif device_id not in allocator.allocated and d.allocatable:
+                    elif (
+                        device_id not in allocator.allocated
+                        and d.allocatable
+                        and not d.blocking_taints
+                    ):
                         free.append(key)
         fit = DeviceFit(
             devices=len(chosen),

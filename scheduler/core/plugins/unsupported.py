@@ -13,14 +13,15 @@ each member's volumes alone, so the gang flow admits only bound claims there
 cycle's DraState and DynamicResources in the profile (``lattice run``, ``lattice explain``
 and the gang flow pass theirs), and a claim whose
 requests use a field of an alpha DRA feature (kube-scheduler 1.34 keeps them off:
-DRADeviceTaints' ``tolerations``, DRAConsumableCapacity's ``capacity`` and
-``distinctAttribute``) is refused naming the field, as is a pod asking for a DeviceClass's
-``extendedResourceName`` (DRAExtendedResource). Binding such a pod would put it on a node
-its volume or devices cannot reach, where it sits in ContainerCreating forever, so this
-PreFilter rejects it as UnschedulableAndUnresolvable, with a message naming every volume
-and claim at fault, so the scheduler reports FailedScheduling and ``PodScheduled=False``
-and never binds it. The volume and claim lists are immutable, so no cluster event can make
-the pod schedulable (a claim's spec is immutable too).
+DRAConsumableCapacity's ``capacity`` and ``distinctAttribute``; DRADeviceTaints'
+``tolerations`` are allocated as kube does since 1.36) is refused naming the field, as is
+a pod asking for a DeviceClass's ``extendedResourceName`` (DRAExtendedResource). Binding
+such a pod would put it on a node its volume or devices cannot reach, where it sits in
+ContainerCreating forever, so this PreFilter rejects it as UnschedulableAndUnresolvable,
+with a message naming every volume and claim at fault, so the scheduler reports
+FailedScheduling and ``PodScheduled=False`` and never binds it. The volume and claim lists
+are immutable, so no cluster event can make the pod schedulable (a claim's spec is
+immutable too).
 
 Plain pods (no such volume, no resource claim) are skipped at PreFilter: the plugin costs a
 tuple check per pod and its Filter never runs.

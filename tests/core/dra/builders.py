@@ -142,3 +142,56 @@ def first_available(name: str, *subs: tuple[str, dict[str, Any]]) -> dict[str, A
 
 def opaque(driver: str, **parameters: Any) -> dict[str, Any]:
     return {"opaque": {"driver": driver, "parameters": parameters}}
+
+
+def taint(key: str, effect: str = "NoSchedule", value: str = "") -> dict[str, Any]:
+    body = {"key": key, "effect": effect}
+    if value:
+        body["value"] = value
+    return body
+
+
+def toleration(
+    key: str = "",
+    *,
+    operator: str = "Equal",
+    value: str = "",
+    effect: str = "",
+    seconds: int | None = None,
+) -> dict[str, Any]:
+    """A toleration as the API server stores it (operator defaulted to Equal)."""
+    body: dict[str, Any] = {"operator": operator}
+    for name, field in (("key", key), ("value", value), ("effect", effect)):
+        if field:
+            body[name] = field
+    if seconds is not None:
+        body["tolerationSeconds"] = seconds
+    return body
+
+
+def tainted(body: dict[str, Any], *taints: dict[str, Any]) -> dict[str, Any]:
+    """A device with taints."""
+    return {**body, "taints": list(taints)}
+
+
+def tolerating(body: dict[str, Any], *tolerations: dict[str, Any]) -> dict[str, Any]:
+    """An ``exactly`` or subrequest body with tolerations."""
+    return {**body, "tolerations": list(tolerations)}
+
+
+def taint_rule(
+    name: str,
+    taint_body: dict[str, Any],
+    *,
+    selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A DeviceTaintRule; ``selector=None`` leaves ``deviceSelector`` out (matches nothing)."""
+    spec: dict[str, Any] = {"taint": taint_body}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": spec,
+    }

@@ -424,7 +424,6 @@ def test_alpha_devices_and_slices_are_never_allocated() -> None:
         resource_slice(
             "s",
             [
-                {**device("gpu-0"), "taints": [{"key": "k", "effect": "NoSchedule"}]},
                 {**device("gpu-1"), "consumesCounters": [{"counterSet": "x", "counters": {}}]},
             ],
             node="n1",
