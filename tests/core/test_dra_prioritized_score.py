@@ -297,3 +297,18 @@ def test_among_nodes_offering_the_same_alternative_gpu_placement_still_packs() -
         decision = schedule(DEFAULT_PROFILE, dra, "want", seed=seed, nodes=("n0", "n1"))
         assert decision.selected == "n1"
     assert dra_scores(decision) == {"n0": 100, "n1": 100}
+
+
+def test_the_memo_follows_the_devices_in_use() -> None:
+    """The raw part per node is memoised under Filter's key: a second pod with the same
+    claim spec reads it, and once the first pod's devices are assumed n0 offers only the
+    fallback (7 on both nodes: 100 each), never the memoised 8."""
+    dra = state({"n0": ("a100",) * 3, "n1": ("a100",)}, big_then_small(), big_then_small("again"))
+    first = schedule(KUBE, dra, "want", nodes=("n0", "n1"))
+    assert dra_scores(first) == {"n0": 100, "n1": 87}
+    assert any(k[0] == "prio" for k in dra.memo)
+    assert dra_scores(schedule(KUBE, dra, "again", nodes=("n0", "n1"))) == {"n0": 100, "n1": 87}
+    assert first.claim_plan is not None
+    dra.assume(first.claim_plan)
+    after = schedule(KUBE, dra, "again", nodes=("n0", "n1"))
+    assert dra_scores(after) == {"n0": 100, "n1": 100}

@@ -292,6 +292,8 @@ class DynamicResources:
 
 def _subrequest_score(claim: ResourceClaim, allocation: Mapping[str, Any]) -> int:
     """One claim's part of kube's raw score: ``8 - index`` per chosen subrequest."""
+    if all(r.exactly is not None for r in claim.requests):
+        return 0  # nothing to read (the common case, kept cheap)
     return sum(FIRST_AVAILABLE_MAX - index for _, index in chosen_subrequests(claim, allocation))
 
 
@@ -309,12 +311,22 @@ def prioritized_list_scores(cycle: Cycle) -> IntArray | None:
         held = sum(
             _subrequest_score(c, c.allocation) for c in state.allocated if c.allocation is not None
         )
+        memo = cycle.dra.memo if cycle.dra is not None else None
         for row, allocations in state.results.items():
+            # The memo key names Filter's result on the node, so it names this part too.
+            key = state.keys.get(row)
+            hit = memo.get(("prio", *key)) if memo is not None and key is not None else None
+            if isinstance(hit, int):
+                raw[row] = held + hit
+                continue
             # Filter's results follow the claims to allocate, in pod order (kube 1.36+'s
             # separate index over the unallocated claims).
-            raw[row] = held + sum(
+            part = sum(
                 _subrequest_score(c, a) for c, a in zip(state.to_allocate, allocations, strict=True)
             )
+            raw[row] = held + part
+            if memo is not None and key is not None:
+                memo[("prio", *key)] = part
     state.preference = raw
     return raw
 
