@@ -23,7 +23,7 @@ from scheduler.core.profile import (
     Profile,
     ScoringStrategy,
 )
-from scheduler.core.registry import default_registry
+from scheduler.core.registry import UnknownPluginError, default_registry
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.selectors import LabelSelector
 from scheduler.predict import ConfigError, PredictConfig
@@ -298,7 +298,8 @@ def parse_spec(
     qps = spec.get("clientQPS", 500.0)
     if isinstance(qps, bool) or not isinstance(qps, int | float) or qps <= 0:
         raise SettingsError(f"spec.clientQPS: {qps!r} is not a positive number")
-    known = set(default_registry().names())
+    registry = default_registry()
+    known = set(registry.names())
     filters = list(DEFAULT_PROFILE.filters)
     weights = dict(DEFAULT_PROFILE.scores)
     strategy = DEFAULT_PROFILE.node_resources_fit.strategy
@@ -347,8 +348,15 @@ def parse_spec(
             dynamic_resources=parse_dra(spec.get("dra")),
             kube_minor=kube_minor,
         )
+        # A weight on a plugin that does not score (NodePorts, say) would otherwise pass
+        # here and raise later, out of apply_settings, when the framework is built.
+        registry.build(profile)
     except ValueError as exc:
         raise SettingsError(str(exc)) from exc
+    except UnknownPluginError as exc:
+        raise SettingsError(
+            f"spec.plugins: {exc.args[0]} (only score plugins take a weight)"
+        ) from exc
     return SchedulerSettings(
         scheduler_name=scheduler_name,
         profile=profile,

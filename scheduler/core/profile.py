@@ -205,12 +205,16 @@ DEFAULT_SCORES: Final = (
     (NODE_RESOURCES_FIT, 1),
     (POD_TOPOLOGY_SPREAD, 2),
     (INTER_POD_AFFINITY, 2),
+    (DYNAMIC_RESOURCES, 2),
     (BALANCED_ALLOCATION, 1),
     (TOPOLOGY, 5),
     (LOAD_AWARE, 3),
     (GPU_PLACEMENT, 5),
 )
-"""LoadAware's weight 3 lets a 20-point load difference (a node at 70 % against one at 50 %)
+"""kube-scheduler's weights, in its order; DynamicResources scores (prioritized lists) with
+weight 2 since 1.35 (kubernetes#134711, ``default_plugins.go``), so in every supported release.
+
+LoadAware's weight 3 lets a 20-point load difference (a node at 70 % against one at 50 %)
 outweigh the requests-based scores (NodeResourcesFit and BalancedAllocation, weight 1 each),
 which cannot see load placed by others: diluting the load score is how load-aware schedulers
 end up placing on hot nodes.

@@ -43,6 +43,23 @@ def test_plugins_are_applied() -> None:
     assert "NodePorts" not in settings.profile.filters
 
 
+def test_dynamic_resources_scores_with_kubes_weight_unless_told() -> None:
+    """Weight 2 as kube-scheduler 1.35+; a weight changes it, 0 keeps the filter only,
+    disabling drops both."""
+    assert dict(parse_spec({}, "lattice").profile.scores)["DynamicResources"] == 2
+    assert {"name": "DynamicResources", "enabled": True, "weight": 2} in default_spec("lattice")[
+        "plugins"
+    ]
+
+    def dra(item: dict[str, Any]) -> tuple[int | None, bool]:
+        profile = parse_spec({"plugins": [{"name": "DynamicResources", **item}]}, "lattice").profile
+        return dict(profile.scores).get("DynamicResources"), "DynamicResources" in profile.filters
+
+    assert dra({"weight": 4}) == (4, True)
+    assert dra({"weight": 0}) == (None, True)
+    assert dra({"enabled": False}) == (None, False)
+
+
 def test_gpu_placement_is_applied_live() -> None:
     default = parse_spec(default_spec("lattice"), "lattice")
     assert default.profile.gpu_placement.policy is GpuPolicy.FRAGMENTATION
@@ -79,6 +96,9 @@ def test_pending_gpu_pods_feed_the_request_mix() -> None:
         pytest.param({"gpuPlacement": "Fragmentation"}, "must be an object", id="not-object"),
         pytest.param({"plugins": [{"name": "Nope"}]}, "unknown plugin 'Nope'", id="unknown"),
         pytest.param({"plugins": [{"name": "NodeAffinity", "weight": 500}]}, "weight", id="weight"),
+        pytest.param(
+            {"plugins": [{"name": "NodePorts", "weight": 3}]}, "does not score", id="no-score"
+        ),
         pytest.param({"bindConcurrency": 0}, "bindConcurrency", id="concurrency"),
         pytest.param({"gang": {"partialBoostSeconds": -1}}, "partialBoostSeconds", id="boost"),
         pytest.param({"gang": {"partialBoostSeconds": 1.5}}, "partialBoostSeconds", id="boost-f"),

@@ -1,5 +1,6 @@
 """GPUPlacement's DRA node score: where a new allocation sits on a node's devices decides
-the node (kube 1.34 scores no DRA allocation, so its choice among such nodes is cpu's)."""
+the node (kube scores only prioritized lists, so among nodes offering a claim the same
+devices its choice is cpu's)."""
 
 from __future__ import annotations
 

@@ -234,10 +234,10 @@ def test_profiles_mirror_the_newest_release_by_default() -> None:
 
 def test_default_profile_order_matches_kube_scheduler() -> None:
     """kube-scheduler's plugins in its order (DynamicResources after InterPodAffinity, where
-    kube 1.34's defaults put it); Lattice's Unsupported (refuses pods with volumes or DRA
-    claims it cannot place yet; a no-op for the others) comes first, Topology (a no-op
-    for pods without devices or pinned CPUs) and LoadAware (a no-op without load reports)
-    come last; GPUPlacement only scores."""
+    kube's defaults put it, scoring with weight 2 since 1.35); Lattice's Unsupported
+    (refuses pods with volumes or DRA claims it cannot place yet; a no-op for the others)
+    comes first, Topology (a no-op for pods without devices or pinned CPUs) and LoadAware
+    (a no-op without load reports) come last; GPUPlacement only scores."""
     assert DEFAULT_PROFILE.filters[-2:] == ("Topology", "LoadAware")
     assert dict(DEFAULT_PROFILE.scores)["Topology"] == 5
     assert dict(DEFAULT_PROFILE.scores)["LoadAware"] == 3
@@ -259,14 +259,15 @@ def test_default_profile_order_matches_kube_scheduler() -> None:
         "DynamicResources",
     )
     ours = ("Topology", "LoadAware", "GPUPlacement")
-    assert {k: w for k, w in DEFAULT_PROFILE.scores if k not in ours} == {
-        "TaintToleration": 3,
-        "NodeAffinity": 2,
-        "NodeResourcesFit": 1,
-        "PodTopologySpread": 2,
-        "InterPodAffinity": 2,
-        "NodeResourcesBalancedAllocation": 1,
-    }
+    assert [(k, w) for k, w in DEFAULT_PROFILE.scores if k not in ours] == [
+        ("TaintToleration", 3),
+        ("NodeAffinity", 2),
+        ("NodeResourcesFit", 1),
+        ("PodTopologySpread", 2),
+        ("InterPodAffinity", 2),
+        ("DynamicResources", 2),
+        ("NodeResourcesBalancedAllocation", 1),
+    ]
 
 
 class Narrow:

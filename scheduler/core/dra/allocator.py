@@ -45,6 +45,9 @@ feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
    form) followed by the claim's configs (one copy per matching request, as kube does), and
    ``nodeSelector``: the node's name when any device comes from a node-local slice, else
    the union of the slices' single-term selectors, else none (``allNodes`` only).
+   Which ``firstAvailable`` subrequest a claim got is read back from these results
+   (:func:`chosen_subrequests`), from a fresh allocation and from a written
+   ``status.allocation`` alike, as kube's DynamicResources score reads it.
 
 Outcomes: :meth:`Allocator.allocate` returns the allocations (one per claim, in order) or
 None when the node cannot serve the claims; it raises :class:`AllocationError` for what kube
@@ -81,6 +84,7 @@ from scheduler.core.dra.objects import (
     ResourceSlice,
     untolerated,
 )
+from scheduler.model._fields import mapping, object_list
 from scheduler.model.selectors import Labels
 
 PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
@@ -915,6 +919,32 @@ def _result(search: _Search, ci: int) -> dict[str, Any]:
     if selector is not None:
         allocation["nodeSelector"] = selector
     return allocation
+
+
+def chosen_subrequests(
+    claim: ResourceClaim, allocation: Mapping[str, Any]
+) -> tuple[tuple[str, int], ...]:
+    """(request name, subrequest index) for each ``firstAvailable`` subrequest of ``claim``
+    that some result of ``allocation`` names (``request/subrequest``), in spec order.
+
+    Read from the results, not the search, so that a claim allocated earlier (by Lattice,
+    kube-scheduler or anyone) reads the same as a fresh allocation: kube's score
+    (``computeScore``) collects the subrequest references of the results and walks the
+    claim's requests the same way. A valid allocation names at most one subrequest per
+    request; one chosen without any device is named by no result and does not count,
+    as in kube."""
+    results = object_list(
+        mapping(allocation.get("devices"), "status.allocation.devices").get("results"),
+        "status.allocation.devices.results",
+    )
+    named = {r.get("request") for r in results}
+    return tuple(
+        (request.name, index)
+        for request in claim.requests
+        if request.exactly is None
+        for index, sub in enumerate(request.first_available)
+        if f"{request.name}/{sub.name}" in named
+    )
 
 
 def _node_selector(search: _Search, slices: Sequence[ResourceSlice]) -> dict[str, Any] | None:

@@ -41,6 +41,9 @@ FROM_CLASS: Final = "FromClass"
 FROM_CLAIM: Final = "FromClaim"
 RESULTS_MAX: Final = 32
 """``AllocationResultsMaxSize``: devices per claim."""
+FIRST_AVAILABLE_MAX: Final = 8
+"""``FirstAvailableDeviceRequestMaxSize``: subrequests per request (the API server refuses
+more), and the base of kube's prioritized-list score (8 - index of the chosen one)."""
 DELETE_PROTECTION_FINALIZER: Final = "resource.kubernetes.io/delete-protection"
 
 

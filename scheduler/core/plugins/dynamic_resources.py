@@ -1,4 +1,5 @@
-"""DynamicResources: allocate a pod's ResourceClaims on the node it goes to (kube 1.34).
+"""DynamicResources: allocate a pod's ResourceClaims on the node it goes to, and score
+prioritized lists (kube-scheduler 1.35-1.37).
 
 Theory of operation, kube-scheduler's plugin of the same name with its default gates:
 
@@ -25,9 +26,25 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
 * **PostFilter** (:func:`stale_allocations`, run by the controller when no node fits):
   the pod's allocated claims that nobody else holds and that no node can use any more
   are deallocated, so the next attempt can allocate anew.
-* **Device fit** (:func:`device_fits`, scored by GPUPlacement: kube 1.34 has no DRA
-  score): per node, how the allocation sits on the node's devices, so the node choice can
-  fill partly used PCIe roots and nodes first and keep whole ones for big claims.
+* **Score** (kube 1.35+, kubernetes#134711; weight 2 in the default profile of every
+  supported release): prioritized lists only. Per node, over the pod's claims in order,
+  each ``firstAvailable`` request adds ``8 - index`` of the subrequest its allocation on
+  that node chose (:func:`~scheduler.core.dra.allocator.chosen_subrequests`; ``exactly``
+  requests add nothing); then kube's ``DefaultNormalizeScore``: ``100 * raw // max`` over
+  the feasible nodes, all 0 when the max is 0. The allocation read is the one Filter made
+  for that node (kube's ``nodeAllocations``, here the per-row results, memo hits
+  included); a claim allocated already reads its ``status.allocation`` (the same on every
+  node). A pod that allocates nothing new (no claims, or all allocated) scores 0 everywhere
+  (kube has no Filter result to read): the plugin skips, which adds the same to every total.
+  kube 1.35.4 indexes the Filter results by the claim's position among *all* the pod's
+  claims, so a pod with an allocated and an unallocated claim makes its Score fail (an
+  error of the attempt, with two or more feasible nodes); 1.36 fixed that, and Lattice
+  scores such pods as 1.36 does in every release rather than copy the failure.
+* **Device fit** (:func:`device_fits`, scored by GPUPlacement, Lattice's own): per node,
+  how the allocation sits on the node's devices, so the node choice can fill partly used
+  PCIe roots and nodes first and keep whole ones for big claims. GPUPlacement ranks by the
+  prioritized-list preference above before fit (see its docstring), so packing never
+  gives a pod a later alternative while a node offers it an earlier one.
 * **ClaimPlan** (after selection, kube's Reserve/PreBind as data): the allocations for the
   chosen node and the claims to reserve for the pod. The controller assumes the plan in its
   :class:`~scheduler.core.dra.state.DraState` (so the next cycle never offers those devices)
@@ -39,7 +56,7 @@ device taints and tolerations are not alpha any more (DRADeviceTaints, on since 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -49,9 +66,10 @@ from scheduler.core.dra.allocator import (
     PCIE_ROOT,
     AllocationError,
     Allocator,
+    chosen_subrequests,
     untolerated_taints,
 )
-from scheduler.core.dra.objects import DeviceId, ResourceClaim, requests_of
+from scheduler.core.dra.objects import FIRST_AVAILABLE_MAX, DeviceId, ResourceClaim, requests_of
 from scheduler.core.dra.state import ClaimPlan, ClaimWrite, DraState
 from scheduler.core.framework import (
     PREFILTER_SKIP,
@@ -60,8 +78,9 @@ from scheduler.core.framework import (
     FilterResult,
     PreFilterResult,
 )
+from scheduler.core.plugins._normalize import default_normalize
 from scheduler.core.profile import DYNAMIC_RESOURCES, DynamicResourcesArgs, GpuPolicy, Profile
-from scheduler.core.snapshot import BoolArray, Snapshot
+from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.model.pod import Pod
 
 NAME: Final = DYNAMIC_RESOURCES
@@ -87,6 +106,9 @@ class _State:
     """What the allocator reads of ``to_allocate``, interned (the memo's claim part)."""
     keys: dict[int, tuple[object, ...]] = field(default_factory=dict)
     """Per row with results: its memo key (:meth:`DraState.node_key`)."""
+    preference: IntArray | None = None
+    """kube's raw prioritized-list score per row, once computed (Score and GPUPlacement
+    both read it)."""
 
 
 _NO_FIT: Final = object()
@@ -268,6 +290,14 @@ class DynamicResources:
             return None
         return FilterResult(codes, reasons)
 
+    def score(self, cycle: Cycle, feasible: BoolArray) -> IntArray | None:
+        """kube's Score and NormalizeScore (see the module docstring); None (skip) where
+        kube scores 0 on every feasible node."""
+        raw = prioritized_list_scores(cycle)
+        if raw is None or not raw.any(where=feasible):
+            return None
+        return default_normalize(raw, feasible, reverse=False)
+
     def claim_plan(self, cycle: Cycle, row: int) -> ClaimPlan | None:
         state: _State | None = cycle.state.get(NAME)
         if state is None:
@@ -288,6 +318,47 @@ def _mark(masks: dict[str, BoolArray], reason: str, row: int, size: int) -> None
     if mask is None:
         mask = masks[reason] = np.zeros(size, dtype=np.bool_)
     mask[row] = True
+
+
+def _subrequest_score(claim: ResourceClaim, allocation: Mapping[str, Any]) -> int:
+    """One claim's part of kube's raw score: ``8 - index`` per chosen subrequest."""
+    if all(r.exactly is not None for r in claim.requests):
+        return 0  # nothing to read (the common case, kept cheap)
+    return sum(FIRST_AVAILABLE_MAX - index for _, index in chosen_subrequests(claim, allocation))
+
+
+def prioritized_list_scores(cycle: Cycle) -> IntArray | None:
+    """kube's raw DynamicResources score per node row (before normalisation): rows with a
+    new allocation for the pod get the sum over its claims; other rows 0. None when the
+    pod allocates nothing new (kube then has no per-node allocation and scores 0)."""
+    state: _State | None = cycle.state.get(NAME)
+    if state is None or state.allocator is None:
+        return None
+    if state.preference is not None:
+        return state.preference
+    raw = np.zeros(cycle.snapshot.num_nodes, dtype=np.int64)
+    if any(r.exactly is None for c in state.order for r in c.requests):
+        held = sum(
+            _subrequest_score(c, c.allocation) for c in state.allocated if c.allocation is not None
+        )
+        memo = cycle.dra.memo if cycle.dra is not None else None
+        for row, allocations in state.results.items():
+            # The memo key names Filter's result on the node, so it names this part too.
+            key = state.keys.get(row)
+            hit = memo.get(("prio", *key)) if memo is not None and key is not None else None
+            if isinstance(hit, int):
+                raw[row] = held + hit
+                continue
+            # Filter's results follow the claims to allocate, in pod order (kube 1.36+'s
+            # separate index over the unallocated claims).
+            part = sum(
+                _subrequest_score(c, a) for c, a in zip(state.to_allocate, allocations, strict=True)
+            )
+            raw[row] = held + part
+            if memo is not None and key is not None:
+                memo[("prio", *key)] = part
+    state.preference = raw
+    return raw
 
 
 @dataclass(frozen=True, slots=True)

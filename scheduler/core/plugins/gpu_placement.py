@@ -20,15 +20,28 @@ Policies (``GpuPlacementArgs.policy``):
 
 The last two score only pods that ask for GPUs.
 
-**DRA claims** (kube 1.34 scores no DRA allocation): a pod whose claims get new devices is
-ranked by where its allocation would sit (:func:`~scheduler.core.plugins.dynamic_resources.
-device_fits`). Fragmentation: fewest PCIe roots spanned, then fewest free devices left on
-those roots (fill a partly used root first), then fewest left in the pools drawn from on the
-node (fill a partly used node, keep whole ones for big claims); MostAllocated: the last only;
-LeastAllocated: no DRA score, as kube. Scores are normalised over the feasible
-nodes (best 100, worst 0; Fragmentation by rank, halving per step), so the profile weight
-decides how GPU placement trades against the other scores. ``lattice explain`` shows the
-same per-node figures (:meth:`GpuPlacement.figures`).
+**DRA claims** (kube 1.35-1.37 scores only which ``firstAvailable`` alternative a node
+offers, nothing of where the devices sit): a pod whose claims get new devices is ranked
+first by that preference, then by where its allocation would sit
+(:func:`~scheduler.core.plugins.dynamic_resources.device_fits`). Fragmentation: the
+preference, then fewest PCIe roots spanned, then fewest free devices left on those roots
+(fill a partly used root first), then fewest left in the pools drawn from on the node
+(fill a partly used node, keep whole ones for big claims); MostAllocated: the preference,
+then the last only; LeastAllocated: no DRA score of its own (kube's alone). Scores are
+normalised over the feasible nodes (best 100, worst 0; Fragmentation by rank, halving per
+step), so the profile weight decides how GPU placement trades against the other scores.
+``lattice explain`` shows the same per-node figures (:meth:`GpuPlacement.figures`).
+
+How this combines with kube's DynamicResources score (weight 2, left exactly as kube's so
+that the profile without Lattice's plugins scores as kube-scheduler): the preference is
+kube's raw per-node value (:func:`~scheduler.core.plugins.dynamic_resources.
+prioritized_list_scores`, ``8 - index`` per request), so both plugins point the same way
+and never contradict. Without the preference key, fit would favour the node where a pod
+gets its smaller fallback on a partly used root (fewer devices, fewer roots) over a free
+node offering its first choice, and weight 5 on a halving rank outvotes kube's mild
+100-against-87 for the first choice; with it, packing only decides among nodes offering the
+same alternatives. There kube's score is equal on every node (100, or skipped when no
+request is a prioritized list), so packing alone decides, as before.
 """
 
 from __future__ import annotations
@@ -40,7 +53,7 @@ import numpy as np
 from scheduler.core.framework import Cycle
 from scheduler.core.gpus import Figures, GpuDemand, figures, gpu_count
 from scheduler.core.plugins._normalize import MAX_NODE_SCORE
-from scheduler.core.plugins.dynamic_resources import device_fits
+from scheduler.core.plugins.dynamic_resources import device_fits, prioritized_list_scores
 from scheduler.core.plugins.topology import NEUTRAL_SCORE
 from scheduler.core.profile import GPU_PLACEMENT, TOPOLOGY, GpuPlacementArgs, GpuPolicy, Profile
 from scheduler.core.snapshot import BoolArray, IntArray
@@ -73,7 +86,8 @@ class GpuPlacement:
         if policy is not GpuPolicy.LEAST_ALLOCATED:
             dra = self._dra_keys(cycle)
             if dra:
-                return _ranked_by(dra if policy is GpuPolicy.FRAGMENTATION else dra[-1:], feasible)
+                keys = dra if policy is GpuPolicy.FRAGMENTATION else (dra[0], dra[-1])
+                return _ranked_by(keys, feasible)
         if policy is not GpuPolicy.FRAGMENTATION and not gpu_count(
             cycle.pod.resources.requests, self.args.resources
         ):
@@ -108,15 +122,18 @@ class GpuPlacement:
         return scores
 
     def _dra_keys(self, cycle: Cycle) -> tuple[IntArray, ...]:
-        """Minus (roots spanned, free left on them, free left in the pools) per row (larger
-        ranks first), for a pod whose claims allocate devices; rows without one rank last."""
+        """The prioritized-list preference, then minus (roots spanned, free left on them,
+        free left in the pools) per row (larger ranks first), for a pod whose claims
+        allocate devices; rows without one rank last."""
         fits = device_fits(cycle)
         if not fits:
             return ()
+        preference = prioritized_list_scores(cycle)
         worst = np.iinfo(np.int64).min
-        keys = tuple(np.full(cycle.num_nodes, worst, dtype=np.int64) for _ in range(3))
+        keys = tuple(np.full(cycle.num_nodes, worst, dtype=np.int64) for _ in range(4))
         for row, fit in fits.items():
-            keys[0][row], keys[1][row], keys[2][row] = (
+            keys[0][row], keys[1][row], keys[2][row], keys[3][row] = (
+                0 if preference is None else int(preference[row]),
                 -fit.roots,
                 -fit.left_on_roots,
                 -fit.left_in_pools,
