@@ -44,6 +44,8 @@ FEATURE_BITS: Final[Mapping[str, int]] = {
 }
 
 RESTART_ALL_CONTAINERS_ACTION: Final = "RestartAllContainers"
+NOTHING_NEEDED: Final[frozenset[str]] = frozenset()
+"""What nearly every pod needs: one shared set rather than one per pod record."""
 
 
 def feature_bits(names: Iterable[str]) -> int:
@@ -72,30 +74,36 @@ def required_features(
     InvalidObjectError, so a broken pod gets a message instead of a crash.
     """
     needed: set[str] = set()
-    ephemeral = object_list(spec.get("ephemeralContainers"), "spec.ephemeralContainers")
     groups = (
         ("spec.containers", containers),
         ("spec.initContainers", init_containers),
-        ("spec.ephemeralContainers", ephemeral),
+        ("spec.ephemeralContainers", _ephemeral(spec)),
     )
     for group, items in groups:
         for i, container in enumerate(items):
+            rules, mounts = container.get("restartPolicyRules"), container.get("volumeMounts")
+            if rules is None and mounts is None:  # nearly every container: no paths built
+                continue
             path = f"{group}[{i}]"
-            if group != "spec.ephemeralContainers" and _restarts_all(container, path):
+            if group != "spec.ephemeralContainers" and _restarts_all(rules, path):
                 needed.add(RESTART_ALL_CONTAINERS)
-            if _has_bind_mount_options(container, path):
+            if _has_bind_mount_options(mounts, path):
                 needed.add(VOLUME_BIND_MOUNT_OPTIONS)
     host_users = spec.get("hostUsers")
     if host_users is not None and not isinstance(host_users, bool):
         raise InvalidObjectError("spec.hostUsers", host_users, "must be a boolean")
     if spec.get("hostNetwork") is True and host_users is False:
         needed.add(USER_NAMESPACES_HOST_NETWORK)
-    return frozenset(needed)
+    return frozenset(needed) if needed else NOTHING_NEEDED
 
 
-def _restarts_all(container: Mapping[str, Any], path: str) -> bool:
-    raw = container.get("restartPolicyRules")
-    if raw is None:  # the common case: no list to walk
+def _ephemeral(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    raw = spec.get("ephemeralContainers")
+    return [] if raw is None else object_list(raw, "spec.ephemeralContainers")
+
+
+def _restarts_all(raw: object, path: str) -> bool:
+    if raw is None:
         return False
     field = f"{path}.restartPolicyRules"
     actions = [
@@ -105,13 +113,13 @@ def _restarts_all(container: Mapping[str, Any], path: str) -> bool:
     return RESTART_ALL_CONTAINERS_ACTION in actions
 
 
-def _has_bind_mount_options(container: Mapping[str, Any], path: str) -> bool:
-    raw = container.get("volumeMounts")
+def _has_bind_mount_options(raw: object, path: str) -> bool:
     if raw is None:
         return False
     field = f"{path}.volumeMounts"
     options = [
         string_list(mount.get("bindMountOptions"), f"{field}[{j}].bindMountOptions")
         for j, mount in enumerate(object_list(raw, field))
+        if "bindMountOptions" in mount
     ]
     return any(options)
