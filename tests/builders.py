@@ -133,6 +133,39 @@ class PodBuilder:
         inits.append(body)
         return self
 
+    def _last(self, kind: str) -> Body:
+        """The last container of a kind (an app container is made if there is none)."""
+        items: list[Body] = self._spec.setdefault(kind, [])
+        if not items:
+            items.append({"name": "c0" if kind == "containers" else f"{kind[:-1]}0"})
+        return items[-1]
+
+    def restart_rule(self, action: str = "RestartAllContainers", *, init: bool = False) -> Self:
+        """A ``restartPolicyRules`` entry on the last app (or init) container."""
+        rules = self._last("initContainers" if init else "containers")
+        rules.setdefault("restartPolicyRules", []).append(
+            {"action": action, "exitCodes": {"operator": "In", "values": [42]}}
+        )
+        return self
+
+    def volume_mount(
+        self, name: str = "v", *, bind_options: Sequence[str] = (), kind: str = "containers"
+    ) -> Self:
+        """A volume mount on the last container of ``kind``, with bind-mount options if any."""
+        mount: Body = {"name": name, "mountPath": f"/mnt/{name}"}
+        if bind_options:
+            mount["bindMountOptions"] = list(bind_options)
+        self._last(kind).setdefault("volumeMounts", []).append(mount)
+        return self
+
+    def host_network(self, value: bool = True) -> Self:
+        self._spec["hostNetwork"] = value
+        return self
+
+    def host_users(self, value: bool) -> Self:
+        self._spec["hostUsers"] = value
+        return self
+
     def overhead(self, **resources: str) -> Self:
         self._spec["overhead"] = dict(resources)
         return self
@@ -357,6 +390,11 @@ class NodeBuilder:
 
     def unschedulable(self, value: bool = True) -> Self:
         self.body["spec"]["unschedulable"] = value
+        return self
+
+    def declared_features(self, *names: str) -> Self:
+        """``status.declaredFeatures`` (the API server keeps them sorted)."""
+        self.body["status"]["declaredFeatures"] = sorted(names)
         return self
 
     def allocatable(self, **resources: str | int) -> Self:

@@ -181,9 +181,16 @@ _POD_STATUS_KEPT: Final = frozenset(
     {"phase", "nominatedNodeName", "startTime", "conditions", "resourceClaimStatuses"}
 )
 _POD_CONDITIONS_KEPT: Final = frozenset({"PodScheduled", "PodResizePending", "DisruptionTarget"})
-_CONTAINER_KEPT: Final = ("name", "resources", "ports", "restartPolicy")
+_CONTAINER_KEPT: Final = (
+    "name",
+    "resources",
+    "ports",
+    "restartPolicy",
+    "restartPolicyRules",
+    "volumeMounts",
+)
 _CONTAINER_STATUS_KEPT: Final = ("name", "resources", "allocatedResources")
-_NODE_STATUS_KEPT: Final = ("allocatable", "capacity")
+_NODE_STATUS_KEPT: Final = ("allocatable", "capacity", "declaredFeatures")
 
 
 def _keep(obj: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
@@ -194,8 +201,9 @@ def slim_pod(raw: RawObject) -> None:
     """Keep only what :func:`pod_fingerprint`, ``Pod.from_api``, the reporter (PodScheduled)
     and preemption (start time, nominated node, DisruptionTarget) read: no managedFields,
     no annotations but ``lattice.dev/`` ones (``last-applied-configuration`` repeats the
-    whole spec), containers without images, commands, env or probes, no container states
-    or IPs. Everything left is what a decision reads, so fingerprints are unchanged."""
+    whole spec), containers without images, commands, env, probes or volume mounts (but
+    those with bind-mount options), no container states or IPs. Everything left is what a
+    decision reads, so fingerprints are unchanged."""
     meta = cast(dict[str, Any], raw.get("metadata") or {})
     meta.pop("managedFields", None)
     annotations = meta.get("annotations")
@@ -208,9 +216,7 @@ def slim_pod(raw: RawObject) -> None:
         for key in ("containers", "initContainers"):
             containers = spec.get(key)
             if isinstance(containers, list):
-                spec[key] = [
-                    _keep(c, _CONTAINER_KEPT) if isinstance(c, dict) else c for c in containers
-                ]
+                spec[key] = [_slim_container(c) if isinstance(c, dict) else c for c in containers]
     status = raw.get("status")
     if isinstance(status, dict):
         kept = {k: v for k, v in status.items() if k in _POD_STATUS_KEPT}
@@ -230,9 +236,19 @@ def slim_pod(raw: RawObject) -> None:
         raw["status"] = kept
 
 
+def _slim_container(c: Mapping[str, Any]) -> dict[str, Any]:
+    kept = _keep(c, _CONTAINER_KEPT)
+    mounts = kept.pop("volumeMounts", None)
+    if isinstance(mounts, list):
+        mounts = _with_bind_options(mounts) or None
+    if mounts is not None:  # those with bind-mount options, or a malformed value whole
+        kept["volumeMounts"] = mounts
+    return kept
+
+
 def slim_node(raw: RawObject) -> None:
-    """Keep metadata (less managedFields), spec and allocatable/capacity: not images,
-    conditions, addresses or nodeInfo, which :func:`node_fingerprint` skips too."""
+    """Keep metadata (less managedFields), spec, allocatable/capacity and declaredFeatures:
+    not images, conditions, addresses or nodeInfo, which :func:`node_fingerprint` skips too."""
     meta = cast(dict[str, Any], raw.get("metadata") or {})
     meta.pop("managedFields", None)
     status = raw.get("status")
@@ -474,7 +490,28 @@ _NODE_CONSTRAINED_VOLUME_KEYS: Final = frozenset(
 
 
 def _container_view(c: Mapping[str, Any]) -> tuple[object, ...]:
-    return (c.get("name"), c.get("resources"), c.get("ports"), c.get("restartPolicy"))
+    return (
+        c.get("name"),
+        c.get("resources"),
+        c.get("ports"),
+        c.get("restartPolicy"),
+        c.get("restartPolicyRules"),
+        _bind_mounts(c.get("volumeMounts")),
+    )
+
+
+def _bind_mounts(mounts: object) -> object:
+    """The volume mounts with bind-mount options (a node declared feature needs them); the
+    others place nothing. Anything malformed is kept whole, for the parser to report."""
+    if mounts is None:
+        return ()
+    if not isinstance(mounts, list):
+        return mounts
+    return tuple(_with_bind_options(mounts))
+
+
+def _with_bind_options(mounts: list[Any]) -> list[Any]:
+    return [m for m in mounts if not isinstance(m, dict) or "bindMountOptions" in m]
 
 
 def _status_view(cs: Mapping[str, Any]) -> tuple[object, ...]:
@@ -526,8 +563,13 @@ def pod_fingerprint(raw: Mapping[str, Any]) -> Fingerprint:
         spec.get("tolerations"),
         spec.get("topologySpreadConstraints"),
         spec.get("hostNetwork"),
+        spec.get("hostUsers"),
         tuple(_container_view(c) for c in spec.get("containers") or ()),
         tuple(_container_view(c) for c in spec.get("initContainers") or ()),
+        tuple(
+            _bind_mounts(c.get("volumeMounts")) if isinstance(c, Mapping) else c
+            for c in spec.get("ephemeralContainers") or ()
+        ),
         spec.get("overhead"),
         spec.get("resources"),
         tuple(_volume_view(v) for v in spec.get("volumes") or ()),
@@ -582,6 +624,7 @@ def node_fingerprint(raw: Mapping[str, Any]) -> Fingerprint:
         spec.get("unschedulable"),
         status.get("allocatable"),
         status.get("capacity"),
+        status.get("declaredFeatures"),
     )
 
 

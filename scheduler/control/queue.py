@@ -170,6 +170,9 @@ class NodeChange(enum.Flag):
     TAINTS = enum.auto()
     SCHEDULABLE = enum.auto()
     """``spec.unschedulable`` flipped (cordon/uncordon)."""
+    DECLARED_FEATURES = enum.auto()
+    """``status.declaredFeatures`` changed: only pods needing a feature can gain (kube's
+    UpdateNodeDeclaredFeature, queued by NodeDeclaredFeatures' hint alone)."""
 
 
 @dataclass(frozen=True, slots=True)

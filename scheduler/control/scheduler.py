@@ -135,7 +135,16 @@ def _node_changes(old: Node, new: Node) -> NodeChange:
         changes |= NodeChange.TAINTS
     if old.unschedulable != new.unschedulable:
         changes |= NodeChange.SCHEDULABLE
+    if old.declared_features != new.declared_features:
+        changes |= NodeChange.DECLARED_FEATURES
     return changes
+
+
+def _needs_node_features(queued: QueuedPod) -> bool:
+    """Whether a declared-features change can concern the pod (gangs: conservatively yes)."""
+    return isinstance(queued, GangEntry) or (
+        isinstance(queued, Pod) and bool(queued.required_features)
+    )
 
 
 class Scheduler:
@@ -474,8 +483,12 @@ class Scheduler:
             return
         changes = _node_changes(old, new)
         if changes:
+            # A change of declared features alone helps only pods that need one, as in kube
+            # only NodeDeclaredFeatures registers for it.
+            only_features = changes == NodeChange.DECLARED_FEATURES
             self.queue.move_all_on_event(
-                ClusterEvent(ClusterEventType.NODE_CHANGED, node_changes=changes, subject=name)
+                ClusterEvent(ClusterEventType.NODE_CHANGED, node_changes=changes, subject=name),
+                _needs_node_features if only_features else None,
             )
 
     def node_deleted(self, body: Body) -> None:

@@ -6,6 +6,10 @@ the core implements (no ImageLocality or preemption). Filter order matters: a
 node is attributed to the first filter that rejects it, and that is what FailedScheduling
 messages count.
 
+NodeDeclaredFeatures is in the filter list of every release, after DynamicResources where
+kube's defaults append it once its gate is on (1.36 beta, 1.37 GA); at 1.35, whose gate is
+off by default, it is the no-op kube's plugin is when disabled (every pod skips it).
+
 The volume plugins (VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone) need
 the controller's VolumeState in the cycle, DynamicResources its DraState. Pods that need
 what is still missing (inline disks with conflict or attach-limit rules when the cycle has
@@ -180,6 +184,7 @@ BALANCED_ALLOCATION: Final = "NodeResourcesBalancedAllocation"
 TOPOLOGY: Final = "Topology"
 LOAD_AWARE: Final = "LoadAware"
 GPU_PLACEMENT: Final = "GPUPlacement"
+NODE_DECLARED_FEATURES: Final = "NodeDeclaredFeatures"
 
 DEFAULT_FILTERS: Final = (
     UNSUPPORTED,
@@ -196,6 +201,7 @@ DEFAULT_FILTERS: Final = (
     POD_TOPOLOGY_SPREAD,
     INTER_POD_AFFINITY,
     DYNAMIC_RESOURCES,
+    NODE_DECLARED_FEATURES,
     TOPOLOGY,
     LOAD_AWARE,
 )

@@ -2,7 +2,8 @@
 
 Theory of operation: every node owns one row in a set of numpy arrays (allocatable and
 requested amounts per resource column, pod counts, the unschedulable flag, one int32 column
-per label key holding a per-key value id, a boolean node-by-taint matrix). Filters and scores
+per label key holding a per-key value id, a boolean node-by-taint matrix, the node's
+declared features as one bitset per row). Filters and scores
 work on whole columns at once, so the per-pod cost does not grow with Python work per node.
 
 Rows are dense: removing a node moves the last row into the hole, so row order is the
@@ -115,6 +116,7 @@ class Snapshot:
         self._allowed_pods = np.zeros(self._cap, dtype=np.int64)
         self._pod_count = np.zeros(self._cap, dtype=np.int64)
         self._unschedulable = np.zeros(self._cap, dtype=np.bool_)
+        self._declared_features = np.zeros(self._cap, dtype=np.int64)
         self._labels: dict[str, LabelColumn] = {}
         self._taint_ids: dict[Taint, int] = {}
         self._taints: list[Taint] = []
@@ -185,6 +187,12 @@ class Snapshot:
     @property
     def unschedulable(self) -> BoolArray:
         return self._unschedulable[: self._n]
+
+    @property
+    def declared_feature_bits(self) -> IntArray:
+        """Per node, its declared features that a pod can need, as the bits of
+        :data:`scheduler.model.declared_features.FEATURE_BITS` (written once per node change)."""
+        return self._declared_features[: self._n]
 
     @property
     def taints(self) -> tuple[Taint, ...]:
@@ -537,6 +545,7 @@ class Snapshot:
             self._alloc[col, i] = amount
         self._allowed_pods[i] = node.allocatable.get(PODS, 0)
         self._unschedulable[i] = node.unschedulable
+        self._declared_features[i] = node.declared_feature_bits
         for label_column in self._labels.values():
             label_column.ids[i] = _ABSENT
         for key, value in node.labels.items():
@@ -575,6 +584,7 @@ class Snapshot:
             self._allowed_pods,
             self._pod_count,
             self._unschedulable,
+            self._declared_features,
             self._taint_matrix,
             self._hard_taints,
             self._soft_taints,
@@ -597,6 +607,7 @@ class Snapshot:
         self._allowed_pods = _grown(self._allowed_pods, capacity)
         self._pod_count = _grown(self._pod_count, capacity)
         self._unschedulable = _grown(self._unschedulable, capacity)
+        self._declared_features = _grown(self._declared_features, capacity)
         self._taint_matrix = _grown(self._taint_matrix, capacity)
         self._hard_taints = _grown(self._hard_taints, capacity)
         self._soft_taints = _grown(self._soft_taints, capacity)

@@ -5,6 +5,8 @@ A :class:`Node` keeps only what scheduling reads: labels, taints, ``spec.unsched
 memory/storage/hugepages in bytes, ``pods`` as a count, extended resources as counts).
 Resources kube-scheduler does not track are dropped, so a node that lacks a resource simply
 has no entry (treated as zero allocatable, i.e. any request is Insufficient).
+``status.declaredFeatures`` is kept as a set of names (see
+:mod:`scheduler.model.declared_features`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from scheduler.model._fields import mapping as _mapping
 from scheduler.model._fields import string_map as _string_map
+from scheduler.model.declared_features import declared_features, feature_bits
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.names import CPU, PODS, is_tracked_resource
 from scheduler.model.quantity import to_int64
@@ -50,6 +53,13 @@ class Node:
     allocatable: Mapping[str, int] = field(default_factory=dict)
     """Rounded allocatable amounts, including ``pods``; absent means zero."""
     uid: str = ""
+    declared_features: frozenset[str] = frozenset()
+    """``status.declaredFeatures``: what the kubelet says it supports (KEP-5328)."""
+
+    @property
+    def declared_feature_bits(self) -> int:
+        """The declared features a pod can need, as bits (unknown names have none)."""
+        return feature_bits(self.declared_features)
 
     @classmethod
     def from_api(cls, body: Mapping[str, Any]) -> Node:
@@ -99,6 +109,9 @@ class Node:
             unschedulable=unschedulable,
             allocatable=MappingProxyType(allocatable),
             uid=str(uid),
+            declared_features=declared_features(
+                status.get("declaredFeatures"), "status.declaredFeatures"
+            ),
         )
 
 

@@ -29,6 +29,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from scheduler.model._fields import integer, mapping, object_list, string, string_list, string_map
+from scheduler.model.declared_features import required_features
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.node import Taint
@@ -252,6 +253,10 @@ class Pod:
     generated_claims: Mapping[str, str | None] = field(default_factory=dict)
     """``status.resourceClaimStatuses``: pod claim name -> the ResourceClaim generated from
     its template (None: the controller decided none is needed)."""
+    required_features: frozenset[str] = frozenset()
+    """Node declared features the spec needs (restart-all-containers rules, hostNetwork with
+    user namespaces, bind-mount options): every supported release's, the NodeDeclaredFeatures
+    plugin keeps those its release knows. Empty for nearly every pod."""
 
     @property
     def claims_not_generated(self) -> bool:
@@ -390,6 +395,7 @@ def _parse_pod(body: Mapping[str, Any]) -> Pod:
         storage_volumes=_storage_volumes(spec, name),
         resource_claims=_resource_claims(spec),
         generated_claims=MappingProxyType(_generated_claims(status)),
+        required_features=required_features(spec, containers, init_containers),
     )
 
 

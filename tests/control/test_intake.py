@@ -601,7 +601,10 @@ POD_SAME = {
     "nominatedNodeName": _set("status.nominatedNodeName", "n2"),
     # Read only beside reported resources (in-place resize), as Pod.from_api does.
     "allocatedResources alone": _set("status.containerStatuses.0.allocatedResources", {"cpu": "2"}),
+    "volume mount": _set("spec.containers.0.volumeMounts", [{"name": "v", "mountPath": "/v"}]),
 }
+
+BIND_MOUNT = {"name": "v", "mountPath": "/v", "bindMountOptions": ["rro"]}
 
 POD_DIFFERENT = {
     "uid": _set("metadata.uid", "u2"),
@@ -626,6 +629,19 @@ POD_DIFFERENT = {
     "container added": _set("spec.containers.1", {"name": "d"}),
     "initContainer resources": _set("spec.initContainers.0.resources", {"limits": {"cpu": "1"}}),
     "initContainer sidecar": _set("spec.initContainers.0.restartPolicy", "Always"),
+    # What node declared features a pod needs (NodeDeclaredFeatures).
+    "restart rules": _set(
+        "spec.containers.0.restartPolicyRules", [{"action": "RestartAllContainers"}]
+    ),
+    "init restart rules": _set(
+        "spec.initContainers.0.restartPolicyRules", [{"action": "RestartAllContainers"}]
+    ),
+    "bind mount options": _set("spec.containers.0.volumeMounts", [BIND_MOUNT]),
+    "init bind mount options": _set("spec.initContainers.0.volumeMounts", [BIND_MOUNT]),
+    "ephemeral bind mount options": _set(
+        "spec.ephemeralContainers", [{"name": "d", "volumeMounts": [BIND_MOUNT]}]
+    ),
+    "hostUsers": _set("spec.hostUsers", False),
     "overhead": _set("spec.overhead", {"cpu": "10m"}),
     "pod resources": _set("spec.resources", {"requests": {"cpu": "1"}}),
     "pvc volume": _set(
@@ -727,6 +743,7 @@ NODE_DIFFERENT = {
     "unschedulable": _set("spec.unschedulable", True),
     "allocatable": _set("status.allocatable.cpu", "3"),
     "capacity": _set("status.capacity.cpu", "8"),
+    "declaredFeatures": _set("status.declaredFeatures", ["VolumeBindMountOptions"]),
 }
 
 
@@ -755,7 +772,10 @@ def full_pod() -> dict[str, Any]:
     body["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
     body["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = "{}"
     body["spec"]["containers"][0].update(
-        env=[{"name": "A", "value": "b"}], command=["sh"], livenessProbe={"exec": {}}
+        env=[{"name": "A", "value": "b"}],
+        command=["sh"],
+        livenessProbe={"exec": {}},
+        volumeMounts=[{"name": "v", "mountPath": "/data"}],
     )
     body["spec"]["initContainers"][0]["restartPolicy"] = "Always"
     body["status"].update(
@@ -844,7 +864,7 @@ def test_slimming_a_node_keeps_what_scheduling_reads(
     slim_node(cast(RawObject, slim))
     assert node_fingerprint(slim) == node_fingerprint(body)
     assert Node.from_api(slim) == Node.from_api(body)
-    assert set(slim["status"]) <= {"allocatable", "capacity"}
+    assert set(slim["status"]) <= {"allocatable", "capacity", "declaredFeatures"}
     assert "managedFields" not in slim["metadata"]
 
 
@@ -933,3 +953,29 @@ def test_assigned_relist_tombstones_pods_that_left_during_the_gap() -> None:
     assert tracker.is_bound("c")
     tracker.pending_progress("100")
     assert not tracker.is_bound("a")
+
+
+def test_slimming_keeps_only_the_mounts_with_bind_options() -> None:
+    body = full_pod()
+    body["spec"]["containers"][0]["volumeMounts"].append(BIND_MOUNT)
+    body["spec"]["containers"][0]["restartPolicyRules"] = [{"action": "RestartAllContainers"}]
+    slim = copy.deepcopy(body)
+    slim_pod(cast(RawObject, slim))
+    container = slim["spec"]["containers"][0]
+    assert container["volumeMounts"] == [BIND_MOUNT]
+    assert container["restartPolicyRules"] == [{"action": "RestartAllContainers"}]
+    assert pod_fingerprint(slim) == pod_fingerprint(body)
+    assert Pod.from_api(slim).required_features == {
+        "RestartAllContainersOnContainerExits",
+        "VolumeBindMountOptions",
+    }
+
+
+def test_a_node_declaring_a_feature_is_not_a_heartbeat() -> None:
+    body = base_node()
+    body["status"]["declaredFeatures"] = ["RestartAllContainersOnContainerExits"]
+    slim = copy.deepcopy(body)
+    slim_node(cast(RawObject, slim))
+    assert slim["status"]["declaredFeatures"] == ["RestartAllContainersOnContainerExits"]
+    assert Node.from_api(slim).declared_features == {"RestartAllContainersOnContainerExits"}
+    assert node_fingerprint(body) != node_fingerprint(base_node())

@@ -333,3 +333,38 @@ def test_an_unchanged_or_broken_node_resource_topology_moves_nothing() -> None:
     sched.node_reports.nrt_upserted(broken)
     assert sched.node_reports.nrt_names() == set()
     assert decide(sched, gpu_pod("y", 8)).selected == "n"
+
+
+async def test_a_node_declaring_a_feature_wakes_only_the_pods_that_need_one() -> None:
+    """kube's NodeDeclaredFeatures registers Node/UpdateNodeDeclaredFeature with a hint that
+    queues on a change of ``status.declaredFeatures``; no other plugin registers for it."""
+    feature = "RestartAllContainersOnContainerExits"
+    sched, writer, _ = scheduler()
+
+    async def attempt_within_stay() -> None:
+        # Backoffs (seconds) end, the unschedulable pods' 5-minute stay does not.
+        sched.queue.flush(now=time.monotonic() + 100)
+        info = sched.queue.try_pop()
+        assert info is not None
+        sched.schedule_one(info)
+        await sched.drain(5)
+
+    sched.pod_upserted(ours(make_pod("needy", "1").restart_rule().obj()))
+    sched.pod_upserted(ours(make_pod("big", "64").obj()))
+    await attempt_within_stay()
+    await attempt_within_stay()
+    needy, big = pod_key("default", "needy"), pod_key("default", "big")
+    assert sched.queue.where(needy) is QueueName.UNSCHEDULABLE
+    assert sched.queue.where(big) is QueueName.UNSCHEDULABLE
+    message = next(e[2] for e in writer.events if e[:2] == ("needy", "FailedScheduling"))
+    assert "2 node(s) didn't match Pod's required features" in message
+
+    same = make_node("n0", cpu="4", memory="16Gi")
+    sched.node_upserted(same.obj())  # nothing a decision reads changed
+    assert sched.queue.where(needy) is QueueName.UNSCHEDULABLE
+
+    sched.node_upserted(same.declared_features(feature).obj())
+    assert sched.queue.where(needy) is not QueueName.UNSCHEDULABLE
+    assert sched.queue.where(big) is QueueName.UNSCHEDULABLE, "no feature helps it"
+    await attempt_within_stay()
+    assert writer.binds == [("needy", "n0")]

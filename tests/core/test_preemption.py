@@ -312,3 +312,15 @@ def test_no_preemption_message_counts_the_dry_run() -> None:
     )
     never = Inputs(facts={"hi": PodFacts(preemption_policy=PreemptionPolicy.NEVER)})
     assert no_preemption_message(FRAMEWORK, snapshot, decision, never) == NEVER_MESSAGE
+
+
+def test_a_pod_needing_a_node_feature_preempts_only_where_the_node_declares_it() -> None:
+    """A full node lacking the feature is rejected by NodeResourcesFit first (kube appends
+    NodeDeclaredFeatures last), so it is a candidate; only re-running every filter without
+    the victims finds that evicting cannot help there (the counted shortcut must not apply)."""
+    feature = "RestartAllContainersOnContainerExits"
+    needy = make_pod("hi", cpu="2").priority(100).uid("hi").restart_rule().build()
+    full = [(low("a", "4", 1), "n1"), (low("b", "4", 1), "n2")]
+    nodes = [make_node("n1", cpu="4"), make_node("n2", cpu="4").declared_features(feature)]
+    assert names(run_both(nodes, full, needy, Inputs())) == ("n2", {"b"})
+    assert run_both(nodes[:1], full[:1], needy, Inputs()) is None

@@ -234,7 +234,8 @@ def test_profiles_mirror_the_newest_release_by_default() -> None:
 
 def test_default_profile_order_matches_kube_scheduler() -> None:
     """kube-scheduler's plugins in its order (DynamicResources after InterPodAffinity, where
-    kube's defaults put it, scoring with weight 2 since 1.35); Lattice's Unsupported
+    kube's defaults put it, scoring with weight 2 since 1.35; NodeDeclaredFeatures after it,
+    appended when its gate is on, a no-op at 1.35 where it is off); Lattice's Unsupported
     (refuses pods with volumes or DRA claims it cannot place yet; a no-op for the others)
     comes first, Topology (a no-op for pods without devices or pinned CPUs) and LoadAware
     (a no-op without load reports) come last; GPUPlacement only scores."""
@@ -257,6 +258,7 @@ def test_default_profile_order_matches_kube_scheduler() -> None:
         "PodTopologySpread",
         "InterPodAffinity",
         "DynamicResources",
+        "NodeDeclaredFeatures",
     )
     ours = ("Topology", "LoadAware", "GPUPlacement")
     assert [(k, w) for k, w in DEFAULT_PROFILE.scores if k not in ours] == [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler.model.declared_features import feature_bits
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.node import Namespace, Node, Taint
 from tests.builders import make_node
@@ -64,12 +65,43 @@ def test_taints_labels_unschedulable() -> None:
             "status.allocatable[memory]",
             id="beyond-int64",
         ),
+        pytest.param(
+            {"metadata": {"name": "n"}, "status": {"declaredFeatures": "VolumeBindMountOptions"}},
+            "status.declaredFeatures",
+            id="declared-features-not-a-list",
+        ),
+        pytest.param(
+            {"metadata": {"name": "n"}, "status": {"declaredFeatures": ["A", 1]}},
+            "status.declaredFeatures",
+            id="declared-feature-not-a-string",
+        ),
     ],
 )
 def test_invalid_nodes(body: dict[str, object], field: str) -> None:
     with pytest.raises(InvalidObjectError) as info:
         Node.from_api(body)
     assert info.value.field == field
+
+
+def test_declared_features() -> None:
+    """Kept as names; the bits cover only features a pod can need (kube's TryMap ignores
+    unknown names), so a kubelet newer than us does not confuse the filter."""
+    node = make_node("n").declared_features(
+        "InPlacePodLevelResourcesVerticalScaling",
+        "RestartAllContainersOnContainerExits",
+        "VolumeBindMountOptions",
+    )
+    built = node.build()
+    assert built.declared_features == {
+        "InPlacePodLevelResourcesVerticalScaling",
+        "RestartAllContainersOnContainerExits",
+        "VolumeBindMountOptions",
+    }
+    assert built.declared_feature_bits == feature_bits(
+        ["RestartAllContainersOnContainerExits", "VolumeBindMountOptions"]
+    )
+    assert make_node("n").build().declared_features == frozenset()
+    assert make_node("n").build().declared_feature_bits == 0
 
 
 def test_namespace() -> None:
