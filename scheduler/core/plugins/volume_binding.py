@@ -1,11 +1,11 @@
-"""VolumeBinding: a pod's claims decide its node together with their volumes (kube 1.34).
+"""VolumeBinding: a pod's claims decide its node together with their volumes (kube 1.35-1.37).
 
 PreFilter reads every claim of the pod (``persistentVolumeClaim`` and generic ephemeral
 volumes) from the VolumeState and rejects the pod as UnschedulableAndUnresolvable when one
 is missing, lost, being deleted, not the pod's own (ephemeral), or unbound with Immediate
 binding (the PV controller, not the scheduler, binds those). The rest are *bound* (a volume
 name and ``pv.kubernetes.io/bind-completed``) or *delayed* (WaitForFirstConsumer, no volume
-name yet). kube 1.34 returns no node set from PreFilter, so neither do we.
+name yet). kube returns no node set from PreFilter, so neither do we.
 
 Filter, per node (vectorised over nodes, one pass per claim and PV):
 
@@ -16,14 +16,23 @@ Filter, per node (vectorised over nodes, one pass per claim and PV):
   that node; the others, smallest request first, each take the smallest available PV of
   their class that fits (capacity, volume mode, attributes class, selector, access modes,
   node affinity, not taken by an earlier claim on that node) — a PV pre-bound to the claim
-  wins outright; claims left without a PV, and the selected-node ones, need a StorageClass
-  whose provisioner can provision (not ``kubernetes.io/no-provisioner``) within its
-  ``allowedTopologies``; otherwise "didn't find available persistent volumes to bind".
+  wins outright;
+* claims to provision (the selected-node ones, then those left without a PV), in that
+  order, the first failure deciding (``checkVolumeProvisions``): a StorageClass whose
+  provisioner can provision (not ``kubernetes.io/no-provisioner``) within its
+  ``allowedTopologies``, else "didn't find available persistent volumes to bind"; then, if
+  the claim requests storage and its provisioner's CSIDriver has ``storageCapacity: true``,
+  a CSIStorageCapacity of the claim's class whose ``maximumVolumeSize`` (else
+  ``capacity``) holds the request and whose ``nodeTopology`` selects the node, else "did
+  not have enough free storage" (``hasEnoughCapacity``).
 
-All rejections are UnschedulableAndUnresolvable, like kube's. There is no Score: kube's
-StorageCapacityScoring is alpha and off by default in 1.34. CSIStorageCapacity is not
-modelled: a provisioner is assumed to have room (kube checks capacity only for CSI drivers
-that opt in with ``storageCapacity: true``).
+All rejections are UnschedulableAndUnresolvable, like kube's.
+
+No Score yet: kube 1.37 scores with StorageCapacityScoring (off in 1.35-1.36).
+
+Where kube is not deterministic or crashes, the choice here: among several
+CSIStorageCapacities with room for a claim on a node kube takes whichever its lister gives
+first (map order), Lattice the first by namespace and name.
 
 :meth:`VolumeBinding.volume_plan` is kube's Reserve+PreBind as data: for the chosen node,
 the PVs to bind (claimRef, ``bound-by-controller``) and the claims to annotate with the
@@ -59,11 +68,18 @@ from scheduler.core.volumes import (
     topology_mask,
 )
 from scheduler.model.pod import Pod
-from scheduler.model.volume import CLAIM_LOST, PV_AVAILABLE, PersistentVolume, PersistentVolumeClaim
+from scheduler.model.volume import (
+    CLAIM_LOST,
+    PV_AVAILABLE,
+    CSIStorageCapacity,
+    PersistentVolume,
+    PersistentVolumeClaim,
+)
 
 NAME: Final = VOLUME_BINDING
 REASON_NODE_CONFLICT: Final = "node(s) didn't match PersistentVolume's node affinity"
 REASON_BIND_CONFLICT: Final = "node(s) didn't find available persistent volumes to bind"
+REASON_NOT_ENOUGH_SPACE: Final = "node(s) did not have enough free storage"
 REASON_PV_NOT_EXIST: Final = (
     "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 )
@@ -87,12 +103,26 @@ class _Match:
 
 
 @dataclass
+class _Provision:
+    """A claim to provision on the nodes in ``needed``, with the CSIStorageCapacity
+    ``hasEnoughCapacity`` found for it per node (index into ``capacities``, ``-1``: none,
+    or capacity not tracked for its driver)."""
+
+    claim: PersistentVolumeClaim
+    needed: BoolArray
+    capacities: list[CSIStorageCapacity]
+    chosen: IntArray
+
+
+@dataclass
 class _Verdict:
     node_conflict: BoolArray
     bind_conflict: BoolArray
+    no_space: BoolArray
     pv_missing: BoolArray
     matches: list[_Match]
     selected: list[PersistentVolumeClaim]
+    provisions: list[_Provision]
 
 
 def _read_claims(pod: Pod, volumes: VolumeState) -> _Claims | str:
@@ -164,6 +194,47 @@ def _static_candidates(
     return prebound, usable
 
 
+def _selector_mask(snapshot: Snapshot, capacity: CSIStorageCapacity) -> BoolArray:
+    """``nodeHasAccess`` over every node: the ``nodeTopology`` selector (none: no node)."""
+    n = snapshot.num_nodes
+    selector = capacity.node_topology
+    if selector is None or selector.selects_nothing:
+        return np.zeros(n, dtype=np.bool_)
+    mask = np.ones(n, dtype=np.bool_)
+    for req in selector.requirements:
+        mask &= snapshot.requirement_mask(req)
+    return mask
+
+
+def _capacity_check(
+    snapshot: Snapshot,
+    volumes: VolumeState,
+    pvc: PersistentVolumeClaim,
+    access: dict[tuple[str, str], BoolArray],
+) -> tuple[list[CSIStorageCapacity], IntArray] | None:
+    """``hasEnoughCapacity`` over every node: the capacities with room for the claim and
+    the first one each node may use (``-1``: none, not enough storage there), or None when
+    nothing is checked (no storage request, no CSIDriver, or one that does not opt in)."""
+    storage_class = volumes.classes.get(pvc.storage_class)
+    if storage_class is None or not pvc.storage_requested:
+        return None
+    driver = volumes.csi_drivers.get(storage_class.provisioner)
+    if driver is None or not driver.storage_capacity:
+        return None
+    size = pvc.request.value()
+    capacities = [
+        c
+        for c in volumes.capacities_of_class(storage_class.name)
+        if (limit := c.volume_limit) is not None and limit.value() >= size
+    ]
+    chosen = np.full(snapshot.num_nodes, -1, dtype=np.int64)
+    for k, capacity in enumerate(capacities):
+        if capacity.key not in access:
+            access[capacity.key] = _selector_mask(snapshot, capacity)
+        chosen[(chosen < 0) & access[capacity.key]] = k
+    return capacities, chosen
+
+
 def _evaluate(snapshot: Snapshot, volumes: VolumeState, claims: _Claims) -> _Verdict:
     n = snapshot.num_nodes
     names = np.asarray(snapshot.node_names, dtype=object)
@@ -184,9 +255,10 @@ def _evaluate(snapshot: Snapshot, volumes: VolumeState, claims: _Claims) -> _Ver
     to_match = sorted(
         (c for c in claims.delayed if c.selected_node is None), key=lambda c: c.request
     )
-    unbound_ok = np.ones(n, dtype=np.bool_)
+    # The selected-node fast path: any other node fails at once, before matching.
+    elsewhere = np.zeros(n, dtype=np.bool_)
     for pvc in selected:
-        unbound_ok &= names == pvc.selected_node
+        elsewhere |= names != pvc.selected_node
 
     provisionable: dict[str, BoolArray] = {}
 
@@ -200,9 +272,6 @@ def _evaluate(snapshot: Snapshot, volumes: VolumeState, claims: _Claims) -> _Ver
                     snapshot, storage_class.allowed_topologies
                 )
         return provisionable[pvc.storage_class]
-
-    for pvc in selected:
-        unbound_ok &= can_provision(pvc)
 
     matches: list[_Match] = []
     taken: dict[str, BoolArray] = {}
@@ -220,8 +289,33 @@ def _evaluate(snapshot: Snapshot, volumes: VolumeState, claims: _Claims) -> _Ver
             here = chosen == k
             taken[pv.name] = taken[pv.name] | here if pv.name in taken else here
         matches.append(_Match(pvc, candidates, chosen))
-        unbound_ok &= (chosen >= 0) | can_provision(pvc)
-    return _Verdict(node_conflict, ~unbound_ok, pv_missing, matches, selected)
+
+    # checkVolumeProvisions, node by node in kube's order: the first claim that cannot be
+    # provisioned there (bind conflict) or has no room (not enough space) decides.
+    bind_conflict = elsewhere.copy()
+    no_space = np.zeros(n, dtype=np.bool_)
+    decided = elsewhere.copy()
+    access: dict[tuple[str, str], BoolArray] = {}
+    provisions: list[_Provision] = []
+    to_provision = [(c, np.ones(n, dtype=np.bool_)) for c in selected]
+    to_provision += [(m.claim, m.chosen < 0) for m in matches]
+    for pvc, needed in to_provision:
+        active = needed & ~decided
+        ok = can_provision(pvc)
+        cannot = active & ~ok
+        bind_conflict |= cannot
+        decided |= cannot
+        check = _capacity_check(snapshot, volumes, pvc, access)
+        if check is None:
+            continue
+        capacities, chosen = check
+        short = active & ok & (chosen < 0)
+        no_space |= short
+        decided |= short
+        provisions.append(_Provision(pvc, needed, capacities, chosen))
+    return _Verdict(
+        node_conflict, bind_conflict, no_space, pv_missing, matches, selected, provisions
+    )
 
 
 class VolumeBinding:
@@ -256,6 +350,7 @@ class VolumeBinding:
             for reason, mask in (
                 (REASON_NODE_CONFLICT, verdict.node_conflict),
                 (REASON_BIND_CONFLICT, verdict.bind_conflict),
+                (REASON_NOT_ENOUGH_SPACE, verdict.no_space),
                 (REASON_PV_NOT_EXIST, verdict.pv_missing),
             )
             if mask.any()
