@@ -263,6 +263,7 @@ def test_default_profile_order_matches_kube_scheduler() -> None:
         "TaintToleration": 3,
         "NodeAffinity": 2,
         "NodeResourcesFit": 1,
+        "VolumeBinding": 1,  # no weight in default_plugins.go: kube takes 1
         "PodTopologySpread": 2,
         "InterPodAffinity": 2,
         "NodeResourcesBalancedAllocation": 1,

@@ -28,11 +28,24 @@ Filter, per node (vectorised over nodes, one pass per claim and PV):
 
 All rejections are UnschedulableAndUnresolvable, like kube's.
 
-No Score yet: kube 1.37 scores with StorageCapacityScoring (off in 1.35-1.36).
+Score, from 1.37 only (StorageCapacityScoring, KEP-4049: alpha and off in 1.35-1.36, where
+kube builds no scorer and skips; beta and on in 1.37): per class, the utilization
+``requested * 100 / capacity`` (100 when the capacity is 0 or too small) goes through the
+``shape`` (default ``(0, 10), (100, 0)``, scores times 10: emptier storage scores higher,
+integer interpolation truncating as Go's), and the node's score is the classes' mean,
+rounded half away from zero. A node where some claim takes an existing PV scores those PVs
+(requests and PV capacities summed per class); any other node scores its provisioned
+claims that found a CSIStorageCapacity (requests summed, the capacity of the last claim's
+object per class, as kube). A node with neither scores 0. Where no feasible node has
+anything to score (no claims, only bound ones, no capacity tracking) kube scores 0
+everywhere, which ranks nothing: Lattice skips. No normalisation; weight 1 (kube's default
+profile). Classes are keyed by the claim's class; kube takes the PV's or the claim's
+``spec.storageClassName``, which differs only where a beta class annotation disagrees.
 
 Where kube is not deterministic or crashes, the choice here: among several
 CSIStorageCapacities with room for a claim on a node kube takes whichever its lister gives
-first (map order), Lattice the first by namespace and name.
+first (map order), Lattice the first by namespace and name; an object with
+``maximumVolumeSize`` but no ``capacity`` scores as capacity 0 (kube dereferences nil).
 
 :meth:`VolumeBinding.volume_plan` is kube's Reserve+PreBind as data: for the chosen node,
 the PVs to bind (claimRef, ``bound-by-controller``) and the claims to annotate with the
@@ -54,7 +67,15 @@ from scheduler.core.framework import (
     FilterResult,
     PreFilterResult,
 )
-from scheduler.core.profile import VOLUME_BINDING, Profile
+from scheduler.core.profile import (
+    DEFAULT_KUBE_MINOR,
+    DEFAULT_VOLUME_SHAPE,
+    MAX_SHAPE_SCORE,
+    STORAGE_CAPACITY_SCORING_SINCE,
+    VOLUME_BINDING,
+    Profile,
+    VolumeBindingArgs,
+)
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.core.volumes import (
     Provisioning,
@@ -85,6 +106,7 @@ REASON_PV_NOT_EXIST: Final = (
 )
 REASON_UNBOUND_IMMEDIATE: Final = "pod has unbound immediate PersistentVolumeClaims"
 _STATE: Final = NAME
+MAX_UTILIZATION: Final = 100
 
 
 @dataclass
@@ -318,8 +340,48 @@ def _evaluate(snapshot: Snapshot, volumes: VolumeState, claims: _Claims) -> _Ver
     )
 
 
+def broken_linear(utilization: IntArray, shape: tuple[tuple[int, int], ...]) -> IntArray:
+    """``BuildBrokenLinearFunction``: the first point at or above the utilization decides;
+    between points, linear in int64 with Go's division (truncating toward zero)."""
+    scores = np.full(utilization.shape, shape[-1][1], dtype=np.int64)
+    done = np.zeros(utilization.shape, dtype=np.bool_)
+    for i, (at, score) in enumerate(shape):
+        here = ~done & (utilization <= at)
+        if i == 0:
+            scores[here] = score
+        else:
+            before, low = shape[i - 1]
+            rise = (score - low) * (utilization[here] - before)
+            run = at - before
+            scores[here] = low + np.sign(rise) * (np.abs(rise) // run)
+        done |= here
+    return scores
+
+
+def utilization_scores(
+    requested: IntArray, capacity: IntArray, shape: tuple[tuple[int, int], ...]
+) -> IntArray:
+    """kube's per-class score: the utilization through the shape; full (100 %) when the
+    capacity is 0 or smaller than the request."""
+    full = (capacity == 0) | (requested > capacity)
+    utilization = np.where(
+        full, MAX_UTILIZATION, requested * MAX_UTILIZATION // np.where(full, 1, capacity)
+    )
+    return broken_linear(utilization, shape)
+
+
 class VolumeBinding:
     name: Final = NAME
+
+    def __init__(
+        self, args: VolumeBindingArgs | None = None, *, kube_minor: int = DEFAULT_KUBE_MINOR
+    ) -> None:
+        args = args or VolumeBindingArgs()
+        self.shape: tuple[tuple[int, int], ...] | None = None
+        """The score's shape in 0..100 scores; None before 1.37 (no scorer in kube)."""
+        if kube_minor >= STORAGE_CAPACITY_SCORING_SINCE:
+            points = args.shape if args.shape is not None else DEFAULT_VOLUME_SHAPE
+            self.shape = tuple((u, score * (100 // MAX_SHAPE_SCORE)) for u, score in points)
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
         volumes = cycle.volumes
@@ -361,6 +423,57 @@ class VolumeBinding:
         codes = np.where(rejected, np.int8(Code.UNSCHEDULABLE_AND_UNRESOLVABLE), np.int8(0))
         return FilterResult(codes.astype(np.int8), reasons)
 
+    def score(self, cycle: Cycle, feasible: BoolArray) -> IntArray | None:
+        """kube's Score with StorageCapacityScoring (see the module docstring)."""
+        shape = self.shape
+        verdict = self._verdict(cycle) if shape is not None else None
+        if shape is None or verdict is None:
+            return None
+        n = cycle.num_nodes
+        static = _Usage(n)
+        for match in verdict.matches:
+            bound = match.chosen >= 0
+            if not bound.any():
+                continue
+            sizes = np.array([pv.capacity.value() for pv in match.candidates], dtype=np.int64)
+            static.add(
+                match.claim.storage_class,
+                bound,
+                match.claim.request.value(),
+                sizes[np.maximum(match.chosen, 0)],
+            )
+        dynamic = _Usage(n)
+        for provision in verdict.provisions:
+            found = provision.needed & (provision.chosen >= 0)
+            if not found.any():
+                continue
+            sizes = np.array(
+                [c.capacity.value() if c.capacity is not None else 0 for c in provision.capacities],
+                dtype=np.int64,
+            )
+            dynamic.add(
+                provision.claim.storage_class,
+                found,
+                provision.claim.request.value(),
+                sizes[np.maximum(provision.chosen, 0)],
+                replace=True,
+            )
+        has_static = static.any()
+        total = np.zeros(n, dtype=np.int64)
+        classes = np.zeros(n, dtype=np.int64)
+        for usage, rows in ((static, has_static), (dynamic, ~has_static)):
+            for present, requested, capacity in usage.classes.values():
+                scored = present & rows
+                total += np.where(scored, utilization_scores(requested, capacity, shape), 0)
+                classes += scored
+        if not (classes[feasible] > 0).any():
+            return None  # kube: 0 on every node
+        # math.Round(total / classes): half away from zero; both are non-negative.
+        scores: IntArray = np.where(
+            classes > 0, (2 * total + classes) // (2 * np.maximum(classes, 1)), 0
+        )
+        return scores
+
     def volume_plan(self, cycle: Cycle, row: int) -> VolumePlan | None:
         verdict = self._verdict(cycle)
         if verdict is None:
@@ -395,6 +508,42 @@ class VolumeBinding:
         return VolumePlan(node, tuple(static), tuple(provisions), claims)
 
 
+class _Usage:
+    """Requested and capacity bytes per storage class per node, for the score."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.classes: dict[str, tuple[BoolArray, IntArray, IntArray]] = {}
+
+    def add(
+        self,
+        storage_class: str,
+        rows: BoolArray,
+        requested: int,
+        capacity: IntArray,
+        *,
+        replace: bool = False,
+    ) -> None:
+        """Count a claim's request at ``rows``; its capacity is added (static PVs) or, with
+        ``replace``, overwrites the class's (kube's ``=`` for provisioned claims)."""
+        if storage_class not in self.classes:
+            self.classes[storage_class] = (
+                np.zeros(self.n, dtype=np.bool_),
+                np.zeros(self.n, dtype=np.int64),
+                np.zeros(self.n, dtype=np.int64),
+            )
+        present, req, cap = self.classes[storage_class]
+        present |= rows
+        req[rows] += requested
+        cap[rows] = capacity[rows] if replace else cap[rows] + capacity[rows]
+
+    def any(self) -> BoolArray:
+        rows = np.zeros(self.n, dtype=np.bool_)
+        for present, _, _ in self.classes.values():
+            rows |= present
+        return rows
+
+
 def plan_volume_bindings(
     snapshot: Snapshot, volumes: VolumeState, pod: Pod, node: str
 ) -> VolumePlan | None:
@@ -422,4 +571,4 @@ def plan_volume_bindings(
 
 
 def new(profile: Profile) -> VolumeBinding:
-    return VolumeBinding()
+    return VolumeBinding(profile.volume_binding, kube_minor=profile.kube_minor)
