@@ -239,10 +239,11 @@ async def _explain(args: argparse.Namespace) -> Explained:
                 _list(st.list_storage_class),
                 _list(st.list_csi_node),
                 _list(st.list_volume_attachment),
+                _list(st.list_csi_driver),
+                _list(st.list_csi_storage_capacity_for_all_namespaces),
             )
-            storage_lists = dict(
-                zip(("pvs", "pvcs", "classes", "csi_nodes", "attachments"), listed, strict=True)
-            )
+            kinds = ("pvs", "pvcs", "classes", "csi_nodes", "attachments", "csi_drivers")
+            storage_lists = dict(zip((*kinds, "capacities"), listed, strict=True))
         custom = client.CustomObjectsApi(api)
         dra_lists: dict[DraKind, list[dict[str, Any]]] = {}
         if (body.get("spec") or {}).get("resourceClaims"):

@@ -30,7 +30,8 @@ PodDisruptionBudgets are kept whole by the scheduler (preemption reads their sta
 pod's status-only change still reaches :meth:`Scheduler.bound_pod_unchanged`, which keeps the
 pod's preemption facts (start time, terminating by preemption) current.
 
-Storage objects (PVs, claims, StorageClasses, CSINodes, VolumeAttachments) go to
+Storage objects (PVs, claims, StorageClasses, CSINodes, VolumeAttachments, CSIDrivers,
+CSIStorageCapacities) go to
 :class:`~scheduler.control.storage.Storage` through the scheduler, which wakes the pods
 with claims on each change; DRA objects (DeviceClasses, ResourceSlices, ResourceClaims, and
 DeviceTaintRules where served) go to :class:`~scheduler.control.dra.DraObjects` the same way
@@ -93,6 +94,8 @@ _ORDER: Final = (
     intake.STORAGE_CLASSES,
     intake.CSI_NODES,
     intake.VOLUME_ATTACHMENTS,
+    intake.CSI_DRIVERS,
+    intake.CSI_STORAGE_CAPACITIES,
     intake.DEVICE_CLASSES,
     intake.DEVICE_TAINT_RULES,
     intake.RESOURCE_SLICES,
@@ -107,6 +110,8 @@ _STORAGE: Final = {
     intake.STORAGE_CLASSES: Kind.CLASS,
     intake.CSI_NODES: Kind.CSI_NODE,
     intake.VOLUME_ATTACHMENTS: Kind.ATTACHMENT,
+    intake.CSI_DRIVERS: Kind.CSI_DRIVER,
+    intake.CSI_STORAGE_CAPACITIES: Kind.CAPACITY,
 }
 _DRA: Final = {
     intake.DEVICE_CLASSES: DraKind.CLASS,

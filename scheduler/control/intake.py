@@ -170,6 +170,8 @@ PVS: Final = "persistentvolumes"
 PVCS: Final = "persistentvolumeclaims"
 STORAGE_CLASSES: Final = "storageclasses.storage.k8s.io"
 CSI_NODES: Final = "csinodes.storage.k8s.io"
+CSI_DRIVERS: Final = "csidrivers.storage.k8s.io"
+CSI_STORAGE_CAPACITIES: Final = "csistoragecapacities.storage.k8s.io"
 VOLUME_ATTACHMENTS: Final = "volumeattachments.storage.k8s.io"
 DEVICE_CLASSES: Final = "deviceclasses.resource.k8s.io"
 RESOURCE_CLAIMS: Final = "resourceclaims.resource.k8s.io"
@@ -298,7 +300,9 @@ def pod_disruption_budgets() -> Resource:
 
 def storage() -> list[Resource]:
     """What the volume plugins read: PVs, claims (every namespace), StorageClasses,
-    CSINodes (attach limits) and VolumeAttachments (volumes attached to a node)."""
+    CSINodes (attach limits), VolumeAttachments (volumes attached to a node), CSIDrivers
+    (capacity tracking, drivers that must be installed) and CSIStorageCapacities (every
+    namespace: what a driver can still provision where)."""
     return [
         Resource(key=PVS, group="", version="v1", plural="persistentvolumes"),
         Resource(key=PVCS, group="", version="v1", plural="persistentvolumeclaims"),
@@ -308,6 +312,13 @@ def storage() -> list[Resource]:
         Resource(key=CSI_NODES, group="storage.k8s.io", version="v1", plural="csinodes"),
         Resource(
             key=VOLUME_ATTACHMENTS, group="storage.k8s.io", version="v1", plural="volumeattachments"
+        ),
+        Resource(key=CSI_DRIVERS, group="storage.k8s.io", version="v1", plural="csidrivers"),
+        Resource(
+            key=CSI_STORAGE_CAPACITIES,
+            group="storage.k8s.io",
+            version="v1",
+            plural="csistoragecapacities",
         ),
     ]
 

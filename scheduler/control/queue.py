@@ -151,8 +151,8 @@ class ClusterEventType(enum.StrEnum):
     POD_DELETED = "AssignedPodDeleted"
     """A bound pod went away and freed its resources."""
     STORAGE_CHANGED = "StorageChanged"
-    """A PersistentVolume, claim, StorageClass, CSINode or VolumeAttachment changed: only
-    pods with claims can be concerned."""
+    """A PersistentVolume, claim, StorageClass, CSINode, VolumeAttachment, CSIDriver or
+    CSIStorageCapacity changed: only pods with claims can be concerned."""
     DRA_CHANGED = "ResourceClaimOrSliceChanged"
     """A DeviceClass, ResourceClaim or ResourceSlice changed: only pods with resource
     claims can be concerned (kube registers DynamicResources for these)."""

@@ -219,7 +219,8 @@ class Scheduler:
         )
         """NodeTopology and NodeResourceTopology reports: devices and load."""
         self.storage = Storage(self.cache.volumes, log=self.log)
-        """PVs, claims, StorageClasses, CSINodes, VolumeAttachments, and the PreBind waits."""
+        """PVs, claims, StorageClasses, CSINodes, VolumeAttachments, CSIDrivers,
+        CSIStorageCapacities, and the PreBind waits."""
         self.dra = DraObjects(self.cache.dra, log=self.log)
         """DeviceClasses, ResourceClaims, ResourceSlices: what DynamicResources reads."""
         self._prebinding: dict[str, bool] = {}

@@ -1,10 +1,10 @@
 """Storage objects from the watch, and VolumeBinding's PreBind wait, for `lattice run`.
 
 The volume plugins read a :class:`~scheduler.core.volumes.VolumeState`; this keeps it
-current from five streams (PersistentVolumes, PersistentVolumeClaims, StorageClasses,
-CSINodes, VolumeAttachments). An object that does not parse is logged, dropped from the
-state (as if it did not exist: a claim that cannot be read cannot be bound) and listed in
-:attr:`Storage.broken`; it never stops the stream.
+current from seven streams (PersistentVolumes, PersistentVolumeClaims, StorageClasses,
+CSINodes, VolumeAttachments, CSIDrivers, CSIStorageCapacities). An object that does not
+parse is logged, dropped from the state (as if it did not exist: a claim that cannot be
+read cannot be bound) and listed in :attr:`Storage.broken`; it never stops the stream.
 
 After a decision with a :class:`~scheduler.core.volumes.VolumePlan`, the scheduler writes
 the plan's patches and then waits here, as kube's PreBind does (``checkBindings``), until
@@ -25,7 +25,9 @@ from scheduler.core.volumes import VolumePlan, VolumeState
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.volume import (
     SELECTED_NODE,
+    CSIDriver,
     CSINode,
+    CSIStorageCapacity,
     PersistentVolume,
     PersistentVolumeClaim,
     StorageClass,
@@ -45,6 +47,8 @@ class Kind(enum.StrEnum):
     CLASS = "storageclass"
     CSI_NODE = "csinode"
     ATTACHMENT = "volumeattachment"
+    CSI_DRIVER = "csidriver"
+    CAPACITY = "csistoragecapacity"
 
 
 def _meta(body: Body) -> tuple[str, str]:
@@ -53,11 +57,14 @@ def _meta(body: Body) -> tuple[str, str]:
 
 
 def object_key(kind: Kind, body: Body) -> str:
-    """``namespace/name`` for claims, ``name`` for the cluster-scoped kinds."""
+    """``namespace/name`` for claims and capacities, ``name`` for the cluster-scoped kinds."""
     namespace, name = _meta(body)
-    if kind is Kind.PVC:
+    if kind in _NAMESPACED:
         return f"{namespace or 'default'}/{name}"
     return name
+
+
+_NAMESPACED: Final = frozenset({Kind.PVC, Kind.CAPACITY})
 
 
 class Storage:
@@ -101,6 +108,8 @@ class Storage:
             Kind.CLASS: lambda: set(v.classes),
             Kind.CSI_NODE: lambda: set(v.csi_nodes),
             Kind.ATTACHMENT: lambda: set(v.attachments),
+            Kind.CSI_DRIVER: lambda: set(v.csi_drivers),
+            Kind.CAPACITY: lambda: {f"{ns}/{name}" for ns, name in v.capacities},
         }
         broken = {k.split("/", 1)[1] for k in self.broken if k.startswith(f"{kind}/")}
         return known[kind]() | broken
@@ -115,6 +124,10 @@ class Storage:
             v.set_class(StorageClass.from_api(body))
         elif kind is Kind.CSI_NODE:
             v.set_csi_node(CSINode.from_api(body))
+        elif kind is Kind.CSI_DRIVER:
+            v.set_csi_driver(CSIDriver.from_api(body))
+        elif kind is Kind.CAPACITY:
+            v.set_capacity(CSIStorageCapacity.from_api(body))
         else:
             v.set_attachment(VolumeAttachment.from_api(body))
 
@@ -123,12 +136,17 @@ class Storage:
         if kind is Kind.PVC:
             namespace, name = key.split("/", 1)
             v.remove_pvc(namespace, name)
+        elif kind is Kind.CAPACITY:
+            namespace, name = key.split("/", 1)
+            v.remove_capacity(namespace, name)
         elif kind is Kind.PV:
             v.remove_pv(key)
         elif kind is Kind.CLASS:
             v.remove_class(key)
         elif kind is Kind.CSI_NODE:
             v.remove_csi_node(key)
+        elif kind is Kind.CSI_DRIVER:
+            v.remove_csi_driver(key)
         else:
             v.remove_attachment(key)
 

@@ -97,6 +97,37 @@ class InterPodAffinityArgs:
             raise ValueError("hard_pod_affinity_weight must be within 0..100")
 
 
+STORAGE_CAPACITY_SCORING_SINCE: Final = 37
+"""StorageCapacityScoring (KEP-4049) is beta and on from 1.37 (alpha and off in 1.35-1.36):
+VolumeBinding scores only from then on, and takes a ``shape`` only then."""
+MAX_SHAPE_SCORE: Final = 10
+"""kube's ``MaxCustomPriorityScore``: shape scores are 0..10, scaled by 10 to 0..100."""
+DEFAULT_VOLUME_SHAPE: Final = ((0, MAX_SHAPE_SCORE), (100, 0))
+"""kube's default VolumeBindingArgs shape from 1.37: emptier storage scores higher."""
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeBindingArgs:
+    shape: tuple[tuple[int, int], ...] | None = None
+    """(utilization %, score 0..10) points of VolumeBinding's score; None is the release's
+    default (:data:`DEFAULT_VOLUME_SHAPE` from 1.37, no score before)."""
+
+    def __post_init__(self) -> None:
+        """kube's ``validateFunctionShape``."""
+        if self.shape is None:
+            return
+        if not self.shape:
+            raise ValueError("VolumeBinding.shape: at least one point must be specified")
+        for (before, _), (after, _) in zip(self.shape, self.shape[1:], strict=False):
+            if before >= after:
+                raise ValueError("VolumeBinding.shape: utilizations must increase")
+        for utilization, score in self.shape:
+            if not 0 <= utilization <= 100:
+                raise ValueError(f"VolumeBinding.shape: utilization {utilization} not in 0..100")
+            if not 0 <= score <= MAX_SHAPE_SCORE:
+                raise ValueError(f"VolumeBinding.shape: score {score} not in 0..{MAX_SHAPE_SCORE}")
+
+
 class GpuAlignment(StrEnum):
     """How hard a pod asks for its devices to sit together (``lattice.dev/gpu-alignment``)."""
 
@@ -209,6 +240,7 @@ DEFAULT_SCORES: Final = (
     (TAINT_TOLERATION, 3),
     (NODE_AFFINITY, 2),
     (NODE_RESOURCES_FIT, 1),
+    (VOLUME_BINDING, 1),
     (POD_TOPOLOGY_SPREAD, 2),
     (INTER_POD_AFFINITY, 2),
     (DYNAMIC_RESOURCES, 2),
@@ -224,6 +256,9 @@ LoadAware's weight 3 lets a 20-point load difference (a node at 70 % against one
 outweigh the requests-based scores (NodeResourcesFit and BalancedAllocation, weight 1 each),
 which cannot see load placed by others: diluting the load score is how load-aware schedulers
 end up placing on hot nodes.
+
+VolumeBinding is in kube's default profile without a weight, which kube takes as 1; it
+scores only from 1.37 (StorageCapacityScoring) and skips every pod before.
 
 GPUPlacement's weight 5 puts a GPU pod's node choice first (its 0..100 spread over the
 feasible nodes outweighs LeastAllocated and BalancedAllocation together), level with device
@@ -258,9 +293,11 @@ class Profile:
     load_aware: LoadAwareArgs = field(default_factory=LoadAwareArgs)
     gpu_placement: GpuPlacementArgs = field(default_factory=GpuPlacementArgs)
     dynamic_resources: DynamicResourcesArgs = field(default_factory=DynamicResourcesArgs)
+    volume_binding: VolumeBindingArgs = field(default_factory=VolumeBindingArgs)
     kube_minor: int = DEFAULT_KUBE_MINOR
     """The Kubernetes 1.x release whose kube-scheduler this profile mirrors. Plugins whose
-    behaviour changed between releases (BalancedAllocation in 1.36) follow it, so Lattice
+    behaviour changed between releases (BalancedAllocation in 1.36; VolumeBinding's score
+    and NodeVolumeLimits' missing-driver check in 1.37) follow it, so Lattice
     scores as the cluster's own kube-scheduler would."""
 
     def __post_init__(self) -> None:
@@ -272,6 +309,15 @@ class Profile:
             raise ValueError(
                 f"profile {self.name!r}: Kubernetes 1.{self.kube_minor} is not a supported"
                 f" release (1.{OLDEST_KUBE_MINOR} to 1.{NEWEST_KUBE_MINOR})"
+            )
+        if (
+            self.volume_binding.shape is not None
+            and self.kube_minor < STORAGE_CAPACITY_SCORING_SINCE
+        ):
+            # kube refuses the field while StorageCapacityScoring is off.
+            raise ValueError(
+                f"profile {self.name!r}: VolumeBinding.shape needs StorageCapacityScoring,"
+                f" off in Kubernetes 1.{self.kube_minor}"
             )
         if len(set(self.filters)) != len(self.filters):
             raise ValueError(f"duplicate filter plugins in profile {self.name!r}")

@@ -4,7 +4,8 @@ Like :class:`~scheduler.core.topology.state.TopologyState`, the Snapshot stays a
 storage lives here, handed to each cycle (``Cycle(..., volumes=state)``):
 
 * PersistentVolumes by name, PersistentVolumeClaims by (namespace, name), StorageClasses,
-  CSINodes by node name, VolumeAttachments;
+  CSINodes by node name, VolumeAttachments, CSIDrivers by name, CSIStorageCapacities by
+  (namespace, name) and by StorageClass;
 * which placed pods use which claims (``persistentVolumeClaim`` sources only, as kube's
   ``PVCRefCounts``): VolumeRestrictions asks "is this ReadWriteOncePod claim in use?" once
   per pod instead of scanning every node;
@@ -33,7 +34,9 @@ from scheduler.model.volume import (
     READ_WRITE_ONCE_POD,
     SELECTED_NODE,
     ClaimRef,
+    CSIDriver,
     CSINode,
+    CSIStorageCapacity,
     PersistentVolume,
     PersistentVolumeClaim,
     StorageClass,
@@ -139,6 +142,9 @@ class VolumeState:
         self.classes: dict[str, StorageClass] = {}
         self.csi_nodes: dict[str, CSINode] = {}
         self.attachments: dict[str, VolumeAttachment] = {}
+        self.csi_drivers: dict[str, CSIDriver] = {}
+        self.capacities: dict[ClaimKey, CSIStorageCapacity] = {}
+        self._capacities_by_class: dict[str, dict[ClaimKey, CSIStorageCapacity]] = {}
         self._pod_claims: dict[str, tuple[ClaimKey, ...]] = {}
         self._claim_users: Counter[ClaimKey] = Counter()
         self._pvs_by_class: dict[str, dict[str, PersistentVolume]] = {}
@@ -201,6 +207,29 @@ class VolumeState:
 
     def remove_attachment(self, name: str) -> None:
         self.attachments.pop(name, None)
+
+    def set_csi_driver(self, driver: CSIDriver) -> None:
+        self.csi_drivers[driver.name] = driver
+
+    def remove_csi_driver(self, name: str) -> None:
+        self.csi_drivers.pop(name, None)
+
+    def set_capacity(self, capacity: CSIStorageCapacity) -> None:
+        self.remove_capacity(*capacity.key)
+        self.capacities[capacity.key] = capacity
+        self._capacities_by_class.setdefault(capacity.storage_class, {})[capacity.key] = capacity
+
+    def remove_capacity(self, namespace: str, name: str) -> None:
+        old = self.capacities.pop((namespace, name), None)
+        if old is not None:
+            self._capacities_by_class.get(old.storage_class, {}).pop(old.key, None)
+
+    def capacities_of_class(self, storage_class: str) -> list[CSIStorageCapacity]:
+        """The class's CSIStorageCapacities by (namespace, name). kube walks its lister in
+        map order, so when several have room for a claim on a node it takes any of them;
+        this order makes the choice (and the score that reads it) repeatable."""
+        found = self._capacities_by_class.get(storage_class, {})
+        return [found[key] for key in sorted(found)]
 
     # ------------------------------------------------------------- pods' claims
     def add_pod(self, pod: Pod) -> None:
@@ -280,6 +309,8 @@ def volume_state_from_api(
     classes: Iterable[Mapping[str, Any]] = (),
     csi_nodes: Iterable[Mapping[str, Any]] = (),
     attachments: Iterable[Mapping[str, Any]] = (),
+    csi_drivers: Iterable[Mapping[str, Any]] = (),
+    capacities: Iterable[Mapping[str, Any]] = (),
     placed_pods: Iterable[Pod] = (),
 ) -> BuiltVolumes:
     """A one-off VolumeState from raw lists (explain, tests); unreadable objects are listed."""
@@ -294,6 +325,12 @@ def volume_state_from_api(
             "volumeattachment",
             attachments,
             lambda b: state.set_attachment(VolumeAttachment.from_api(b)),
+        ),
+        ("csidriver", csi_drivers, lambda b: state.set_csi_driver(CSIDriver.from_api(b))),
+        (
+            "csistoragecapacity",
+            capacities,
+            lambda b: state.set_capacity(CSIStorageCapacity.from_api(b)),
         ),
     )
     for kind, bodies, add in sources:

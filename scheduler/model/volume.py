@@ -1,4 +1,5 @@
-"""Storage objects the volume plugins read: PVs, PVCs, StorageClasses, CSINodes, attachments.
+"""Storage objects the volume plugins read: PVs, PVCs, StorageClasses, CSINodes, attachments,
+CSIDrivers and CSIStorageCapacities.
 
 Each record keeps only what kube-scheduler's VolumeBinding, VolumeZone, VolumeRestrictions
 and NodeVolumeLimits look at, parsed once from the API body so a plugin never touches raw
@@ -182,6 +183,8 @@ class PersistentVolumeClaim:
     storage_class: str = ""
     request: Quantity = ZERO
     """``spec.resources.requests.storage`` (zero when unset, as Go's zero Quantity)."""
+    storage_requested: bool = True
+    """The request is set: kube's capacity check skips a claim without one."""
     access_modes: tuple[str, ...] = ()
     volume_mode: str = FILESYSTEM
     selector: LabelSelector | None = None
@@ -217,6 +220,7 @@ class PersistentVolumeClaim:
             uid=string(metadata.get("uid"), "metadata.uid"),
             storage_class=_class_of(metadata, spec),
             request=request if request is not None else ZERO,
+            storage_requested=request is not None,
             access_modes=_access_modes(spec.get("accessModes"), "spec.accessModes"),
             volume_mode=_volume_mode(spec.get("volumeMode"), "spec.volumeMode"),
             selector=selector,
@@ -362,6 +366,83 @@ class VolumeAttachment:
             node_name=string(spec.get("nodeName"), "spec.nodeName"),
             pv_name=None if pv is None else string(pv, "spec.source.persistentVolumeName"),
         )
+
+
+def _flag(raw: object, path: str) -> bool:
+    """An optional boolean (``*bool``): unset is false, as every reader in kube treats it."""
+    if raw is None:
+        return False
+    if not isinstance(raw, bool):
+        raise InvalidObjectError(path, raw, "must be true or false")
+    return raw
+
+
+@dataclass(frozen=True, slots=True)
+class CSIDriver:
+    """A CSI driver's opt-ins the scheduler reads (the object is named after the driver)."""
+
+    name: str
+    storage_capacity: bool = False
+    """``spec.storageCapacity``: VolumeBinding checks CSIStorageCapacity for its classes."""
+    prevent_pod_scheduling_if_missing: bool = False
+    """``spec.preventPodSchedulingIfMissing`` (KEP-5030): NodeVolumeLimits rejects nodes
+    whose CSINode does not list the driver (VolumeLimitScaling, on from 1.37)."""
+
+    @classmethod
+    def from_api(cls, body: Mapping[str, Any]) -> CSIDriver:
+        metadata = mapping(body.get("metadata"), "metadata")
+        spec = mapping(body.get("spec"), "spec")
+        return cls(
+            name=_name(metadata, "CSIDriver"),
+            storage_capacity=_flag(spec.get("storageCapacity"), "spec.storageCapacity"),
+            prevent_pod_scheduling_if_missing=_flag(
+                spec.get("preventPodSchedulingIfMissing"), "spec.preventPodSchedulingIfMissing"
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class CSIStorageCapacity:
+    """What a CSI driver can still provision for one StorageClass on the nodes its
+    ``nodeTopology`` selects (``storage.k8s.io/v1``)."""
+
+    namespace: str
+    name: str
+    storage_class: str
+    node_topology: LabelSelector | None = None
+    """None: the object names no nodes (kube: no node has access)."""
+    capacity: Quantity | None = None
+    maximum_volume_size: Quantity | None = None
+
+    @classmethod
+    def from_api(cls, body: Mapping[str, Any]) -> CSIStorageCapacity:
+        metadata = mapping(body.get("metadata"), "metadata")
+        topology = body.get("nodeTopology")
+        capacity = body.get("capacity")
+        largest = body.get("maximumVolumeSize")
+        return cls(
+            namespace=string(metadata.get("namespace"), "metadata.namespace") or "default",
+            name=_name(metadata, "CSIStorageCapacity"),
+            storage_class=string(body.get("storageClassName"), "storageClassName"),
+            node_topology=(
+                None if topology is None else LabelSelector.from_api(topology, field="nodeTopology")
+            ),
+            capacity=None if capacity is None else Quantity.parse(capacity, field="capacity"),
+            maximum_volume_size=(
+                None if largest is None else Quantity.parse(largest, field="maximumVolumeSize")
+            ),
+        )
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def volume_limit(self) -> Quantity | None:
+        """``volumeLimit``: the largest volume it can create, else its whole capacity."""
+        if self.maximum_volume_size is not None:
+            return self.maximum_volume_size
+        return self.capacity
 
 
 def zone_values(value: str) -> frozenset[str] | None:

@@ -23,7 +23,15 @@ from scheduler.model.volume import BIND_COMPLETED, SELECTED_NODE
 from scheduler.obs.metrics import Metrics
 from tests.builders import make_node, make_pod
 from tests.control.test_gangs import FakeWriter, member, podgroup, run_one
-from tests.e2e.differential.volumes_objects import claim_volume, pv, pvc, storage_class
+from tests.e2e.differential.volumes_objects import (
+    HOSTNAME,
+    claim_volume,
+    csi_driver,
+    pv,
+    pvc,
+    storage_capacity,
+    storage_class,
+)
 
 _rv = iter(range(100, 10_000_000))
 
@@ -219,6 +227,38 @@ async def test_a_missing_claim_waits_until_the_storage_arrives() -> None:
     cycle(sched, "p")
     await settle()
     assert [p.name for p in writer.volume_patches] == ["pv-a"]
+
+
+async def test_a_claim_to_provision_waits_for_a_storage_capacity_with_room() -> None:
+    """CSIDrivers and CSIStorageCapacities from the watch (capacities keyed namespace/name):
+    no room anywhere leaves the pod unschedulable; room on n2 wakes it and it goes there."""
+    sched, writer = setup()
+    driver = "csi.example.com"
+    sched.storage_upserted(Kind.CLASS, versioned(storage_class("fast", provisioner=driver)))
+    sched.storage_upserted(Kind.CSI_DRIVER, versioned(csi_driver(driver, storage_capacity=True)))
+    small = storage_capacity("n2-fast", "fast", "1Gi", nodes={HOSTNAME: "n2"})
+    sched.storage_upserted(Kind.CAPACITY, versioned(small))
+    sched.storage_upserted(Kind.PVC, versioned(pvc("data", storage_class="fast"), uid="claim-1"))
+    sched.pod_upserted(claimant("p", "data"))
+    cycle(sched, "p")
+    await settle()
+    ((reason, message),) = conditions(writer, "p")
+    assert reason == "Unschedulable"
+    assert "3 node(s) did not have enough free storage" in message
+    assert sched.storage.keys(Kind.CAPACITY) == {"kube-system/n2-fast"}
+
+    roomy = storage_capacity("n2-fast", "fast", "100Gi", nodes={HOSTNAME: "n2"})
+    sched.storage_upserted(Kind.CAPACITY, versioned(roomy))
+    assert sched.queue.counts().get(QueueName.UNSCHEDULABLE, 0) == 0
+    sched.queue.flush(now=float("inf"))
+    cycle(sched, "p")
+    await settle()
+    (patch,) = writer.volume_patches
+    assert patch.body["metadata"]["annotations"][SELECTED_NODE] == "n2"
+    sched.storage_deleted(Kind.CAPACITY, roomy)
+    sched.storage_deleted(Kind.CSI_DRIVER, csi_driver(driver))
+    assert not sched.cache.volumes.capacities
+    assert not sched.cache.volumes.csi_drivers
 
 
 async def test_a_claim_deleted_while_waiting_fails_the_prebind() -> None:

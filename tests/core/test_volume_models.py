@@ -15,14 +15,24 @@ from scheduler.core.volumes import VolumeState, volume_state_from_api
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.quantity import Quantity
 from scheduler.model.volume import (
+    CSIDriver,
     CSINode,
+    CSIStorageCapacity,
     PersistentVolume,
     PersistentVolumeClaim,
     StorageClass,
     zone_values,
 )
 from tests.builders import make_pod
-from tests.e2e.differential.volumes_objects import claim_volume, csi_node, pv, pvc, storage_class
+from tests.e2e.differential.volumes_objects import (
+    claim_volume,
+    csi_driver,
+    csi_node,
+    pv,
+    pvc,
+    storage_capacity,
+    storage_class,
+)
 
 
 def test_round_trip_of_the_fields_the_plugins_read() -> None:
@@ -57,6 +67,55 @@ def _with(body: dict[str, Any], path: str, value: object) -> dict[str, Any]:
     return body
 
 
+def test_csi_driver_and_storage_capacity_fields() -> None:
+    """Unset ``*bool`` opt-ins are false; a capacity without ``nodeTopology`` reaches no node
+    and one with ``{}`` every node (``LabelSelectorAsSelector``); ``maximumVolumeSize`` is
+    the limit when set (``volumeLimit``)."""
+    plain = CSIDriver.from_api(csi_driver("d"))
+    assert (plain.storage_capacity, plain.prevent_pod_scheduling_if_missing) == (False, False)
+    opted = CSIDriver.from_api(csi_driver("d", storage_capacity=True, required=True))
+    assert (opted.storage_capacity, opted.prevent_pod_scheduling_if_missing) == (True, True)
+    nowhere = CSIStorageCapacity.from_api(storage_capacity("c", "s", "10Gi"))
+    assert nowhere.node_topology is None
+    assert nowhere.key == ("kube-system", "c")
+    assert nowhere.volume_limit == Quantity.parse("10Gi")
+    everywhere = CSIStorageCapacity.from_api(
+        storage_capacity("c", "s", "10Gi", nodes={}, maximum="2Gi")
+    )
+    assert everywhere.node_topology is not None
+    assert everywhere.node_topology.matches({})
+    assert everywhere.volume_limit == Quantity.parse("2Gi")
+    unknown = CSIStorageCapacity.from_api(storage_capacity("c", "s", None, nodes={}))
+    assert unknown.volume_limit is None
+    assert PersistentVolumeClaim.from_api(pvc("c")).storage_requested
+    unrequested = pvc("c")
+    del unrequested["spec"]["resources"]
+    assert not PersistentVolumeClaim.from_api(unrequested).storage_requested
+
+
+def test_capacities_are_kept_by_class_in_name_order() -> None:
+    built = volume_state_from_api(
+        csi_drivers=[csi_driver("d")],
+        capacities=[
+            storage_capacity("b", "fast", "1Gi", nodes={}),
+            storage_capacity("a", "fast", "1Gi", nodes={}),
+            storage_capacity("c", "slow", "1Gi", nodes={}),
+        ],
+    )
+    volumes = built.state
+    assert not built.skipped
+    assert list(volumes.csi_drivers) == ["d"]
+    assert [c.name for c in volumes.capacities_of_class("fast")] == ["a", "b"]
+    moved = CSIStorageCapacity.from_api(storage_capacity("a", "slow", "1Gi", nodes={}))
+    volumes.set_capacity(moved)
+    assert [c.name for c in volumes.capacities_of_class("fast")] == ["b"]
+    assert [c.name for c in volumes.capacities_of_class("slow")] == ["a", "c"]
+    volumes.remove_capacity("kube-system", "a")
+    assert [c.name for c in volumes.capacities_of_class("slow")] == ["c"]
+    volumes.remove_csi_driver("d")
+    assert not volumes.csi_drivers
+
+
 @pytest.mark.parametrize(
     ("parse", "body", "field"),
     [
@@ -87,6 +146,26 @@ def _with(body: dict[str, Any], path: str, value: object) -> dict[str, Any]:
             CSINode.from_api,
             _with(csi_node("n", {}), "spec.drivers", [{"name": "d", "allocatable": {"count": -1}}]),
             "spec.drivers[0].allocatable.count",
+        ),
+        (
+            CSIDriver.from_api,
+            csi_driver("d", storage_capacity=True) | {"spec": {"storageCapacity": "yes"}},
+            "spec.storageCapacity",
+        ),
+        (
+            CSIDriver.from_api,
+            _with(csi_driver("d"), "spec.preventPodSchedulingIfMissing", 1),
+            "spec.preventPodSchedulingIfMissing",
+        ),
+        (
+            CSIStorageCapacity.from_api,
+            storage_capacity("c", "s", "ten gigs", nodes={}),
+            "capacity",
+        ),
+        (
+            CSIStorageCapacity.from_api,
+            storage_capacity("c", "s", "1Gi", maximum="-", nodes={}),
+            "maximumVolumeSize",
         ),
     ],
 )

@@ -1,4 +1,4 @@
-"""NodeVolumeLimits: a node's CSI attach limits bound the unique volumes per driver (kube 1.34).
+"""NodeVolumeLimits: CSI attach limits bound the unique volumes per driver (kube 1.35-1.37).
 
 Each claim of a pod becomes ``driver/handle``: from the bound PV's ``spec.csi``, or, for a
 claim without a PV yet, from its StorageClass's provisioner with a handle unique to the
@@ -15,6 +15,13 @@ there and the node's VolumeAttachments are counted once each (a volume shared wi
 the node costs nothing more); if any driver would exceed its count the node is
 Unschedulable "node(s) exceed max volume count".
 
+From 1.37 (VolumeLimitScaling, KEP-5030: alpha and off in 1.35-1.36, beta and on in 1.37),
+before the limits: a node whose CSINode (if any) does not list a driver of the pod's new
+volumes is Unschedulable "<driver> CSI driver is not installed on the node" when that
+driver's CSIDriver sets ``preventPodSchedulingIfMissing``; a driver without a CSIDriver
+object, or without the flag, is let through as before. kube names the first such driver in
+map order; Lattice the first in the pod's volume order.
+
 An EBS ``volumeID`` kube cannot translate (``aws://`` with no ``vol-...`` ID) is an error
 in kube that aborts the pod's whole attempt; here every candidate node rejects the pod
 (UnschedulableAndUnresolvable) with kube's message, so it is never bound either.
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Final
 from urllib.parse import unquote
 
@@ -40,7 +48,7 @@ from scheduler.core.framework import (
     FilterResult,
     PreFilterResult,
 )
-from scheduler.core.profile import NODE_VOLUME_LIMITS, Profile
+from scheduler.core.profile import DEFAULT_KUBE_MINOR, NODE_VOLUME_LIMITS, Profile
 from scheduler.core.snapshot import BoolArray
 from scheduler.core.volumes import VolumeState, ephemeral_owner_error, pod_claims
 from scheduler.model.pod import EPHEMERAL, Pod, StorageVolume
@@ -48,6 +56,8 @@ from scheduler.model.volume import CSINode, PersistentVolumeClaim, VolumeAttachm
 
 NAME: Final = NODE_VOLUME_LIMITS
 REASON: Final = "node(s) exceed max volume count"
+VOLUME_LIMIT_SCALING_SINCE: Final = 37
+"""VolumeLimitScaling is beta and on from 1.37 (alpha and off in 1.35-1.36)."""
 UNBOUND_PREFIX: Final = "lattice-unbound"
 """Stands for kube's random prefix of unbound claims' handles (never a real handle)."""
 _MIGRATED_WITH_CSINODE: Final = {
@@ -187,8 +197,16 @@ def attachable_volumes(
     return out
 
 
+def driver_missing(driver: str) -> str:
+    """kube's reason for a node without a driver that must be there (Unschedulable)."""
+    return f"{driver} CSI driver is not installed on the node"
+
+
 class NodeVolumeLimits:
     name: Final = NAME
+
+    def __init__(self, *, kube_minor: int = DEFAULT_KUBE_MINOR) -> None:
+        self.drivers_required = kube_minor >= VOLUME_LIMIT_SCALING_SINCE
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
         if cycle.volumes is None or not (pod_claims(cycle.pod) or may_count_inline(cycle.pod)):
@@ -211,6 +229,7 @@ class NodeVolumeLimits:
         snap = cycle.snapshot
         exceeded = np.zeros(snap.num_nodes, dtype=np.bool_)
         messages: dict[str, BoolArray] = {}
+        missing: dict[str, BoolArray] = {}
         for row in np.flatnonzero(candidates).tolist():
             try:
                 verdict = self._node_verdict(cycle, volumes, row)
@@ -218,30 +237,47 @@ class NodeVolumeLimits:
                 # kube: an Error status, which ends the whole attempt at the first such node.
                 rejected = np.array(candidates[: snap.num_nodes], dtype=np.bool_)
                 return FilterResult.from_mask(rejected, str(e), Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
-            if isinstance(verdict, str):
+            if isinstance(verdict, _Missing):
+                mask = missing.setdefault(verdict.reason, np.zeros(snap.num_nodes, dtype=np.bool_))
+                mask[row] = True
+            elif isinstance(verdict, str):
                 messages.setdefault(verdict, np.zeros(snap.num_nodes, dtype=np.bool_))[row] = True
             else:
                 exceeded[row] = verdict
+        unschedulable = exceeded.copy()
+        for mask in missing.values():
+            unschedulable |= mask
         unresolvable = np.zeros(snap.num_nodes, dtype=np.bool_)
         for mask in messages.values():
             unresolvable |= mask
-        if not exceeded.any() and not unresolvable.any():
+        if not unschedulable.any() and not unresolvable.any():
             return None
-        codes = np.where(exceeded, np.int8(Code.UNSCHEDULABLE), np.int8(0))
+        codes = np.where(unschedulable, np.int8(Code.UNSCHEDULABLE), np.int8(0))
         codes = np.where(unresolvable, np.int8(Code.UNSCHEDULABLE_AND_UNRESOLVABLE), codes)
-        reasons = tuple(messages.items()) + (((REASON, exceeded),) if exceeded.any() else ())
+        reasons = (
+            tuple(messages.items())
+            + tuple(missing.items())
+            + (((REASON, exceeded),) if exceeded.any() else ())
+        )
         return FilterResult(codes.astype(np.int8), reasons)
 
-    def _node_verdict(self, cycle: Cycle, volumes: VolumeState, row: int) -> bool | str:
-        """Whether the pod's new volumes exceed a driver's count on the node at ``row``, or
-        why the pod's claims cannot be counted (UnschedulableAndUnresolvable there)."""
+    def _node_verdict(self, cycle: Cycle, volumes: VolumeState, row: int) -> bool | str | _Missing:
+        """Whether the pod's new volumes exceed a driver's count on the node at ``row``, a
+        driver that must be on the node and is not (Unschedulable), or why the pod's claims
+        cannot be counted (UnschedulableAndUnresolvable there)."""
         snap, pod = cycle.snapshot, cycle.pod
         name = snap.node_names[row]
         csi_node = volumes.csi_nodes.get(name)
         new = attachable_volumes(pod, volumes, csi_node, incoming=True)
         if isinstance(new, str):
             return new
-        if not new or csi_node is None or not csi_node.limits:
+        if not new:
+            return False
+        if self.drivers_required:
+            for driver in dict.fromkeys(new.values()):
+                if self._driver_missing(volumes, driver, csi_node):
+                    return _Missing(driver_missing(driver))
+        if csi_node is None or not csi_node.limits:
             return False
         attached: dict[str, str] = {}
         for existing in snap.pods_on(row):
@@ -265,6 +301,22 @@ class NodeVolumeLimits:
             if driver in csi_node.limits
         )
 
+    @staticmethod
+    def _driver_missing(volumes: VolumeState, driver: str, csi_node: CSINode | None) -> bool:
+        """``checkCSIDriverOnNode``: the driver opted in and the node's CSINode (if any)
+        does not list it. No CSIDriver object: maybe not a CSI driver, so allowed."""
+        csi_driver = volumes.csi_drivers.get(driver)
+        if csi_driver is None or not csi_driver.prevent_pod_scheduling_if_missing:
+            return False
+        return csi_node is None or driver not in csi_node.drivers
+
+
+@dataclass(frozen=True, slots=True)
+class _Missing:
+    """A node lacks a driver the pod's volumes must have there."""
+
+    reason: str
+
 
 def new(profile: Profile) -> NodeVolumeLimits:
-    return NodeVolumeLimits()
+    return NodeVolumeLimits(kube_minor=profile.kube_minor)

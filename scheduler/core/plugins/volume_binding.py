@@ -1,11 +1,11 @@
-"""VolumeBinding: a pod's claims decide its node together with their volumes (kube 1.34).
+"""VolumeBinding: a pod's claims decide its node together with their volumes (kube 1.35-1.37).
 
 PreFilter reads every claim of the pod (``persistentVolumeClaim`` and generic ephemeral
 volumes) from the VolumeState and rejects the pod as UnschedulableAndUnresolvable when one
 is missing, lost, being deleted, not the pod's own (ephemeral), or unbound with Immediate
 binding (the PV controller, not the scheduler, binds those). The rest are *bound* (a volume
 name and ``pv.kubernetes.io/bind-completed``) or *delayed* (WaitForFirstConsumer, no volume
-name yet). kube 1.34 returns no node set from PreFilter, so neither do we.
+name yet). kube returns no node set from PreFilter, so neither do we.
 
 Filter, per node (vectorised over nodes, one pass per claim and PV):
 
@@ -16,14 +16,36 @@ Filter, per node (vectorised over nodes, one pass per claim and PV):
   that node; the others, smallest request first, each take the smallest available PV of
   their class that fits (capacity, volume mode, attributes class, selector, access modes,
   node affinity, not taken by an earlier claim on that node) — a PV pre-bound to the claim
-  wins outright; claims left without a PV, and the selected-node ones, need a StorageClass
-  whose provisioner can provision (not ``kubernetes.io/no-provisioner``) within its
-  ``allowedTopologies``; otherwise "didn't find available persistent volumes to bind".
+  wins outright;
+* claims to provision (the selected-node ones, then those left without a PV), in that
+  order, the first failure deciding (``checkVolumeProvisions``): a StorageClass whose
+  provisioner can provision (not ``kubernetes.io/no-provisioner``) within its
+  ``allowedTopologies``, else "didn't find available persistent volumes to bind"; then, if
+  the claim requests storage and its provisioner's CSIDriver has ``storageCapacity: true``,
+  a CSIStorageCapacity of the claim's class whose ``maximumVolumeSize`` (else
+  ``capacity``) holds the request and whose ``nodeTopology`` selects the node, else "did
+  not have enough free storage" (``hasEnoughCapacity``).
 
-All rejections are UnschedulableAndUnresolvable, like kube's. There is no Score: kube's
-StorageCapacityScoring is alpha and off by default in 1.34. CSIStorageCapacity is not
-modelled: a provisioner is assumed to have room (kube checks capacity only for CSI drivers
-that opt in with ``storageCapacity: true``).
+All rejections are UnschedulableAndUnresolvable, like kube's.
+
+Score, from 1.37 only (StorageCapacityScoring, KEP-4049: alpha and off in 1.35-1.36, where
+kube builds no scorer and skips; beta and on in 1.37): per class, the utilization
+``requested * 100 / capacity`` (100 when the capacity is 0 or too small) goes through the
+``shape`` (default ``(0, 10), (100, 0)``, scores times 10: emptier storage scores higher,
+integer interpolation truncating as Go's), and the node's score is the classes' mean,
+rounded half away from zero. A node where some claim takes an existing PV scores those PVs
+(requests and PV capacities summed per class); any other node scores its provisioned
+claims that found a CSIStorageCapacity (requests summed, the capacity of the last claim's
+object per class, as kube). A node with neither scores 0. Where no feasible node has
+anything to score (no claims, only bound ones, no capacity tracking) kube scores 0
+everywhere, which ranks nothing: Lattice skips. No normalisation; weight 1 (kube's default
+profile). Classes are keyed by the claim's class; kube takes the PV's or the claim's
+``spec.storageClassName``, which differs only where a beta class annotation disagrees.
+
+Where kube is not deterministic or crashes, the choice here: among several
+CSIStorageCapacities with room for a claim on a node kube takes whichever its lister gives
+first (map order), Lattice the first by namespace and name; an object with
+``maximumVolumeSize`` but no ``capacity`` scores as capacity 0 (kube dereferences nil).
 
 :meth:`VolumeBinding.volume_plan` is kube's Reserve+PreBind as data: for the chosen node,
 the PVs to bind (claimRef, ``bound-by-controller``) and the claims to annotate with the
@@ -45,7 +67,15 @@ from scheduler.core.framework import (
     FilterResult,
     PreFilterResult,
 )
-from scheduler.core.profile import VOLUME_BINDING, Profile
+from scheduler.core.profile import (
+    DEFAULT_KUBE_MINOR,
+    DEFAULT_VOLUME_SHAPE,
+    MAX_SHAPE_SCORE,
+    STORAGE_CAPACITY_SCORING_SINCE,
+    VOLUME_BINDING,
+    Profile,
+    VolumeBindingArgs,
+)
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.core.volumes import (
     Provisioning,
@@ -59,16 +89,24 @@ from scheduler.core.volumes import (
     topology_mask,
 )
 from scheduler.model.pod import Pod
-from scheduler.model.volume import CLAIM_LOST, PV_AVAILABLE, PersistentVolume, PersistentVolumeClaim
+from scheduler.model.volume import (
+    CLAIM_LOST,
+    PV_AVAILABLE,
+    CSIStorageCapacity,
+    PersistentVolume,
+    PersistentVolumeClaim,
+)
 
 NAME: Final = VOLUME_BINDING
 REASON_NODE_CONFLICT: Final = "node(s) didn't match PersistentVolume's node affinity"
 REASON_BIND_CONFLICT: Final = "node(s) didn't find available persistent volumes to bind"
+REASON_NOT_ENOUGH_SPACE: Final = "node(s) did not have enough free storage"
 REASON_PV_NOT_EXIST: Final = (
     "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 )
 REASON_UNBOUND_IMMEDIATE: Final = "pod has unbound immediate PersistentVolumeClaims"
 _STATE: Final = NAME
+MAX_UTILIZATION: Final = 100
 
 
 @dataclass
@@ -87,12 +125,26 @@ class _Match:
 
 
 @dataclass
+class _Provision:
+    """A claim to provision on the nodes in ``needed``, with the CSIStorageCapacity
+    ``hasEnoughCapacity`` found for it per node (index into ``capacities``, ``-1``: none,
+    or capacity not tracked for its driver)."""
+
+    claim: PersistentVolumeClaim
+    needed: BoolArray
+    capacities: list[CSIStorageCapacity]
+    chosen: IntArray
+
+
+@dataclass
 class _Verdict:
     node_conflict: BoolArray
     bind_conflict: BoolArray
+    no_space: BoolArray
     pv_missing: BoolArray
     matches: list[_Match]
     selected: list[PersistentVolumeClaim]
+    provisions: list[_Provision]
 
 
 def _read_claims(pod: Pod, volumes: VolumeState) -> _Claims | str:
@@ -164,6 +216,47 @@ def _static_candidates(
     return prebound, usable
 
 
+def _selector_mask(snapshot: Snapshot, capacity: CSIStorageCapacity) -> BoolArray:
+    """``nodeHasAccess`` over every node: the ``nodeTopology`` selector (none: no node)."""
+    n = snapshot.num_nodes
+    selector = capacity.node_topology
+    if selector is None or selector.selects_nothing:
+        return np.zeros(n, dtype=np.bool_)
+    mask = np.ones(n, dtype=np.bool_)
+    for req in selector.requirements:
+        mask &= snapshot.requirement_mask(req)
+    return mask
+
+
+def _capacity_check(
+    snapshot: Snapshot,
+    volumes: VolumeState,
+    pvc: PersistentVolumeClaim,
+    access: dict[tuple[str, str], BoolArray],
+) -> tuple[list[CSIStorageCapacity], IntArray] | None:
+    """``hasEnoughCapacity`` over every node: the capacities with room for the claim and
+    the first one each node may use (``-1``: none, not enough storage there), or None when
+    nothing is checked (no storage request, no CSIDriver, or one that does not opt in)."""
+    storage_class = volumes.classes.get(pvc.storage_class)
+    if storage_class is None or not pvc.storage_requested:
+        return None
+    driver = volumes.csi_drivers.get(storage_class.provisioner)
+    if driver is None or not driver.storage_capacity:
+        return None
+    size = pvc.request.value()
+    capacities = [
+        c
+        for c in volumes.capacities_of_class(storage_class.name)
+        if (limit := c.volume_limit) is not None and limit.value() >= size
+    ]
+    chosen = np.full(snapshot.num_nodes, -1, dtype=np.int64)
+    for k, capacity in enumerate(capacities):
+        if capacity.key not in access:
+            access[capacity.key] = _selector_mask(snapshot, capacity)
+        chosen[(chosen < 0) & access[capacity.key]] = k
+    return capacities, chosen
+
+
 def _evaluate(snapshot: Snapshot, volumes: VolumeState, claims: _Claims) -> _Verdict:
     n = snapshot.num_nodes
     names = np.asarray(snapshot.node_names, dtype=object)
@@ -184,9 +277,10 @@ def _evaluate(snapshot: Snapshot, volumes: VolumeState, claims: _Claims) -> _Ver
     to_match = sorted(
         (c for c in claims.delayed if c.selected_node is None), key=lambda c: c.request
     )
-    unbound_ok = np.ones(n, dtype=np.bool_)
+    # The selected-node fast path: any other node fails at once, before matching.
+    elsewhere = np.zeros(n, dtype=np.bool_)
     for pvc in selected:
-        unbound_ok &= names == pvc.selected_node
+        elsewhere |= names != pvc.selected_node
 
     provisionable: dict[str, BoolArray] = {}
 
@@ -200,9 +294,6 @@ def _evaluate(snapshot: Snapshot, volumes: VolumeState, claims: _Claims) -> _Ver
                     snapshot, storage_class.allowed_topologies
                 )
         return provisionable[pvc.storage_class]
-
-    for pvc in selected:
-        unbound_ok &= can_provision(pvc)
 
     matches: list[_Match] = []
     taken: dict[str, BoolArray] = {}
@@ -220,12 +311,77 @@ def _evaluate(snapshot: Snapshot, volumes: VolumeState, claims: _Claims) -> _Ver
             here = chosen == k
             taken[pv.name] = taken[pv.name] | here if pv.name in taken else here
         matches.append(_Match(pvc, candidates, chosen))
-        unbound_ok &= (chosen >= 0) | can_provision(pvc)
-    return _Verdict(node_conflict, ~unbound_ok, pv_missing, matches, selected)
+
+    # checkVolumeProvisions, node by node in kube's order: the first claim that cannot be
+    # provisioned there (bind conflict) or has no room (not enough space) decides.
+    bind_conflict = elsewhere.copy()
+    no_space = np.zeros(n, dtype=np.bool_)
+    decided = elsewhere.copy()
+    access: dict[tuple[str, str], BoolArray] = {}
+    provisions: list[_Provision] = []
+    to_provision = [(c, np.ones(n, dtype=np.bool_)) for c in selected]
+    to_provision += [(m.claim, m.chosen < 0) for m in matches]
+    for pvc, needed in to_provision:
+        active = needed & ~decided
+        ok = can_provision(pvc)
+        cannot = active & ~ok
+        bind_conflict |= cannot
+        decided |= cannot
+        check = _capacity_check(snapshot, volumes, pvc, access)
+        if check is None:
+            continue
+        capacities, chosen = check
+        short = active & ok & (chosen < 0)
+        no_space |= short
+        decided |= short
+        provisions.append(_Provision(pvc, needed, capacities, chosen))
+    return _Verdict(
+        node_conflict, bind_conflict, no_space, pv_missing, matches, selected, provisions
+    )
+
+
+def broken_linear(utilization: IntArray, shape: tuple[tuple[int, int], ...]) -> IntArray:
+    """``BuildBrokenLinearFunction``: the first point at or above the utilization decides;
+    between points, linear in int64 with Go's division (truncating toward zero)."""
+    scores = np.full(utilization.shape, shape[-1][1], dtype=np.int64)
+    done = np.zeros(utilization.shape, dtype=np.bool_)
+    for i, (at, score) in enumerate(shape):
+        here = ~done & (utilization <= at)
+        if i == 0:
+            scores[here] = score
+        else:
+            before, low = shape[i - 1]
+            rise = (score - low) * (utilization[here] - before)
+            run = at - before
+            scores[here] = low + np.sign(rise) * (np.abs(rise) // run)
+        done |= here
+    return scores
+
+
+def utilization_scores(
+    requested: IntArray, capacity: IntArray, shape: tuple[tuple[int, int], ...]
+) -> IntArray:
+    """kube's per-class score: the utilization through the shape; full (100 %) when the
+    capacity is 0 or smaller than the request."""
+    full = (capacity == 0) | (requested > capacity)
+    utilization = np.where(
+        full, MAX_UTILIZATION, requested * MAX_UTILIZATION // np.where(full, 1, capacity)
+    )
+    return broken_linear(utilization, shape)
 
 
 class VolumeBinding:
     name: Final = NAME
+
+    def __init__(
+        self, args: VolumeBindingArgs | None = None, *, kube_minor: int = DEFAULT_KUBE_MINOR
+    ) -> None:
+        args = args or VolumeBindingArgs()
+        self.shape: tuple[tuple[int, int], ...] | None = None
+        """The score's shape in 0..100 scores; None before 1.37 (no scorer in kube)."""
+        if kube_minor >= STORAGE_CAPACITY_SCORING_SINCE:
+            points = args.shape if args.shape is not None else DEFAULT_VOLUME_SHAPE
+            self.shape = tuple((u, score * (100 // MAX_SHAPE_SCORE)) for u, score in points)
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
         volumes = cycle.volumes
@@ -256,6 +412,7 @@ class VolumeBinding:
             for reason, mask in (
                 (REASON_NODE_CONFLICT, verdict.node_conflict),
                 (REASON_BIND_CONFLICT, verdict.bind_conflict),
+                (REASON_NOT_ENOUGH_SPACE, verdict.no_space),
                 (REASON_PV_NOT_EXIST, verdict.pv_missing),
             )
             if mask.any()
@@ -265,6 +422,57 @@ class VolumeBinding:
         rejected = np.logical_or.reduce([m for _, m in reasons])
         codes = np.where(rejected, np.int8(Code.UNSCHEDULABLE_AND_UNRESOLVABLE), np.int8(0))
         return FilterResult(codes.astype(np.int8), reasons)
+
+    def score(self, cycle: Cycle, feasible: BoolArray) -> IntArray | None:
+        """kube's Score with StorageCapacityScoring (see the module docstring)."""
+        shape = self.shape
+        verdict = self._verdict(cycle) if shape is not None else None
+        if shape is None or verdict is None:
+            return None
+        n = cycle.num_nodes
+        static = _Usage(n)
+        for match in verdict.matches:
+            bound = match.chosen >= 0
+            if not bound.any():
+                continue
+            sizes = np.array([pv.capacity.value() for pv in match.candidates], dtype=np.int64)
+            static.add(
+                match.claim.storage_class,
+                bound,
+                match.claim.request.value(),
+                sizes[np.maximum(match.chosen, 0)],
+            )
+        dynamic = _Usage(n)
+        for provision in verdict.provisions:
+            found = provision.needed & (provision.chosen >= 0)
+            if not found.any():
+                continue
+            sizes = np.array(
+                [c.capacity.value() if c.capacity is not None else 0 for c in provision.capacities],
+                dtype=np.int64,
+            )
+            dynamic.add(
+                provision.claim.storage_class,
+                found,
+                provision.claim.request.value(),
+                sizes[np.maximum(provision.chosen, 0)],
+                replace=True,
+            )
+        has_static = static.any()
+        total = np.zeros(n, dtype=np.int64)
+        classes = np.zeros(n, dtype=np.int64)
+        for usage, rows in ((static, has_static), (dynamic, ~has_static)):
+            for present, requested, capacity in usage.classes.values():
+                scored = present & rows
+                total += np.where(scored, utilization_scores(requested, capacity, shape), 0)
+                classes += scored
+        if not (classes[feasible] > 0).any():
+            return None  # kube: 0 on every node
+        # math.Round(total / classes): half away from zero; both are non-negative.
+        scores: IntArray = np.where(
+            classes > 0, (2 * total + classes) // (2 * np.maximum(classes, 1)), 0
+        )
+        return scores
 
     def volume_plan(self, cycle: Cycle, row: int) -> VolumePlan | None:
         verdict = self._verdict(cycle)
@@ -300,6 +508,42 @@ class VolumeBinding:
         return VolumePlan(node, tuple(static), tuple(provisions), claims)
 
 
+class _Usage:
+    """Requested and capacity bytes per storage class per node, for the score."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.classes: dict[str, tuple[BoolArray, IntArray, IntArray]] = {}
+
+    def add(
+        self,
+        storage_class: str,
+        rows: BoolArray,
+        requested: int,
+        capacity: IntArray,
+        *,
+        replace: bool = False,
+    ) -> None:
+        """Count a claim's request at ``rows``; its capacity is added (static PVs) or, with
+        ``replace``, overwrites the class's (kube's ``=`` for provisioned claims)."""
+        if storage_class not in self.classes:
+            self.classes[storage_class] = (
+                np.zeros(self.n, dtype=np.bool_),
+                np.zeros(self.n, dtype=np.int64),
+                np.zeros(self.n, dtype=np.int64),
+            )
+        present, req, cap = self.classes[storage_class]
+        present |= rows
+        req[rows] += requested
+        cap[rows] = capacity[rows] if replace else cap[rows] + capacity[rows]
+
+    def any(self) -> BoolArray:
+        rows = np.zeros(self.n, dtype=np.bool_)
+        for present, _, _ in self.classes.values():
+            rows |= present
+        return rows
+
+
 def plan_volume_bindings(
     snapshot: Snapshot, volumes: VolumeState, pod: Pod, node: str
 ) -> VolumePlan | None:
@@ -327,4 +571,4 @@ def plan_volume_bindings(
 
 
 def new(profile: Profile) -> VolumeBinding:
-    return VolumeBinding()
+    return VolumeBinding(profile.volume_binding, kube_minor=profile.kube_minor)

@@ -154,6 +154,49 @@ def csi_node(node: str, limits: Mapping[str, int | None], migrated: Sequence[str
     }
 
 
+def csi_driver(
+    name: str, *, storage_capacity: bool | None = None, required: bool | None = None
+) -> Body:
+    """A CSIDriver; ``required`` is ``preventPodSchedulingIfMissing`` (None: unset)."""
+    spec: Body = {"attachRequired": True}
+    if storage_capacity is not None:
+        spec["storageCapacity"] = storage_capacity
+    if required is not None:
+        spec["preventPodSchedulingIfMissing"] = required
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSIDriver",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def storage_capacity(
+    name: str,
+    storage_class: str,
+    capacity: str | None,
+    *,
+    nodes: Mapping[str, str] | None = None,
+    maximum: str | None = None,
+    namespace: str = "kube-system",
+) -> Body:
+    """A CSIStorageCapacity for the nodes carrying all of ``nodes`` (None: no
+    ``nodeTopology``, so no node); ``maximum`` is ``maximumVolumeSize``."""
+    body: Body = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSIStorageCapacity",
+        "metadata": {"name": name, "namespace": namespace},
+        "storageClassName": storage_class,
+    }
+    if nodes is not None:
+        body["nodeTopology"] = {"matchLabels": dict(nodes)}
+    if capacity is not None:
+        body["capacity"] = capacity
+    if maximum is not None:
+        body["maximumVolumeSize"] = maximum
+    return body
+
+
 def claim_volume(volume: str, claim: str) -> Body:
     return {"name": volume, "persistentVolumeClaim": {"claimName": claim}}
 
