@@ -14,8 +14,9 @@ cycle's DraState and DynamicResources in the profile (``lattice run``, ``lattice
 and the gang flow pass theirs), and a claim whose
 requests use a field of an alpha DRA feature (kube-scheduler 1.34 keeps them off:
 DRADeviceTaints' ``tolerations``, DRAConsumableCapacity's ``capacity`` and
-``distinctAttribute``) is refused naming the field, as is a pod asking for a DeviceClass's
-``extendedResourceName`` (DRAExtendedResource). Binding such a pod would put it on a node
+``distinctAttribute``) is refused naming the field. (A pod asking for an extended resource
+a DeviceClass serves is DynamicResources' from 1.36, and a plain extended resource in 1.35,
+where DRAExtendedResource is off.) Binding such a pod would put it on a node
 its volume or devices cannot reach, where it sits in ContainerCreating forever, so this
 PreFilter rejects it as UnschedulableAndUnresolvable, with a message naming every volume
 and claim at fault, so the scheduler reports FailedScheduling and ``PodScheduled=False``
@@ -85,13 +86,6 @@ def _alpha_claims(pod: Pod, dra: DraState) -> list[str]:
         fields = claim_alpha_fields(claim) if claim is not None else []
         if fields:
             out.append(f"{_claim(ref)} using {', '.join(fields)}")
-    extended = {c.extended_resource_name: c.name for c in dra.classes.values()}
-    extended.pop("", None)
-    out.extend(
-        f'extended resource "{r}" of DeviceClass "{extended[r]}" (spec.extendedResourceName)'
-        for r in sorted(pod.resources.requests)
-        if r in extended
-    )
     return out
 
 
