@@ -16,6 +16,12 @@ version read, where kube uses an Update), then set
 ``status.allocation`` and append the pod to ``status.reservedFor`` with an UpdateStatus;
 a 409 re-reads and retries. The written claim goes into the state at once (kube's
 ``AssumeClaimAfterAPICall``), which also ends the assumption.
+
+DRA-backed extended resources (kube's ``extendeddynamicresources.go``): PreBind first
+creates the claim (:func:`create_claim`), then writes it as above. Its undo, in Unreserve
+after a failed binding and in PostFilter for a claim left by an earlier attempt, is
+:func:`delete_claim` (the finalizer removed, then the claim deleted). A creation whose answer
+was lost may still have landed: :func:`find_extended_claims` lists the pod's.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from kubernetes_asyncio import client
 
 from scheduler.core.dra.objects import (
     DELETE_PROTECTION_FINALIZER,
+    EXTENDED_RESOURCE_CLAIM_ANNOTATION,
     DeviceClass,
     DeviceTaintRule,
     ResourceClaim,
@@ -317,3 +324,102 @@ async def write_claim(
             return None, f"updating {what} status: {exc.status} {_message(exc)}"
         return written, None
     return None, f"updating {what}: still conflicting after {CONFLICT_RETRIES} attempts"
+
+
+async def create_claim(
+    api: client.ApiClient, body: Body
+) -> tuple[dict[str, Any] | None, str | None]:
+    """POST the claim for a pod's extended resources: (the created claim, None) or (None,
+    why it failed). Never retried: with a generated name, a second POST would make a second
+    claim if the first landed."""
+    objects = client.CustomObjectsApi(api)
+    namespace = str(body["metadata"]["namespace"])
+    try:
+        created: dict[str, Any] = await objects.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, "resourceclaims", dict(body)
+        )
+    except client.ApiException as exc:
+        return None, f"creating the claim for extended resources: {exc.status} {_message(exc)}"
+    return created, None
+
+
+async def find_extended_claims(
+    api: client.ApiClient, namespace: str, pod_uid: str
+) -> list[dict[str, Any]]:
+    """The claims made for the pod's extended resources (annotated, controlled by it)."""
+    objects = client.CustomObjectsApi(api)
+    listed: dict[str, Any] = await objects.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "resourceclaims"
+    )
+    out: list[dict[str, Any]] = []
+    for item in listed.get("items") or []:
+        meta = item.get("metadata") or {}
+        if (meta.get("annotations") or {}).get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) != "true":
+            continue
+        if any(
+            o.get("uid") == pod_uid and o.get("controller") is True
+            for o in meta.get("ownerReferences") or []
+        ):
+            out.append(item)
+    return out
+
+
+async def delete_claim(api: client.ApiClient, namespace: str, name: str, uid: str) -> str | None:
+    """kube's ``deleteClaim``: the delete-protection finalizer removed (a merge patch
+    conditional on the version read, where kube uses an Update; a 409 re-reads), then the
+    claim deleted with its uid as precondition. None when done or already gone, else why
+    it failed."""
+    objects = client.CustomObjectsApi(api)
+    what = f"resourceclaim {namespace}/{name}"
+    for _ in range(CONFLICT_RETRIES):
+        try:
+            body: dict[str, Any] = await objects.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "resourceclaims", name
+            )
+        except client.ApiException as exc:
+            return None if exc.status == 404 else f"reading {what}: {exc.status} {_message(exc)}"
+        meta = body.get("metadata") or {}
+        if meta.get("uid") != uid:
+            return None  # deleted already and replaced by another claim of that name
+        finalizers = list(meta.get("finalizers") or [])
+        if DELETE_PROTECTION_FINALIZER not in finalizers:
+            break
+        kept = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
+        patch = {
+            "metadata": {"finalizers": kept or None, "resourceVersion": meta.get("resourceVersion")}
+        }
+        try:
+            await cast(Any, objects).patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                "resourceclaims",
+                name,
+                patch,
+                _content_type="application/merge-patch+json",
+            )
+        except client.ApiException as exc:
+            if exc.status == 409:
+                continue
+            if exc.status == 404:
+                return None
+            return f"removing the finalizer of {what}: {exc.status} {_message(exc)}"
+        break
+    else:
+        return (
+            f"removing the finalizer of {what}: still conflicting after {CONFLICT_RETRIES} attempts"
+        )
+    try:
+        await objects.delete_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            "resourceclaims",
+            name,
+            body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+        )
+    except client.ApiException as exc:
+        if exc.status in (404, 409):  # gone, or another claim of that name (409: uid)
+            return None
+        return f"deleting {what}: {exc.status} {_message(exc)}"
+    return None

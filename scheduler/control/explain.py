@@ -246,7 +246,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
             storage_lists = dict(zip((*kinds, "capacities"), listed, strict=True))
         custom = client.CustomObjectsApi(api)
         dra_lists: dict[DraKind, list[dict[str, Any]]] = {}
-        if (body.get("spec") or {}).get("resourceClaims"):
+        if _may_use_dra(body):
             listed_dra = await asyncio.gather(
                 *(_list_dra(custom, plural) for plural in _DRA_PLURALS.values())
             )
@@ -378,6 +378,17 @@ _DRA_PLURALS: Final = {
     DraKind.CLAIM: "resourceclaims",
     DraKind.TAINT_RULE: "devicetaintrules",
 }
+
+
+def _may_use_dra(body: dict[str, Any]) -> bool:
+    """The pod has resource claims, or asks for a resource a DeviceClass may serve
+    (DRA-backed extended resources): the DRA objects must be read."""
+    if (body.get("spec") or {}).get("resourceClaims"):
+        return True
+    try:
+        return bool(Pod.from_api(as_pending(body)).container_requests)
+    except InvalidObjectError:
+        return False  # the schedule call below says what is wrong with it
 
 
 async def _list_dra(custom: client.CustomObjectsApi, plural: str) -> list[dict[str, Any]]:

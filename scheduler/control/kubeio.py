@@ -23,7 +23,14 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client
 
-from scheduler.control.dra import deallocate_claim, unreserve_claim, write_claim
+from scheduler.control.dra import (
+    create_claim,
+    deallocate_claim,
+    delete_claim,
+    find_extended_claims,
+    unreserve_claim,
+    write_claim,
+)
 from scheduler.control.ratelimit import TokenBucket
 from scheduler.core.dra.objects import ResourceClaim
 from scheduler.core.dra.state import ClaimWrite
@@ -33,6 +40,13 @@ TRACE_ANNOTATION = "lattice.dev/trace-id"
 PODGROUP_GROUP = "scheduling.x-k8s.io"
 PODGROUP_VERSION = "v1alpha1"
 PODGROUP_PLURAL = "podgroups"
+
+CONNECTION_ERRORS: Final = (OSError, TimeoutError, aiohttp.ClientError)
+"""A request whose answer never came (ClientError: e.g. ServerDisconnected, no OSError)."""
+
+
+def _lost(exc: BaseException) -> str:
+    return f"connection: {type(exc).__name__}: {exc}"
 
 
 class BindResult(enum.Enum):
@@ -251,9 +265,57 @@ class KubeWriter:
         self, write: ClaimWrite, *, pod_name: str, pod_uid: str
     ) -> tuple[dict[str, Any] | None, str | None]:
         """DynamicResources' PreBind write of one ResourceClaim (see
-        :func:`scheduler.control.dra.write_claim`), paced like the bindings."""
+        :func:`scheduler.control.dra.write_claim`), paced like the bindings. A lost
+        connection is a failure like the API's (the binding path undoes and requeues)."""
         await self.limiter.acquire()
-        return await write_claim(self._api, write, pod_name=pod_name, pod_uid=pod_uid)
+        try:
+            return await write_claim(self._api, write, pod_name=pod_name, pod_uid=pod_uid)
+        except CONNECTION_ERRORS as exc:
+            return None, f"writing resourceclaim {write.namespace}/{write.name}: {_lost(exc)}"
+
+    async def create_claim(
+        self, body: Mapping[str, Any], *, pod_uid: str
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """PreBind's creation of the claim for a pod's extended resources
+        (:func:`scheduler.control.dra.create_claim`). When the connection is lost the claim
+        may have been made all the same: the pod's claims are looked up and deleted, so that
+        none is left behind (if that fails too, the next attempt finds and deletes it)."""
+        await self.limiter.acquire()
+        try:
+            return await create_claim(self._api, body)
+        except CONNECTION_ERRORS as exc:
+            failed = f"creating the claim for extended resources: {_lost(exc)}"
+        namespace = str(body["metadata"]["namespace"])
+        try:
+            await self.limiter.acquire()
+            for made in await find_extended_claims(self._api, namespace, pod_uid):
+                meta = made["metadata"]
+                await self.limiter.acquire()
+                await delete_claim(self._api, namespace, meta["name"], meta["uid"])
+        except (*CONNECTION_ERRORS, client.ApiException) as exc:
+            failed += f"; looking for the claim it may have made: {exc}"
+        return None, failed
+
+    async def delete_claim(self, namespace: str, name: str, uid: str) -> str | None:
+        """Unreserve's and PostFilter's deletion of a claim made for extended resources
+        (:func:`scheduler.control.dra.delete_claim`)."""
+        await self.limiter.acquire()
+        try:
+            return await delete_claim(self._api, namespace, name, uid)
+        except CONNECTION_ERRORS as exc:
+            return f"deleting resourceclaim {namespace}/{name}: {_lost(exc)}"
+
+    async def set_extended_claim_status(self, pod: PodRef, status: Mapping[str, Any]) -> str | None:
+        """PreBind's last step for extended resources: the pod's
+        ``status.extendedResourceClaimStatus``. None when written, else why not."""
+        try:
+            if await self.patch_pod_status(pod, status):
+                return None
+            return f"pod {pod.namespace}/{pod.name} is gone"
+        except client.ApiException as exc:
+            return f"updating pod {pod.namespace}/{pod.name} status: {exc.status} {_reason(exc)}"
+        except CONNECTION_ERRORS as exc:
+            return f"updating pod {pod.namespace}/{pod.name} status: {_lost(exc)}"
 
     async def deallocate_claim(
         self, claim: ResourceClaim, *, pod_uid: str
@@ -265,7 +327,10 @@ class KubeWriter:
     async def unreserve_claim(self, write: ClaimWrite, *, pod_uid: str) -> str | None:
         """DynamicResources' Unreserve (:func:`scheduler.control.dra.unreserve_claim`)."""
         await self.limiter.acquire()
-        return await unreserve_claim(self._api, write, pod_uid=pod_uid)
+        try:
+            return await unreserve_claim(self._api, write, pod_uid=pod_uid)
+        except CONNECTION_ERRORS as exc:
+            return f"unreserving resourceclaim {write.namespace}/{write.name}: {_lost(exc)}"
 
     async def mark_unschedulable(
         self,

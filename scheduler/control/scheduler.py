@@ -90,15 +90,17 @@ from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import SchedulerSettings
 from scheduler.control.storage import POD_GONE, Kind, Storage
 from scheduler.control.timing import timed
+from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
+from scheduler.core.dra.extended import status_body
 from scheduler.core.dra.objects import ResourceClaim
-from scheduler.core.dra.state import ClaimPlan
+from scheduler.core.dra.state import ClaimPlan, ClaimWrite
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code
 from scheduler.core.from_api import scheduled_at
 from scheduler.core.gpus import Free, stranded
 from scheduler.core.load import LoadView
 from scheduler.core.nominated import schedule_with_nominated
-from scheduler.core.plugins.dynamic_resources import stale_allocations
+from scheduler.core.plugins.dynamic_resources import stale_allocations, stale_extended_claim
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
@@ -224,6 +226,9 @@ class Scheduler:
         self.dra = DraObjects(self.cache.dra, log=self.log)
         """DeviceClasses, ResourceClaims, ResourceSlices: what DynamicResources reads."""
         self._prebinding: dict[str, bool] = {}
+        self._extended_claims: dict[str, tuple[str, str, str]] = {}
+        """Per pod uid in PreBind or binding: the claim created for its extended resources
+        (namespace, name, uid), which Unreserve deletes if the binding fails."""
         """Pods (by uid) waiting in VolumeBinding's PreBind: False once deleted meanwhile."""
         self.gang_flow = GangFlow(
             self,
@@ -559,7 +564,7 @@ class Scheduler:
         name = (body.get("metadata") or {}).get("name", "")
         self.queue.move_all_on_event(
             ClusterEvent(ClusterEventType.DRA_CHANGED, subject=f"{kind}/{name}"),
-            lambda p: isinstance(p, Pod) and bool(p.resource_claims),
+            lambda p: isinstance(p, Pod) and bool(p.resource_claims or p.container_requests),
         )
 
     def podgroup_upserted(self, body: Body) -> None:
@@ -686,7 +691,8 @@ class Scheduler:
         assert isinstance(pod, Pod)
         self.plugin_timer.start_cycle(self.queue.scheduling_cycle)
         dra = self.cache.dra
-        before = (dra.stats.seconds, dra.compiler.evaluations) if pod.resource_claims else None
+        uses_dra = pod.resource_claims or pod.container_requests
+        before = (dra.stats.seconds, dra.compiler.evaluations) if uses_dra else None
         try:
             decision = self.decide(pod)
         except Exception as exc:  # a bug in a plugin must not stop the scheduler
@@ -711,6 +717,13 @@ class Scheduler:
                 stale = stale_allocations(pod, self.cache.dra, self.cache.snapshot)
                 if stale and self.writer is not None:
                     self._spawn(self._deallocate(pod, stale, log))
+            made = stale_extended_claim(
+                pod,
+                self.cache.dra,
+                enabled=self.framework.profile.kube_minor >= DRA_EXTENDED_SINCE,
+            )
+            if made is not None and self.writer is not None:
+                self._spawn(self._delete_stale_claim(pod, made, log))
             found, why = self._post_filter(decision, log)
             nominated: str | None = None
             message = decision.summary
@@ -894,6 +907,7 @@ class Scheduler:
             why = await self._bind_claims(claim_plan, log)
             if why is not None:
                 self.cache.dra.forget(claim_plan)
+                await self._unreserve(pod, claim_plan, log)  # as kube after a failed PreBind
                 self.cache.forget(pod)
                 self.load.forget_pod(key)
                 self.counters.errors += 1
@@ -911,6 +925,7 @@ class Scheduler:
                 return
         outcome = await self.binder.bind(ref, node, annotations)
         if outcome.result is BindResult.BOUND:
+            self._extended_claims.pop(pod.uid, None)
             self.preemptor.end_nomination(pod.key)
             self.cache.finish_binding(pod, self.clock())
             self.counters.scheduled += 1
@@ -1004,14 +1019,44 @@ class Scheduler:
             )
 
     async def _unreserve(self, pod: Pod, plan: ClaimPlan, log: Any) -> None:
-        """kube's DynamicResources Unreserve after a failed binding: the pod leaves the
-        claims' ``reservedFor``; the allocations stay (a retry may reuse them, PostFilter
-        gives back one no node can use)."""
+        """kube's DynamicResources Unreserve after a failed PreBind or binding: the pod
+        leaves the claims' ``reservedFor``; the allocations stay (a retry may reuse them,
+        PostFilter gives back one no node can use). The claim created for its extended
+        resources is deleted (if that fails, the next attempt finds it and PostFilter
+        deletes it)."""
         assert self.writer is not None
         for write in plan.writes:
+            if write.create is not None:
+                made = self._extended_claims.pop(pod.uid, None)
+                if made is not None:
+                    await self._delete_claim(*made, log)
+                continue
             failed = await self.writer.unreserve_claim(write, pod_uid=pod.uid)
             if failed is not None:
                 log.warning("claim_unreserve_failed", reason=failed)
+
+    async def _delete_claim(self, namespace: str, name: str, uid: str, log: Any) -> bool:
+        """Delete a claim made for a pod's extended resources; once deleted it leaves the
+        state at once (the next attempt must not find it). False if that failed."""
+        assert self.writer is not None
+        failed = await self.writer.delete_claim(namespace, name, uid)
+        if failed is not None:
+            log.warning("claim_deletion_failed", reason=failed)
+            return False
+        log.info("claim_deleted", reason=f"{namespace}/{name}")
+        held = self.cache.dra.claims.get((namespace, name))
+        if held is not None and held.uid == uid:
+            self.cache.dra.remove_claim(namespace, name)
+        return True
+
+    async def _delete_stale_claim(self, pod: Pod, claim: ResourceClaim, log: Any) -> None:
+        """kube's PostFilter for extended resources: the claim an earlier attempt made is
+        deleted, and the pod retried at once (after its backoff), as ``_deallocate``."""
+        if await self._delete_claim(claim.namespace, claim.name, claim.uid, log):
+            self.queue.move_all_on_event(
+                ClusterEvent(ClusterEventType.DRA_CHANGED, subject=f"{DraKind.CLAIM}/{claim.name}"),
+                lambda p: isinstance(p, Pod) and p.uid == pod.uid,
+            )
 
     async def _bind_claims(self, plan: ClaimPlan, log: Any) -> str | None:
         """kube's DynamicResources PreBind: each claim's finalizer, allocation and
@@ -1024,6 +1069,11 @@ class Scheduler:
                 self.metrics.dra_conflicts.inc()
                 devices = ", ".join(f"{d.driver}/{d.pool}/{d.device}" for d in taken[:3])
                 return f"resourceclaim {write.namespace}/{write.name}: {devices} allocated since"
+            if write.create is not None:
+                failed = await self._create_extended_claim(plan, write)
+                if failed is not None:
+                    return failed
+                continue
             written, failed = await self.writer.write_claim(
                 write, pod_name=plan.pod_name, pod_uid=plan.pod_uid
             )
@@ -1035,6 +1085,37 @@ class Scheduler:
                 self.metrics.dra_allocations.inc()
         log.info("claims_written", reason=f"{len(plan.writes)} claim(s)")
         return None
+
+    async def _create_extended_claim(self, plan: ClaimPlan, write: ClaimWrite) -> str | None:
+        """kube's PreBind for the claim of a pod's extended resources: created, then its
+        finalizer, allocation and reservation written like any claim's, then the pod's
+        ``status.extendedResourceClaimStatus`` set. The created claim is remembered for
+        Unreserve from its creation on. None when done, else why not."""
+        assert self.writer is not None
+        assert write.create is not None
+        created, failed = await self.writer.create_claim(write.create.body, pod_uid=plan.pod_uid)
+        if failed is not None:
+            return failed
+        assert created is not None
+        meta = created["metadata"]
+        name, uid = str(meta["name"]), str(meta["uid"])
+        self._extended_claims[plan.pod_uid] = (write.namespace, name, uid)
+        self.dra.claim_written(created)
+        real = ClaimWrite(write.namespace, name, uid, write.allocation)
+        written, failed = await self.writer.write_claim(
+            real, pod_name=plan.pod_name, pod_uid=plan.pod_uid
+        )
+        if failed is not None:
+            return failed
+        assert written is not None
+        self.dra.claim_written(written)
+        # The allocation is the written claim's now: the placeholder's assumption ends.
+        self.cache.dra.forget(ClaimPlan(plan.pod_name, plan.pod_uid, (write,)))
+        self.metrics.dra_allocations.inc()
+        pod = PodRef(write.namespace, plan.pod_name, plan.pod_uid)
+        return await self.writer.set_extended_claim_status(
+            pod, status_body(name, write.create.mappings)
+        )
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)

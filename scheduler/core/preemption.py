@@ -61,13 +61,14 @@ from typing import Final
 
 import numpy as np
 
+from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
 from scheduler.core.dra.objects import DeviceId
 from scheduler.core.dra.state import DraState
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code, Cycle
 from scheduler.core.load import LoadView
 from scheduler.core.plugins.inter_pod_affinity import required_state
-from scheduler.core.profile import INTER_POD_AFFINITY, NODE_RESOURCES_FIT
+from scheduler.core.profile import DYNAMIC_RESOURCES, INTER_POD_AFFINITY, NODE_RESOURCES_FIT
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.core.topology.state import TopologyState
@@ -363,7 +364,9 @@ class _Simulation:
             self.inputs.volumes.remove_pod(pod.key)
             self.unclaimed[pod.key] = pod
         dra = self.inputs.dra
-        if dra is not None and pod.resource_claims and pod.key not in self.freed:
+        # A pod's own claims, and the claim made for its extended resources, if any.
+        claims = pod.resource_claims or pod.container_requests
+        if dra is not None and claims and pod.key not in self.freed:
             devices = dra.held_by(pod.uid)
             dra.release(devices)
             self.freed[pod.key] = devices
@@ -573,8 +576,16 @@ class _Room:
         )
         self.checks: list[tuple[str, int | None, int]] = []
         """(resource, snapshot column or None, amount) the filter compares."""
+        self.delegable: set[str] = set()
+        """Checked resources a DeviceClass serves: on nodes without them in allocatable,
+        DynamicResources decides, not NodeResourcesFit (DRAExtendedResource)."""
         if self.checked:
             args = framework.profile.node_resources_fit
+            dra = inputs.dra
+            profile = framework.profile
+            extended = (
+                profile.kube_minor >= DRA_EXTENDED_SINCE and DYNAMIC_RESOURCES in profile.filters
+            )
             for name, amount in pod.resources.requests.items():
                 if amount <= 0:
                     continue
@@ -582,6 +593,13 @@ class _Room:
                     group = name.split("/", 1)[0]
                     if name in args.ignored_resources or group in args.ignored_resource_groups:
                         continue
+                if (
+                    extended
+                    and dra is not None
+                    and pod.container_requests
+                    and dra.extended_class(name) is not None
+                ):
+                    self.delegable.add(name)
                 self.checks.append((name, snapshot.resource_column(name), amount))
         n = snapshot.num_nodes
         self.index = {r: i for i, r in enumerate(snapshot.resource_names)}
@@ -618,11 +636,16 @@ class _Room:
             slots = snapshot.pod_counts - lower_count + self.added_count + 1
             ok &= slots <= snapshot.allowed_pods
             used: IntArray = snapshot.requested - freed + self.added
-            for _, col, amount in self.checks:
+            for name, col, amount in self.checks:
+                delegable = name in self.delegable
                 if col is None:
+                    if delegable:
+                        continue
                     ok[:] = False
                     break
-                ok &= amount <= snapshot.allocatable[col] - used[col]
+                alloc = snapshot.allocatable[col]
+                fits = amount <= alloc - used[col]
+                ok &= (fits | (alloc <= 0)) if delegable else fits
         ok &= self._anti_affinity_clears(rows)
         return np.asarray(ok[np.asarray(rows, dtype=np.intp)], dtype=np.bool_)
 

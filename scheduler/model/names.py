@@ -17,6 +17,9 @@ PODS: Final = "pods"
 HUGEPAGES_PREFIX: Final = "hugepages-"
 ATTACHABLE_VOLUMES_PREFIX: Final = "attachable-volumes-"
 DEFAULT_NAMESPACE_PREFIX: Final = "kubernetes.io/"
+DEVICE_CLASS_RESOURCE_PREFIX: Final = "deviceclass.resource.kubernetes.io/"
+"""``deviceclass.resource.kubernetes.io/<class>``: every DeviceClass's implicit extended
+resource name (DRAExtendedResource)."""
 LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
 
 _QUALIFIED_NAME_PART: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
@@ -76,6 +79,12 @@ def is_extended_resource(name: str) -> bool:
     if is_native_resource(name) or name.startswith("requests."):
         return False
     return qualified_name_error("requests." + name) is None
+
+
+def is_dra_extended_resource(name: str) -> bool:
+    """A name a DeviceClass may serve (kube's IsDRAExtendedResourceName): an extended
+    resource, or a class's implicit ``deviceclass.resource.kubernetes.io/<class>``."""
+    return name.startswith(DEVICE_CLASS_RESOURCE_PREFIX) or is_extended_resource(name)
 
 
 def is_hugepages_resource(name: str) -> bool:

@@ -31,7 +31,7 @@ from typing import Any, Final
 from scheduler.model._fields import integer, mapping, object_list, string, string_list, string_map
 from scheduler.model.declared_features import required_features
 from scheduler.model.errors import InvalidObjectError
-from scheduler.model.names import CPU, MEMORY
+from scheduler.model.names import CPU, MEMORY, is_dra_extended_resource
 from scheduler.model.node import Taint
 from scheduler.model.resources import (
     DEFAULT_NON_MISSING,
@@ -194,6 +194,24 @@ class ResourceClaimRef:
     """``resourceClaimTemplateName``: a claim generated per pod from this template."""
 
 
+@dataclass(frozen=True, slots=True)
+class ContainerRequests:
+    """One container's ``resources.requests`` as kube-scheduler reads them to turn a pod's
+    DRA-backed extended resources into device requests (``createRequestsAndMappings``)."""
+
+    index: int
+    """Position in ``initContainers`` followed by ``containers``."""
+    name: str
+    short_lived: bool
+    """An init container that is not a sidecar: it ends before the others start."""
+    names: tuple[str, ...]
+    """Every resource the container requests, sorted (a request's name is built from the
+    position of its resource in this list)."""
+    counts: Mapping[str, int]
+    """Whole-number requests of names a DeviceClass may serve (a fractional one asks for
+    no device, as ``Quantity.AsInt64`` fails on it)."""
+
+
 @dataclass(frozen=True)
 class PodResources:
     """The integer request views kube-scheduler derives from one pod.
@@ -257,6 +275,10 @@ class Pod:
     """Node declared features the spec needs (restart-all-containers rules, hostNetwork with
     user namespaces, bind-mount options): every supported release's, the NodeDeclaredFeatures
     plugin keeps those its release knows. Empty for nearly every pod."""
+    container_requests: tuple[ContainerRequests, ...] = ()
+    """Every container's requests, kept only when some container asks for a resource a
+    DeviceClass may serve (extended resource names, ``deviceclass.resource.kubernetes.io/``):
+    empty for the common pod."""
 
     @property
     def claims_not_generated(self) -> bool:
@@ -396,6 +418,7 @@ def _parse_pod(body: Mapping[str, Any]) -> Pod:
         resource_claims=_resource_claims(spec),
         generated_claims=MappingProxyType(_generated_claims(status)),
         required_features=required_features(spec, containers, init_containers),
+        container_requests=_container_request_lists(init_containers, containers),
     )
 
 
@@ -471,6 +494,53 @@ def _resource_claims(spec: Mapping[str, Any]) -> tuple[ResourceClaimRef, ...]:
         )
         for i, c in enumerate(object_list(spec.get("resourceClaims"), field))
     )
+
+
+def _container_request_lists(
+    init_containers: list[Mapping[str, Any]], containers: list[Mapping[str, Any]]
+) -> tuple[ContainerRequests, ...]:
+    """:attr:`Pod.container_requests`: empty unless some container requests (or limits) a
+    name a DeviceClass may serve; the raw keys decide, so the common pod parses nothing."""
+    bodies = [*init_containers, *containers]
+
+    def keys(body: Mapping[str, Any]) -> list[str]:
+        resources = body.get("resources")
+        if not isinstance(resources, Mapping):
+            return []
+        return [
+            str(k)
+            for part in ("requests", "limits")
+            if isinstance(resources.get(part), Mapping)
+            for k in resources[part]
+        ]
+
+    if not any(is_dra_extended_resource(k) for b in bodies for k in keys(b)):
+        return ()
+    out: list[ContainerRequests] = []
+    for index, body in enumerate(bodies):
+        init = index < len(init_containers)
+        where = (
+            f"spec.initContainers[{index}]"
+            if init
+            else f"spec.containers[{index - len(init_containers)}]"
+        )
+        requests = _container_requests(body, where)
+        out.append(
+            ContainerRequests(
+                index=index,
+                name=string(body.get("name"), f"{where}.name"),
+                short_lived=init and body.get("restartPolicy") != "Always",
+                names=tuple(sorted(requests)),
+                counts=MappingProxyType(
+                    {
+                        n: q.nanos // 10**9
+                        for n, q in requests.items()
+                        if is_dra_extended_resource(n) and q.nanos > 0 and q.nanos % 10**9 == 0
+                    }
+                ),
+            )
+        )
+    return tuple(out)
 
 
 def _generated_claims(status: Mapping[str, Any]) -> dict[str, str | None]:

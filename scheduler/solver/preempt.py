@@ -215,8 +215,8 @@ def without(
     freed: list[DeviceId] = []
     if dra is not None:
         for pod, _, _ in present:
-            if pod.resource_claims:
-                freed += dra.held_by(pod.uid)
+            if pod.resource_claims or pod.container_requests:  # its claims, or the one
+                freed += dra.held_by(pod.uid)  # made for its extended resources
         dra.release(freed)
     try:
         yield

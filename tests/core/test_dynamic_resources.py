@@ -276,24 +276,6 @@ def test_tainted_devices_name_their_taint_and_a_tolerating_claim_gets_one() -> N
             "tolerations": tolerations,
         }
     ]
-
-
-def test_a_device_class_extended_resource_is_refused() -> None:
-    dra = state()
-    dra.set_class(
-        DeviceClass.from_api(
-            {**device_class("big"), "spec": {"extendedResourceName": "example.com/gpu"}}
-        )
-    )
-    pod = make_pod("p", cpu="100m")
-    pod.body["spec"]["containers"][0]["resources"]["requests"]["example.com/gpu"] = "1"
-    message = rejection(schedule(pod, dra))[2]
-    assert (
-        'extended resource "example.com/gpu" of DeviceClass "big" (spec.extendedResourceName)'
-        in message
-    )
-
-
 def test_without_dra_state_or_the_plugin_claims_are_refused() -> None:
     pod = pod_with("p", {"name": "gpu", "resourceClaimName": "gpu-claim"})
     expected = f'pod has resource claim "gpu" (ResourceClaim "gpu-claim"): {NO_DRA}; {ADVICE}'

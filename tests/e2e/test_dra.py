@@ -129,9 +129,13 @@ def test_the_shipped_rbac_grants_dra_least_privilege(plane: Plane) -> None:
     # allocation and reservedFor: merge patches, never a PUT of another writer's allocation
     assert can("patch", "resourceclaims.resource.k8s.io", "--subresource=status")
     assert not can("update", "resourceclaims.resource.k8s.io", "--subresource=status")
+    # 1.36+: a change of allocation or reservedFor is authorized on resourceclaims/binding too
+    assert can("patch", "resourceclaims.resource.k8s.io", "--subresource=binding")
+    assert not can("update", "resourceclaims.resource.k8s.io", "--subresource=binding")
+    # the claim for a pod's DRA-backed extended resources (1.36+), as kube-scheduler's role
+    assert can("create", "resourceclaims.resource.k8s.io")
+    assert can("delete", "resourceclaims.resource.k8s.io")
     for verb, resource in [
-        ("create", "resourceclaims"),
-        ("delete", "resourceclaims"),
         ("update", "resourceclaims"),
         ("create", "resourceslices"),
         ("update", "resourceslices"),
@@ -752,3 +756,109 @@ async def test_tainted_devices_are_allocated_only_to_claims_that_tolerate_them(
 async def _lines_with(sched: LatticeProcess, event: str) -> list[dict[str, Any]] | None:
     lines = [ln for ln in sched.lines() if ln.get("event") == event]
     return lines or None
+
+
+async def test_an_extended_resource_is_served_from_a_device_class_by_a_claim_of_its_own(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """DRAExtendedResource (GA in 1.37): a DeviceClass names ``example.com/gpu``; both kwok
+    nodes publish 8 devices and have no such allocatable. An unchanged pod asking for 2 is
+    bound after Lattice created a claim for it (controlled by the pod, annotated, 2 devices
+    allocated, reserved for it) and named it in ``status.extendedResourceClaimStatus``; the
+    pod's deletion takes the claim with it (garbage collector, resourceclaim controller).
+    Lattice's role may create and delete claims, nothing more."""
+    for verb in ("create", "delete"):
+        out = plane.run(
+            "auth",
+            "can-i",
+            verb,
+            "resourceclaims.resource.k8s.io",
+            f"--as={LATTICE_USER.name}",
+            check=False,
+        )
+        assert out.strip() == "yes", verb
+    driver = f"{ns}.extended.lattice.dev"
+    resource = "example.com/gpu"
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{ns}-extended"},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}],
+                "extendedResourceName": resource,
+            },
+        }
+    ]
+    for i in range(NODES):
+        node = node_name(i)
+        objects.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{ns}-extended-{node}"},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": f"gpu-{d}"} for d in range(8)],
+                },
+            }
+        )
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    nodes = json.loads(plane.run("get", "nodes", "-o", "json"))["items"]
+    assert all(resource not in n["status"].get("allocatable", {}) for n in nodes)
+
+    body = pod("asker")
+    body["spec"]["containers"][0]["resources"]["requests"][resource] = "2"
+    body["spec"]["containers"][0]["resources"]["limits"] = {resource: "2"}
+    sched = plane.lattice().start()
+    try:
+        await create_pods(api, ns, [body])
+        (bound,) = await wait_bound(api, ns, 1, within=90)
+        node, uid = bound["spec"]["nodeName"], bound["metadata"]["uid"]
+        status = bound["status"]["extendedResourceClaimStatus"]
+        name = status["resourceClaimName"]
+        assert name.startswith("asker-extended-resources-")
+        assert status["requestMappings"] == [
+            {"containerName": "c", "resourceName": resource, "requestName": "container-0-request-1"}
+        ]  # the resource's place in the container's sorted requests: cpu, example.com/gpu, memory
+        made = await get_claim(api, ns, name)
+        meta = made["metadata"]
+        assert meta["annotations"] == {"resource.kubernetes.io/extended-resource-claim": "true"}
+        assert meta["ownerReferences"] == [
+            {"apiVersion": "v1", "kind": "Pod", "name": "asker", "uid": uid, "controller": True}
+        ]
+        assert DELETE_PROTECTION_FINALIZER in meta["finalizers"]
+        assert made["spec"]["devices"]["requests"] == [
+            {
+                "name": "container-0-request-1",
+                "exactly": {
+                    "deviceClassName": f"{ns}-extended",
+                    "allocationMode": "ExactCount",
+                    "count": 2,
+                },
+            }
+        ]
+        allocation = made["status"]["allocation"]
+        results = allocation["devices"]["results"]
+        assert len(results) == 2
+        assert {(r["request"], r["driver"], r["pool"]) for r in results} == {
+            ("container-0-request-1", driver, node)
+        }
+        assert len({r["device"] for r in results}) == 2
+        assert [(r["resource"], r["name"], r["uid"]) for r in made["status"]["reservedFor"]] == [
+            ("pods", "asker", uid)
+        ]
+        assert any(ln.get("event") == "claims_written" for ln in sched.lines())
+
+        await client.CoreV1Api(api).delete_namespaced_pod("asker", ns, grace_period_seconds=0)
+
+        async def gone() -> bool:
+            return (await get_claim(api, ns, name)).get("code") == 404  # a Status, unraised
+
+        assert await poll(gone, within=90, interval=0.5)
+    finally:
+        sched.stop()
+    assert sched.proc is not None
+    assert sched.proc.returncode == 0

@@ -18,6 +18,7 @@ the release without a switch.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, NamedTuple
@@ -45,6 +46,7 @@ FIRST_AVAILABLE_MAX: Final = 8
 """``FirstAvailableDeviceRequestMaxSize``: subrequests per request (the API server refuses
 more), and the base of kube's prioritized-list score (8 - index of the chosen one)."""
 DELETE_PROTECTION_FINALIZER: Final = "resource.kubernetes.io/delete-protection"
+EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
 
 
 class DeviceId(NamedTuple):
@@ -414,6 +416,17 @@ def _int64(raw: object, path: str) -> int:
     return raw
 
 
+def _timestamp(raw: object, path: str) -> float:
+    """An RFC 3339 time as POSIX seconds (absent: 0)."""
+    text = string(raw, path)
+    if not text:
+        return 0.0
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError as exc:
+        raise InvalidObjectError(path, raw, "must be an RFC 3339 time") from exc
+
+
 def _selectors(raw: object, path: str) -> tuple[str | None, ...]:
     """CEL expressions; None for a selector of a type this version does not know."""
     out: list[str | None] = []
@@ -438,6 +451,9 @@ class DeviceClass:
     config: tuple[Mapping[str, Any], ...] = ()
     """``spec.config[]`` entries (each holds ``opaque``), copied into allocations."""
     extended_resource_name: str = ""
+    created: float = 0.0
+    """``metadata.creationTimestamp`` in POSIX seconds: of two classes naming one extended
+    resource, the newer serves it (kube's extended resource cache)."""
 
     @classmethod
     def from_api(cls, body: Mapping[str, Any]) -> DeviceClass:
@@ -445,6 +461,7 @@ class DeviceClass:
         spec = mapping(body.get("spec"), "spec")
         return cls(
             name=string(meta.get("name"), "metadata.name"),
+            created=_timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
             selectors=_selectors(spec.get("selectors"), "spec.selectors"),
             config=tuple(object_list(spec.get("config"), "spec.config")),
             extended_resource_name=string(
@@ -538,6 +555,10 @@ class ResourceClaim:
     finalizers: tuple[str, ...] = ()
     controller_uid: str = ""
     """The ownerReference with ``controller: true`` (a pod, for generated claims)."""
+    controller_name: str = ""
+    extended_resources: bool = False
+    """Annotated ``resource.kubernetes.io/extended-resource-claim: "true"``: the claim the
+    scheduler made for a pod's DRA-backed extended resources (DRAExtendedResource)."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -616,12 +637,16 @@ class ResourceClaim:
         )
         controller = next(
             (
-                string(o.get("uid"), "metadata.ownerReferences.uid")
+                (
+                    string(o.get("uid"), "metadata.ownerReferences.uid"),
+                    string(o.get("name"), "metadata.ownerReferences.name"),
+                )
                 for o in object_list(meta.get("ownerReferences"), "metadata.ownerReferences")
                 if o.get("controller") is True
             ),
-            "",
+            ("", ""),
         )
+        annotations = mapping(meta.get("annotations"), "metadata.annotations")
         return cls(
             namespace=string(meta.get("namespace"), "metadata.namespace"),
             name=string(meta.get("name"), "metadata.name"),
@@ -635,7 +660,9 @@ class ResourceClaim:
             reserved_for=reserved,
             deleting=meta.get("deletionTimestamp") is not None,
             finalizers=string_list(meta.get("finalizers"), "metadata.finalizers"),
-            controller_uid=controller,
+            controller_uid=controller[0],
+            controller_name=controller[1],
+            extended_resources=annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true",
         )
 
 

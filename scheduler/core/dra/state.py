@@ -7,6 +7,13 @@ State machine of one claim's allocation, as seen from here::
     pending --set_claim(allocated)--> allocated (the write came back; pending dropped)
     pending --forget(claim)--> unallocated (binding failed before the write)
 
+A pod's DRA-backed extended resources (DRAExtendedResource) add a claim the scheduler
+makes itself: it is planned under a placeholder key (:func:`placeholder_key`, never a valid
+claim name), assumed like the others, created with its allocation in PreBind, and then
+tracked under its real name; the placeholder's assumption ends once the created claim is in
+the state. :meth:`DraState.extended_class` maps extended resource names to the classes that
+serve them, :meth:`DraState.extended_claim` finds the claim made for a pod.
+
 The devices in use are those of every written allocation (adminAccess results excluded,
 as kube's allocated-device tracker does) plus every pending one. The set is recounted from
 the claims when they change, not per cycle. Slices are indexed once per change too
@@ -22,9 +29,9 @@ A rule's change rebuilds the index and drops the memo, like a slice's.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from scheduler.core.dra.allocator import Allocator, AllocStats, Pool, SliceIndex
 from scheduler.core.dra.cel import SelectorCompiler
@@ -35,10 +42,30 @@ from scheduler.core.dra.objects import (
     ResourceClaim,
     ResourceSlice,
 )
+from scheduler.model.names import DEVICE_CLASS_RESOURCE_PREFIX
 
 ClaimKey = tuple[str, str]
 SPEC_LIMIT = 10_000
 """Distinct claim specs the memo numbers before it starts again."""
+PLACEHOLDER: Final = "<extended-resources>"
+"""kube's in-memory name of the claim not created yet (not a valid object name)."""
+
+
+def placeholder_key(namespace: str, pod_uid: str) -> ClaimKey:
+    """The key a pod's extended-resource claim is planned and assumed under until it is
+    created: kube's placeholder name made unique per pod (kube keys in-flight allocations
+    by a random uid instead)."""
+    return (namespace, f"{PLACEHOLDER}{pod_uid}")
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendedClaim:
+    """The claim for a pod's DRA-backed extended resources, which PreBind creates."""
+
+    body: Mapping[str, Any]
+    """The ResourceClaim to create (``generateName``, owned by the pod, annotated)."""
+    mappings: tuple[Mapping[str, str], ...]
+    """``status.extendedResourceClaimStatus.requestMappings`` of the pod."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +77,9 @@ class ClaimWrite:
     uid: str
     allocation: Mapping[str, Any] | None
     """The allocation to write (None: the claim is already allocated, only reserve it)."""
+    create: ExtendedClaim | None = None
+    """Set for the claim of the pod's extended resources: created first (``name`` is then
+    the placeholder of :func:`placeholder_key`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +110,11 @@ class DraState:
         """Per (driver, pool): bumped whenever a device of the pool is taken or freed."""
         self.memo: dict[tuple[object, ...], object] = {}
         self._spec_ids: dict[object, int] = {}
+        self._by_resource: dict[str, DeviceClass] | None = None
+        """Extended resource name -> the class serving it (built on first use after a
+        class changed)."""
+        self._extended_claims: dict[str, set[ClaimKey]] = {}
+        """Pod uid -> its claims annotated as made for its extended resources."""
         self.stats = AllocStats()
         """Allocator time of every cycle on this state (the controller observes the
         difference per attempt)."""
@@ -91,11 +126,35 @@ class DraState:
     # ------------------------------------------------------------------ objects
     def set_class(self, cls: DeviceClass) -> None:
         self.classes[cls.name] = cls
+        self._by_resource = None
         self.memo.clear()
 
     def remove_class(self, name: str) -> None:
         self.classes.pop(name, None)
+        self._by_resource = None
         self.memo.clear()
+
+    def extended_class(self, resource: str) -> DeviceClass | None:
+        """The DeviceClass serving an extended resource name, or None (kube's extended
+        resource cache): a class's ``spec.extendedResourceName`` and its implicit
+        ``deviceclass.resource.kubernetes.io/<name>``. Of classes naming one resource the
+        newest serves it, the lower name on a tie (``DeviceClassSpec`` documents this;
+        kube's cache applies it as events arrive, here it is decided from all classes)."""
+        if self._by_resource is None:
+            self._by_resource = classes_by_resource(self.classes.values())
+        return self._by_resource.get(resource)
+
+    def extended_claim(self, pod_uid: str, pod_name: str) -> ResourceClaim | None:
+        """The claim made for the pod's extended resources in an earlier cycle (annotated,
+        controlled by the pod), or None; the lowest name if there are several."""
+        keys = self._extended_claims.get(pod_uid)
+        if not keys:
+            return None
+        for key in sorted(keys):
+            claim = self.claims[key]
+            if claim.controller_name == pod_name:
+                return claim
+        return None
 
     def set_slice(self, resource_slice: ResourceSlice) -> None:
         self.slices[resource_slice.name] = resource_slice
@@ -118,16 +177,31 @@ class DraState:
             self.memo.clear()
 
     def set_claim(self, claim: ResourceClaim) -> None:
-        self._uncount(self.claims.get(claim.key))
+        old = self.claims.get(claim.key)
+        self._uncount(old)
+        self._unindex(old)
         self.claims[claim.key] = claim
+        if claim.extended_resources and claim.controller_uid:
+            self._extended_claims.setdefault(claim.controller_uid, set()).add(claim.key)
         self._take(claim.allocated_devices())
         if claim.allocation is not None:
             self._drop_pending(claim.key)
 
     def remove_claim(self, namespace: str, name: str) -> None:
         key = (namespace, name)
-        self._uncount(self.claims.pop(key, None))
+        old = self.claims.pop(key, None)
+        self._uncount(old)
+        self._unindex(old)
         self._drop_pending(key)
+
+    def _unindex(self, claim: ResourceClaim | None) -> None:
+        if claim is None or not claim.extended_resources:
+            return
+        keys = self._extended_claims.get(claim.controller_uid)
+        if keys is not None:
+            keys.discard(claim.key)
+            if not keys:
+                del self._extended_claims[claim.controller_uid]
 
     def _uncount(self, claim: ResourceClaim | None) -> None:
         if claim is not None:
@@ -263,6 +337,19 @@ class DraState:
             aligned=aligned,
             stats=self.stats,
         )
+
+
+def classes_by_resource(classes: Iterable[DeviceClass]) -> dict[str, DeviceClass]:
+    """Extended resource name -> serving class (see :meth:`DraState.extended_class`)."""
+    out: dict[str, DeviceClass] = {}
+    named: dict[str, list[DeviceClass]] = {}
+    for cls in classes:
+        out[DEVICE_CLASS_RESOURCE_PREFIX + cls.name] = cls
+        if cls.extended_resource_name:
+            named.setdefault(cls.extended_resource_name, []).append(cls)
+    for name, group in named.items():
+        out[name] = min(group, key=lambda c: (-c.created, c.name))
+    return out
 
 
 def _devices(allocation: Mapping[str, Any] | None) -> list[DeviceId]:

@@ -50,6 +50,13 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
   :class:`~scheduler.core.dra.state.DraState` (so the next cycle never offers those devices)
   and writes it before the binding.
 
+* **Extended resources** (DRAExtendedResource, from 1.36: :mod:`scheduler.core.dra.extended`):
+  a pod asking for a name a DeviceClass serves gets, per node whose allocatable lacks it,
+  one more claim to allocate with its own; the plan creates it (PreBind). A claim made for
+  the pod in an earlier attempt (a binding that failed and whose claim was not deleted)
+  fails every node as kube's "cannot schedule extended resource claim", and PostFilter
+  (:func:`stale_extended_claim`) deletes it so that the next attempt starts anew.
+
 Claims whose requests use alpha fields are refused before this plugin by Unsupported;
 device taints and tolerations are not alpha any more (DRADeviceTaints, on since 1.36).
 """
@@ -62,6 +69,7 @@ from typing import Any, Final, cast
 
 import numpy as np
 
+from scheduler.core.dra import extended
 from scheduler.core.dra.allocator import (
     PCIE_ROOT,
     AllocationError,
@@ -70,7 +78,7 @@ from scheduler.core.dra.allocator import (
     untolerated_taints,
 )
 from scheduler.core.dra.objects import FIRST_AVAILABLE_MAX, DeviceId, ResourceClaim, requests_of
-from scheduler.core.dra.state import ClaimPlan, ClaimWrite, DraState
+from scheduler.core.dra.state import ClaimPlan, ClaimWrite, DraState, ExtendedClaim
 from scheduler.core.framework import (
     PREFILTER_SKIP,
     Code,
@@ -81,6 +89,7 @@ from scheduler.core.framework import (
 from scheduler.core.plugins._normalize import default_normalize
 from scheduler.core.profile import DYNAMIC_RESOURCES, DynamicResourcesArgs, GpuPolicy, Profile
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
+from scheduler.model.names import is_dra_extended_resource
 from scheduler.model.pod import Pod
 
 NAME: Final = DYNAMIC_RESOURCES
@@ -93,6 +102,31 @@ TAINTS_NAMED: Final = 3
 MEMO_LIMIT: Final = 200_000
 """Entries the per-node memo may hold before it starts again (outcomes of nodes whose
 devices changed since are never read again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Variant:
+    """The claim for the extended resources one kind of node serves by DRA."""
+
+    claim: ResourceClaim
+    mappings: tuple[extended.RequestMapping, ...]
+    specs: int
+    """The memo's claim part for the pod's claims plus this one."""
+
+
+@dataclass(slots=True)
+class _Extended:
+    """The pod's DRA-backed extended resources (kube's ``draExtendedResource``)."""
+
+    requests: dict[str, int]
+    """Every extended resource name the pod requests, with a serving class or not."""
+    served: frozenset[str]
+    """Those a DeviceClass serves."""
+    stale: ResourceClaim | None
+    """A claim made for the pod in an earlier attempt: PostFilter deletes it first."""
+    variants: dict[frozenset[str], _Variant] = field(default_factory=dict)
+    rows: dict[int, _Variant] = field(default_factory=dict)
+    """Per node row serving some resource by DRA: its claim (the last allocation)."""
 
 
 @dataclass(slots=True)
@@ -109,6 +143,7 @@ class _State:
     preference: IntArray | None = None
     """kube's raw prioritized-list score per row, once computed (Score and GPUPlacement
     both read it)."""
+    extended: _Extended | None = None
 
 
 _NO_FIT: Final = object()
@@ -141,19 +176,30 @@ def _reject(message: str) -> PreFilterResult:
 class DynamicResources:
     name: Final = NAME
 
-    def __init__(self, args: DynamicResourcesArgs | None = None, *, aligned: bool = True) -> None:
+    def __init__(
+        self,
+        args: DynamicResourcesArgs | None = None,
+        *,
+        aligned: bool = True,
+        extended_resources: bool = True,
+    ) -> None:
         self.args = args or DynamicResourcesArgs()
         self.aligned = aligned
         """The allocator's root-aware device order (GPUPlacement's Fragmentation policy)."""
+        self.extended_resources = extended_resources
+        """DRAExtendedResource (on from 1.36): extended resources served by DeviceClasses."""
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
         pod = cycle.pod
-        if not pod.resource_claims:
+        wants_extended = self.extended_resources and bool(pod.container_requests)
+        if not pod.resource_claims and not wants_extended:
             return PREFILTER_SKIP
         dra = cycle.dra
         if dra is None:
-            return _reject(NO_STATE)
+            return _reject(NO_STATE) if pod.resource_claims else PREFILTER_SKIP
         state = _State([], [], [], None)
+        if wants_extended:
+            state.extended = _extended_of(pod, dra)
         for ref in pod.resource_claims:
             name = ref.claim_name
             if not name:
@@ -193,31 +239,65 @@ class DynamicResources:
             if missing:
                 return _reject(f'resourceclaim "{name}": device class {missing[0]} does not exist')
             state.to_allocate.append(claim)
-        if not state.order:
+        if not state.order and state.extended is None:
             return PREFILTER_SKIP
-        if state.to_allocate:
+        if state.to_allocate or (state.extended is not None and state.extended.stale is None):
             state.allocator = dra.allocator(aligned=self.aligned)
             state.specs = dra.spec_id((self.aligned, _specs(state.to_allocate)))
         cycle.state[NAME] = state
         return PreFilterResult()
+
+    def _variant(
+        self, state: _State, ext: _Extended, served: frozenset[str], cycle: Cycle
+    ) -> _Variant:
+        """The claim for the resources a node serves by DRA (nodes alike share it)."""
+        variant = ext.variants.get(served)
+        if variant is None:
+            dra = cycle.dra
+            assert dra is not None
+            classes = {r: c for r in served if (c := dra.extended_class(r)) is not None}
+            requests, mappings = extended.requests_and_mappings(cycle.pod, served, classes)
+            claim = extended.node_claim(cycle.pod, requests)
+            claims = [*state.to_allocate, claim]
+            specs = dra.spec_id((self.aligned, _specs(claims)))
+            variant = ext.variants[served] = _Variant(claim, mappings, specs)
+        return variant
 
     def filter(self, cycle: Cycle, candidates: BoolArray) -> FilterResult | None:
         state: _State | None = cycle.state.get(NAME)
         if state is None:
             return None
         snapshot = cycle.snapshot
+        ext = state.extended
+        if ext is not None and ext.stale is not None:
+            return FilterResult.from_mask(
+                candidates.copy(), extended.STALE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+            )
         dra = cycle.dra
         if dra is not None and len(dra.memo) > MEMO_LIMIT:
             dra.memo.clear()
         codes = np.zeros(snapshot.num_nodes, dtype=np.int8)
         not_available = np.zeros(snapshot.num_nodes, dtype=np.bool_)
         cannot: dict[str, BoolArray] = {}
+        cannot_fit = np.zeros(snapshot.num_nodes, dtype=np.bool_)
         outside = np.zeros(snapshot.num_nodes, dtype=np.bool_)
         errors: dict[str, BoolArray] = {}
         own = self.args.node_selector
+        provided = _provided(snapshot, ext)
         for row in np.flatnonzero(candidates):
             node = snapshot.node(int(row))
-            if state.to_allocate and not own.is_empty and not own.matches(node.labels):
+            claims, specs = state.to_allocate, state.specs
+            if ext is not None:
+                lacking = frozenset(r for r in ext.requests if not provided[r][row])
+                if lacking - ext.served:
+                    cannot_fit[row] = True
+                    codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                    continue
+                if lacking:
+                    variant = self._variant(state, ext, lacking, cycle)
+                    ext.rows[int(row)] = variant
+                    claims, specs = [*claims, variant.claim], variant.specs
+            if claims and not own.is_empty and not own.matches(node.labels):
                 outside[row] = True
                 codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
                 continue
@@ -229,13 +309,13 @@ class DynamicResources:
                 not_available[row] = True
                 codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
                 continue
-            if state.allocator is None:
+            if state.allocator is None or not claims:
                 continue
             allocator = state.allocator
             key = None
             if dra is not None:
                 pools = allocator.slices.pools(node.name, node.labels)
-                key = dra.node_key(node.name, pools, state.specs)
+                key = dra.node_key(node.name, pools, specs)
                 hit = dra.memo.get(("allocate", *key))
                 if hit is not None:
                     if hit is _NO_FIT:
@@ -247,7 +327,7 @@ class DynamicResources:
                         state.keys[int(row)] = key
                     continue
             try:
-                found = allocator.allocate(node.name, node.labels, state.to_allocate)
+                found = allocator.allocate(node.name, node.labels, claims)
             except AllocationError as err:
                 mask = np.zeros(snapshot.num_nodes, dtype=np.bool_)
                 mask[row] = True
@@ -259,7 +339,7 @@ class DynamicResources:
                 # UnschedulableAndUnresolvable): evicting lower-priority holders can make
                 # room (preemption). A node whose devices are all free cannot be helped.
                 reason = cannot_allocate(
-                    untolerated_taints(allocator, node.name, node.labels, state.to_allocate)
+                    untolerated_taints(allocator, node.name, node.labels, claims)
                 )
                 _mark(cannot, reason, int(row), snapshot.num_nodes)
                 code = (
@@ -280,7 +360,11 @@ class DynamicResources:
         reasons = (
             tuple(
                 (reason, mask)
-                for reason, mask in ((OUTSIDE, outside), (NOT_AVAILABLE, not_available))
+                for reason, mask in (
+                    (OUTSIDE, outside),
+                    (NOT_AVAILABLE, not_available),
+                    (extended.CANNOT_FIT, cannot_fit),
+                )
                 if mask.any()
             )
             + tuple(cannot.items())
@@ -310,6 +394,14 @@ class DynamicResources:
                 writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid, next(allocations)))
             elif not any(r.uid == pod.uid for r in claim.reserved_for):
                 writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid, None))
+        variant = state.extended.rows.get(row) if state.extended is not None else None
+        if variant is not None:
+            made = variant.claim
+            create = ExtendedClaim(
+                extended.claim_body(pod, made.requests),
+                tuple(m.body() for m in variant.mappings),
+            )
+            writes.append(ClaimWrite(made.namespace, made.name, "", next(allocations), create))
         return ClaimPlan(pod.name, pod.uid, tuple(writes))
 
 
@@ -351,8 +443,11 @@ def prioritized_list_scores(cycle: Cycle) -> IntArray | None:
                 continue
             # Filter's results follow the claims to allocate, in pod order (kube 1.36+'s
             # separate index over the unallocated claims).
+            # A node's extended-resource claim comes last and has only ``exactly`` requests
+            # (it adds nothing), so the pod's own claims pair with the first results.
             part = sum(
-                _subrequest_score(c, a) for c, a in zip(state.to_allocate, allocations, strict=True)
+                _subrequest_score(c, a)
+                for c, a in zip(state.to_allocate, allocations[: len(state.to_allocate)], strict=True)
             )
             raw[row] = held + part
             if memo is not None and key is not None:
@@ -430,6 +525,43 @@ def device_fits(cycle: Cycle) -> dict[int, DeviceFit]:
     return out
 
 
+def _extended_of(pod: Pod, dra: DraState) -> _Extended | None:
+    """kube's ``preFilterExtendedResources``: None unless the pod asks for a name some
+    DeviceClass serves."""
+    requests = {
+        r: n for r, n in pod.resources.requests.items() if n > 0 and is_dra_extended_resource(r)
+    }
+    served = frozenset(r for r in requests if dra.extended_class(r) is not None)
+    if not served:
+        return None
+    return _Extended(requests, served, dra.extended_claim(pod.uid, pod.name))
+
+
+def _provided(snapshot: Snapshot, ext: _Extended | None) -> dict[str, BoolArray]:
+    """Per extended resource the pod asks for: nodes whose allocatable has it (> 0)."""
+    if ext is None:
+        return {}
+    out: dict[str, BoolArray] = {}
+    for resource in ext.requests:
+        column = snapshot.resource_column(resource)
+        if column is None:
+            out[resource] = np.zeros(snapshot.num_nodes, dtype=np.bool_)
+        else:
+            out[resource] = np.asarray(snapshot.allocatable[column] > 0, dtype=np.bool_)
+    return out
+
+
+def stale_extended_claim(pod: Pod, dra: DraState, *, enabled: bool = True) -> ResourceClaim | None:
+    """kube's PostFilter for extended resources: the claim made for the pod in an earlier
+    attempt, to delete (its deletion requeues the pod). None when there is none, or when no
+    class serves the pod's extended resources any more (kube looks for the claim only
+    then)."""
+    if not enabled or not pod.container_requests:
+        return None
+    ext = _extended_of(pod, dra)
+    return None if ext is None else ext.stale
+
+
 def stale_allocations(pod: Pod, dra: DraState, snapshot: Snapshot) -> list[ResourceClaim]:
     """kube's PostFilter, for a pod no node fits: its allocated claims reserved for nobody
     but it, whose allocation is available on no node of the snapshot, to deallocate (the
@@ -455,4 +587,8 @@ def stale_allocations(pod: Pod, dra: DraState, snapshot: Snapshot) -> list[Resou
 
 def new(profile: Profile) -> DynamicResources:
     aligned = profile.gpu_placement.policy is GpuPolicy.FRAGMENTATION
-    return DynamicResources(profile.dynamic_resources, aligned=aligned)
+    return DynamicResources(
+        profile.dynamic_resources,
+        aligned=aligned,
+        extended_resources=profile.kube_minor >= extended.SINCE_MINOR,
+    )

@@ -9,6 +9,11 @@ reasons may be reported for one node. The node's code is UnschedulableAndUnresol
 request exceeds the node's *total* allocatable (no eviction could help), Unschedulable
 otherwise. Everything is integer arithmetic over whole columns.
 
+DRA-backed extended resources (DRAExtendedResource, from 1.36): a requested resource some
+DeviceClass serves is not checked on nodes whose allocatable lacks it (0 or absent), where
+DynamicResources allocates devices for it instead (kube's ``shouldDelegateResourceToDRA``);
+nodes whose allocatable has it (a device plugin) are checked as usual.
+
 Scoring uses the node's non-zero requested cpu/memory (100m/200Mi per container without a
 request) plus the pod's, per resource ``(alloc - requested) * 100 // alloc`` (least) or
 ``requested * 100 // alloc`` (most), averaged with integer weights over resources the node
@@ -23,9 +28,11 @@ from typing import Final
 
 import numpy as np
 
+from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
 from scheduler.core.framework import PREFILTER_SUCCESS, Code, Cycle, FilterResult, PreFilterResult
 from scheduler.core.plugins._normalize import MAX_NODE_SCORE
 from scheduler.core.profile import (
+    DYNAMIC_RESOURCES,
     NODE_RESOURCES_FIT,
     NodeResourcesFitArgs,
     Profile,
@@ -55,13 +62,17 @@ class _Check:
     resource: str
     column: int | None
     amount: int
+    delegable: bool = False
+    """A DeviceClass serves the resource: nodes without it in allocatable are DRA's."""
 
 
 class NodeResourcesFit:
     name: Final = NAME
 
-    def __init__(self, args: NodeResourcesFitArgs) -> None:
+    def __init__(self, args: NodeResourcesFitArgs, *, extended_resources: bool = True) -> None:
         self.args = args
+        self.extended_resources = extended_resources
+        """DRAExtendedResource (on from 1.36)."""
 
     def _ignored(self, resource: str) -> bool:
         if not is_extended_resource(resource):
@@ -72,13 +83,15 @@ class NodeResourcesFit:
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
         requests = cycle.pod.resources.requests
         snapshot = cycle.snapshot
+        dra = cycle.dra if self.extended_resources and cycle.pod.container_requests else None
         checks: list[_Check] = []
         scalars = sorted(r for r in requests if r not in (CPU, MEMORY, EPHEMERAL_STORAGE))
         for resource in (CPU, MEMORY, EPHEMERAL_STORAGE, *scalars):
             amount = requests.get(resource, 0)
             if amount <= 0 or self._ignored(resource):
                 continue
-            checks.append(_Check(resource, snapshot.resource_column(resource), amount))
+            delegable = dra is not None and dra.extended_class(resource) is not None
+            checks.append(_Check(resource, snapshot.resource_column(resource), amount, delegable))
         cycle.state[NAME] = checks
         return PREFILTER_SUCCESS
 
@@ -94,11 +107,15 @@ class NodeResourcesFit:
         allocatable, requested = snapshot.allocatable, snapshot.requested
         for check in checks:
             if check.column is None:
+                if check.delegable:
+                    continue  # no node has it: DynamicResources serves it everywhere
                 insufficient = np.ones(cycle.num_nodes, dtype=np.bool_)
                 unresolvable = insufficient
             else:
                 alloc = allocatable[check.column]
                 insufficient = check.amount > alloc - requested[check.column]
+                if check.delegable:
+                    insufficient &= alloc > 0
                 if not insufficient.any():
                     continue
                 unresolvable = check.amount > alloc
@@ -193,4 +210,6 @@ def resource_scores(
 
 
 def new(profile: Profile) -> NodeResourcesFit:
-    return NodeResourcesFit(profile.node_resources_fit)
+    # Without DynamicResources nothing would allocate the devices: no resource is left to it.
+    delegates = profile.kube_minor >= DRA_EXTENDED_SINCE and DYNAMIC_RESOURCES in profile.filters
+    return NodeResourcesFit(profile.node_resources_fit, extended_resources=delegates)

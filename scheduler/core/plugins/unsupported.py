@@ -11,17 +11,18 @@ from CSINodes). The gang solver passes the VolumeState too, but its joint placem
 each member's volumes alone, so the gang flow admits only bound claims there
 (:func:`~scheduler.core.volumes.gang_volume_refusal`). DRA resource claims need the
 cycle's DraState and DynamicResources in the profile (``lattice run``, ``lattice explain``
-and the gang flow pass theirs), and a claim whose
-requests use a field of an alpha DRA feature (kube-scheduler 1.34 keeps them off:
-DRAConsumableCapacity's ``capacity`` and ``distinctAttribute``; DRADeviceTaints'
-``tolerations`` are allocated as kube does since 1.36) is refused naming the field, as is
-a pod asking for a DeviceClass's ``extendedResourceName`` (DRAExtendedResource). Binding
-such a pod would put it on a node its volume or devices cannot reach, where it sits in
-ContainerCreating forever, so this PreFilter rejects it as UnschedulableAndUnresolvable,
-with a message naming every volume and claim at fault, so the scheduler reports
-FailedScheduling and ``PodScheduled=False`` and never binds it. The volume and claim lists
-are immutable, so no cluster event can make the pod schedulable (a claim's spec is
-immutable too).
+and the gang flow pass theirs), and a claim whose requests use a field of a DRA feature
+Lattice does not implement yet (DRAConsumableCapacity's ``capacity`` and
+``distinctAttribute``, beta and on in kube since 1.36) is refused naming the field;
+DRADeviceTaints' ``tolerations`` are allocated as kube does. (A pod asking for an extended
+resource a DeviceClass serves is DynamicResources' from 1.36, and a plain extended resource
+in 1.35, where DRAExtendedResource is off.)
+Binding such a pod would put it on a node its volume or devices cannot reach, where it
+sits in ContainerCreating forever, so this PreFilter rejects it as
+UnschedulableAndUnresolvable, with a message naming every volume and claim at fault, so
+the scheduler reports FailedScheduling and ``PodScheduled=False`` and never binds it. The
+volume and claim lists are immutable, so no cluster event can make the pod schedulable (a
+claim's spec is immutable too).
 
 Plain pods (no such volume, no resource claim) are skipped at PreFilter: the plugin costs a
 tuple check per pod and its Filter never runs.
@@ -86,13 +87,6 @@ def _alpha_claims(pod: Pod, dra: DraState) -> list[str]:
         fields = claim_alpha_fields(claim) if claim is not None else []
         if fields:
             out.append(f"{_claim(ref)} using {', '.join(fields)}")
-    extended = {c.extended_resource_name: c.name for c in dra.classes.values()}
-    extended.pop("", None)
-    out.extend(
-        f'extended resource "{r}" of DeviceClass "{extended[r]}" (spec.extendedResourceName)'
-        for r in sorted(pod.resources.requests)
-        if r in extended
-    )
     return out
 
 
