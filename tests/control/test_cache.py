@@ -99,3 +99,27 @@ def test_reconcile_drops_what_a_missed_delete_left_but_keeps_newer_entries() -> 
     removed = cache.reconcile(nodes, [], [], list_rv=20)
     assert removed["pods"] == 1
     assert cache.pod_keys() == {pod_key("default", "new")}  # rv 30 is newer than the list
+
+
+def _resized(body: dict[str, Any], rv: int, statuses: list[dict[str, Any]]) -> dict[str, Any]:
+    """The kubelet's status update of a resize: container statuses only, same generation."""
+    out = {**body, "metadata": {**body["metadata"], "resourceVersion": str(rv)}}
+    out["status"] = {"phase": "Running", "containerStatuses": statuses}
+    return out
+
+
+def test_a_resize_the_kubelet_reports_is_accounted() -> None:
+    """Actuated and allocated resources come in status-only updates (no generation bump):
+    the node is charged max(spec, actuated, allocated) as soon as they arrive."""
+    cache = _cache()
+    body = _bound("p", "n1", 10)
+    cache.observe_bound_pod(body)
+    assert _cpu_used(cache, "n1") == 1000
+    grown = {"name": "c0", "resources": {"requests": {"cpu": "3"}}}
+    assert cache.observe_bound_pod(_resized(body, 11, [grown])) is not None
+    assert _cpu_used(cache, "n1") == 3000
+    # The same status again (a heartbeat) is not parsed again.
+    assert cache.observe_bound_pod(_resized(body, 12, [grown])) is None
+    back = {"name": "c0", "resources": {"requests": {"cpu": "1"}}}
+    assert cache.observe_bound_pod(_resized(body, 13, [back])) is not None
+    assert _cpu_used(cache, "n1") == 1000
