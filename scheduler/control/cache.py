@@ -35,6 +35,7 @@ from scheduler.core.volumes import VolumeState
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.node import Namespace, Node
 from scheduler.model.pod import Pod
+from scheduler.model.release import DEFAULT_KUBE_MINOR
 
 log = structlog.get_logger("lattice.cache")
 
@@ -71,8 +72,14 @@ class SchedulerCache:
     """Snapshot plus the pod lifecycle; every method is one watch event or decision."""
 
     def __init__(
-        self, *, assumed_ttl: float | None = 30.0, topology: TopologyState | None = None
+        self,
+        *,
+        assumed_ttl: float | None = 30.0,
+        topology: TopologyState | None = None,
+        kube_minor: int = DEFAULT_KUBE_MINOR,
     ) -> None:
+        self.kube_minor = kube_minor
+        """The release mirrored: it decides what a bound pod's status adds to its node."""
         self.snapshot = Snapshot()
         self.topology = topology or TopologyState()
         """Per-node devices in use, fed from the same pod events as the snapshot."""
@@ -177,7 +184,7 @@ class SchedulerCache:
             known.rv = rv  # a status heartbeat: nothing the scheduler reads has changed
             return None
         try:
-            pod = Pod.from_api(body)
+            pod = Pod.from_api(body, kube_minor=self.kube_minor)
         except InvalidObjectError as exc:
             self._broken(f"pod/{key}", str(exc))
             return None
