@@ -82,7 +82,8 @@ class ContainerResources:
 class PodStatusResources:
     """The pod-level status of in-place resize (KEP-5419): ``status.resources`` and
     ``status.allocatedResources``, which a 1.36+ kubelet with
-    InPlacePodLevelResourcesVerticalScaling reports for every pod."""
+    InPlacePodLevelResourcesVerticalScaling writes for every pod (as ``PodRequests`` of the
+    pod, overhead included)."""
 
     reported: bool = False
     """``status.resources`` is set."""

@@ -287,6 +287,18 @@ CASES: dict[str, tuple[dict[str, Any], dict[int, dict[str, int]]]] = {
         ),
         every({"cpu": 1500, "memory": 1024 * MI}),
     ),
+    # A 1.36+ kubelet writes the pod's status as PodRequests with the overhead in it
+    # (kubelet_pods.go getEffectiveAllocatedResources); 1.37 adds the overhead again.
+    "pod status with the overhead in it": (
+        pod(
+            [container("c1", cpu="1")],
+            [status("c1", {"cpu": "1"}, {"cpu": "1"})],
+            pod_actuated={"cpu": "1250m"},
+            pod_allocated={"cpu": "1250m"},
+            overhead={"cpu": "250m"},
+        ),
+        by_release({"cpu": 1250}, {"cpu": 1250}, {"cpu": 1500}),
+    ),
     "overhead on top of the status": (
         pod(
             [container("c1", cpu="1")],
