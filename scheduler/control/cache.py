@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from scheduler.control.intake import Fingerprint, resize_view
 from scheduler.control.lifecycle import IllegalTransitionError, PodLifecycle, PodState
 from scheduler.control.queue import PodKey, pod_key
 from scheduler.core.dra.state import DraState
@@ -34,6 +35,7 @@ from scheduler.core.volumes import VolumeState
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.node import Namespace, Node
 from scheduler.model.pod import Pod
+from scheduler.model.release import DEFAULT_KUBE_MINOR
 
 log = structlog.get_logger("lattice.cache")
 
@@ -61,14 +63,23 @@ class CachedPod:
     generation: int | None = None
     annotations: Mapping[str, str] | None = None
     """What our Binding set on the pod (devices): the echo of the binding must show it."""
+    resize: Fingerprint | None = None
+    """:func:`~scheduler.control.intake.resize_view` of the body parsed (None: assumed
+    from the pending pod, whose status the kubelet has not written yet)."""
 
 
 class SchedulerCache:
     """Snapshot plus the pod lifecycle; every method is one watch event or decision."""
 
     def __init__(
-        self, *, assumed_ttl: float | None = 30.0, topology: TopologyState | None = None
+        self,
+        *,
+        assumed_ttl: float | None = 30.0,
+        topology: TopologyState | None = None,
+        kube_minor: int = DEFAULT_KUBE_MINOR,
     ) -> None:
+        self.kube_minor = kube_minor
+        """The release mirrored: it decides what a bound pod's status adds to its node."""
         self.snapshot = Snapshot()
         self.topology = topology or TopologyState()
         """Per-node devices in use, fed from the same pod events as the snapshot."""
@@ -173,7 +184,7 @@ class SchedulerCache:
             known.rv = rv  # a status heartbeat: nothing the scheduler reads has changed
             return None
         try:
-            pod = Pod.from_api(body)
+            pod = Pod.from_api(body, kube_minor=self.kube_minor)
         except InvalidObjectError as exc:
             self._broken(f"pod/{key}", str(exc))
             return None
@@ -197,14 +208,17 @@ class SchedulerCache:
         if known is not None:
             self._removed(known.pod)
         self._placed(pod, node)
-        self._pods[key] = CachedPod(pod, node, rv, meta.get("generation"))
+        self._pods[key] = CachedPod(
+            pod, node, rv, meta.get("generation"), resize=resize_view(body.get("status") or {})
+        )
         return pod
 
     @staticmethod
     def _unchanged(known: CachedPod, body: Mapping[str, Any]) -> bool:
         """Bound pods mostly change in status only; re-parsing them is the watch's main
-        cost. Labels, node, deletion and the spec generation (resizes bump it) are
-        what could change a scheduling answer."""
+        cost. Labels, node, deletion, the spec generation (a resize bumps it) and the
+        status of a resize (what the kubelet has allocated and actuated, which it writes
+        later) are what could change a scheduling answer."""
         meta, spec = body.get("metadata") or {}, body.get("spec") or {}
         return (
             known.pod.uid == meta.get("uid", known.pod.uid)
@@ -212,6 +226,8 @@ class SchedulerCache:
             and known.generation == meta.get("generation")
             and known.pod.terminating == bool(meta.get("deletionTimestamp"))
             and dict(known.pod.labels) == (meta.get("labels") or {})
+            and known.resize is not None
+            and known.resize == resize_view(body.get("status") or {})
         )
 
     def assume(self, pod: Pod, node: str, annotations: Mapping[str, str] | None = None) -> None:

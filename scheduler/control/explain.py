@@ -286,7 +286,9 @@ async def _explain(args: argparse.Namespace) -> Explained:
                     raise ValueError(f"PodGroup {gang_ref[0]}/{gang_ref[1]} not found") from None
     meta = body.get("metadata") or {}
     exclude = (str(meta.get("namespace")), str(meta.get("name"))) if body else None
-    built = snapshot_from_api(nodes, pods, namespaces, exclude_pod=exclude)
+    built = snapshot_from_api(
+        nodes, pods, namespaces, exclude_pod=exclude, kube_minor=profile.kube_minor
+    )
     topology = TopologyState()
     for report in reports.get("items", []):
         try:

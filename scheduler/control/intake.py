@@ -180,7 +180,15 @@ DEVICE_TAINT_RULES: Final = "devicetaintrules.resource.k8s.io"
 
 
 _POD_STATUS_KEPT: Final = frozenset(
-    {"phase", "nominatedNodeName", "startTime", "conditions", "resourceClaimStatuses"}
+    {
+        "phase",
+        "nominatedNodeName",
+        "startTime",
+        "conditions",
+        "resourceClaimStatuses",
+        "resources",
+        "allocatedResources",
+    }
 )
 _POD_CONDITIONS_KEPT: Final = frozenset({"PodScheduled", "PodResizePending", "DisruptionTarget"})
 _CONTAINER_KEPT: Final = (
@@ -533,7 +541,32 @@ def _statuses_view(statuses: Any) -> tuple[object, ...]:
     """Only statuses that report resources count (``Pod.from_api`` reads nothing else of
     them): the kubelet's first Running status, container states without resources, must
     not make the echo of our binding, coalesced with it, look like someone's change."""
-    return tuple(_status_view(cs) for cs in statuses or () if cs.get("resources") is not None)
+    return tuple(
+        _status_view(cs)
+        for cs in statuses or ()
+        if cs.get("resources") is not None or cs.get("allocatedResources") is not None
+    )
+
+
+def _resize_infeasible(status: Mapping[str, Any]) -> bool:
+    for c in status.get("conditions") or ():
+        if c.get("type") == "PodResizePending":
+            return bool(c.get("reason") == "Infeasible")
+    return False
+
+
+def resize_view(status: Mapping[str, Any]) -> Fingerprint:
+    """What ``Pod.from_api`` reads of a pod's status for the request it holds on its node
+    (in-place resize): the container statuses that report resources, the pod-level
+    ``resources``/``allocatedResources`` and whether the resize is infeasible. The kubelet
+    changes these without touching the spec, so they must be compared on their own."""
+    return (
+        _statuses_view(status.get("containerStatuses")),
+        _statuses_view(status.get("initContainerStatuses")),
+        status.get("resources"),
+        status.get("allocatedResources"),
+        _resize_infeasible(status),
+    )
 
 
 def _volume_view(v: Mapping[str, Any]) -> tuple[object, ...]:
@@ -587,12 +620,7 @@ def pod_fingerprint(raw: Mapping[str, Any]) -> Fingerprint:
         spec.get("resourceClaims"),
         status.get("resourceClaimStatuses"),
         status.get("phase") in TERMINAL_PHASES,
-        _statuses_view(status.get("containerStatuses")),
-        _statuses_view(status.get("initContainerStatuses")),
-        any(
-            c.get("type") == "PodResizePending" and c.get("reason") == "Infeasible"
-            for c in status.get("conditions") or ()
-        ),
+        resize_view(status),
     )
 
 

@@ -169,7 +169,10 @@ class Scheduler:
         """The same plugin instances, timed on sampled cycles: what scheduling cycles run."""
         metrics.precreate_profile(settings.scheduler_name)
         self._graph_seq = 0
-        self.cache = SchedulerCache(topology=TopologyState(settings.profile.topology))
+        self.cache = SchedulerCache(
+            topology=TopologyState(settings.profile.topology),
+            kube_minor=settings.profile.kube_minor,
+        )
         self.cache.topology.gpu_demand.set_resources(settings.profile.gpu_placement.resources)
         self.load = LoadPredictor(settings.profile.load_aware.predict)
         """Predicted node load, fed by agents' reports and our own placements."""
@@ -316,7 +319,7 @@ class Scheduler:
             self.cache.remove_pod(key)  # same name, new pod: the old one is gone
         queued: QueuedPod
         try:
-            queued = Pod.from_api(body)
+            queued = Pod.from_api(body, kube_minor=self.settings.profile.kube_minor)
         except InvalidObjectError as exc:
             queued = BrokenPod(
                 str(meta.get("namespace", "")),

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.core.profile import DEFAULT_KUBE_MINOR
 from scheduler.core.snapshot import Snapshot
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.node import Namespace, Node
@@ -48,8 +49,11 @@ def snapshot_from_api(
     namespaces: Iterable[Body],
     *,
     exclude_pod: tuple[str, str] | None = None,
+    kube_minor: int = DEFAULT_KUBE_MINOR,
 ) -> Built:
-    """Nodes, bound pods (minus ``exclude_pod`` as namespace/name) and namespaces."""
+    """Nodes, bound pods (minus ``exclude_pod`` as namespace/name) and namespaces; a bound
+    pod holds what the ``kube_minor`` release's kube-scheduler would count (in-place
+    resize status)."""
     built = Built(Snapshot())
     for body in nodes:
         try:
@@ -66,7 +70,8 @@ def snapshot_from_api(
         if exclude_pod == (meta.get("namespace"), meta.get("name")) or not counts_on_node(body):
             continue
         try:
-            built.snapshot.add_pod(Pod.from_api(body), str(body["spec"]["nodeName"]))
+            pod = Pod.from_api(body, kube_minor=kube_minor)
+            built.snapshot.add_pod(pod, str(body["spec"]["nodeName"]))
         except InvalidObjectError as exc:
             built.skipped.append(f"pod/{_name(body)}: {exc}")
     return built

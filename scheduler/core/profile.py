@@ -34,6 +34,10 @@ from enum import StrEnum
 from typing import Final
 
 from scheduler.model.names import CPU, MEMORY
+from scheduler.model.release import DEFAULT_KUBE_MINOR as DEFAULT_KUBE_MINOR
+from scheduler.model.release import NEWEST_KUBE_MINOR as NEWEST_KUBE_MINOR
+from scheduler.model.release import OLDEST_KUBE_MINOR as OLDEST_KUBE_MINOR
+from scheduler.model.release import nearest_kube_minor as nearest_kube_minor
 from scheduler.model.selectors import EVERYTHING, LabelSelector
 from scheduler.model.topology import GPU_RESOURCE, RDMA_RESOURCE
 from scheduler.predict import PredictConfig
@@ -51,17 +55,6 @@ class ScoringStrategy(StrEnum):
 
 
 DEFAULT_SCORE_RESOURCES: Final = ((CPU, 1), (MEMORY, 1))
-
-OLDEST_KUBE_MINOR: Final = 35
-NEWEST_KUBE_MINOR: Final = 37
-"""The Kubernetes 1.x releases whose kube-scheduler a profile can mirror (the supported
-window); a cluster outside it is run as the nearest of them (see scheduler.control.release)."""
-DEFAULT_KUBE_MINOR: Final = NEWEST_KUBE_MINOR
-
-
-def nearest_kube_minor(minor: int) -> int:
-    """The supported release closest to ``minor`` (itself when supported)."""
-    return min(max(minor, OLDEST_KUBE_MINOR), NEWEST_KUBE_MINOR)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,11 +33,16 @@ from scheduler.model.declared_features import required_features
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.names import CPU, MEMORY, is_dra_extended_resource
 from scheduler.model.node import Taint
+from scheduler.model.release import DEFAULT_KUBE_MINOR
 from scheduler.model.resources import (
     DEFAULT_NON_MISSING,
+    NO_POD_STATUS,
     ContainerResources,
     IntResources,
+    PodStatusResources,
+    RequestInputs,
     ResourceList,
+    StatusRules,
     is_pod_level_resource,
     parse_resource_list,
     pod_requests,
@@ -298,11 +303,13 @@ class Pod:
         return bool(self.required_anti_affinity)
 
     @classmethod
-    def from_api(cls, body: Mapping[str, Any]) -> Pod:
-        return _parse_pod(body)
+    def from_api(cls, body: Mapping[str, Any], *, kube_minor: int = DEFAULT_KUBE_MINOR) -> Pod:
+        """Parse an API body; ``kube_minor`` is the release whose rules say what a placed
+        pod holds on its node (:class:`~scheduler.model.resources.StatusRules`)."""
+        return _parse_pod(body, StatusRules.of(kube_minor))
 
 
-def _parse_pod(body: Mapping[str, Any]) -> Pod:
+def _parse_pod(body: Mapping[str, Any], rules: StatusRules) -> Pod:
     if not isinstance(body, Mapping):
         raise InvalidObjectError("pod", body, "must be an object")
     metadata = mapping(body.get("metadata"), "metadata")
@@ -406,7 +413,7 @@ def _parse_pod(body: Mapping[str, Any]) -> Pod:
         tolerations=tolerations,
         host_ports=tuple(host_ports),
         spread_constraints=spread,
-        resources=_resources(spec, status, containers, init_containers),
+        resources=_resources(_request_inputs(spec, status, containers, init_containers), rules),
         terminating=metadata.get("deletionTimestamp") is not None,
         phase=string(status.get("phase"), "status.phase"),
         nominated_node_name=string(status.get("nominatedNodeName"), "status.nominatedNodeName"),
@@ -749,69 +756,92 @@ def _exclusive_cpus(
     return max(app + sidecars, peak_init)
 
 
-def _resources(
+def _status_list(raw: object, field: str) -> ResourceList | None:
+    """A status resource list, None when unset or empty (kube-scheduler sees nil then)."""
+    return parse_resource_list(raw, field=field) or None
+
+
+def _resize_infeasible(status: Mapping[str, Any]) -> bool:
+    """``IsPodResizeInfeasible``: the first ``PodResizePending`` condition decides."""
+    for c in object_list(status.get("conditions"), "status.conditions"):
+        if c.get("type") == "PodResizePending":
+            return bool(c.get("reason") == "Infeasible")
+    return False
+
+
+def _request_inputs(
     spec: Mapping[str, Any],
     status: Mapping[str, Any],
     containers: list[Mapping[str, Any]],
     init_containers: list[Mapping[str, Any]],
-) -> PodResources:
-    statuses: dict[str, Mapping[str, Any]] = {}
+) -> RequestInputs:
+    """Spec, actuated and allocated resources of every container and of the pod, kept
+    apart so that each release's rule can combine them."""
+    statuses: dict[str, tuple[str, Mapping[str, Any]]] = {}
     for key in ("containerStatuses", "initContainerStatuses"):
         for i, cs in enumerate(object_list(status.get(key), f"status.{key}")):
-            statuses[string(cs.get("name"), f"status.{key}[{i}].name")] = cs
+            statuses[string(cs.get("name"), f"status.{key}[{i}].name")] = (key, cs)
 
     def build(c: Mapping[str, Any], field: str, sidecar: bool) -> ContainerResources:
         name = string(c.get("name"), f"{field}.name")
-        cs = statuses.get(name)
-        status_requests: ResourceList | None = None
-        allocated: ResourceList | None = None
-        if cs is not None and cs.get("resources") is not None:
-            res = mapping(cs.get("resources"), "status.containerStatuses.resources")
-            status_requests = parse_resource_list(
-                res.get("requests"), field=f"status.containerStatuses[{name}].resources.requests"
-            )
-            if cs.get("allocatedResources") is not None:
-                allocated = parse_resource_list(
-                    cs.get("allocatedResources"),
-                    field=f"status.containerStatuses[{name}].allocatedResources",
-                )
+        requests = _container_requests(c, field)
+        found = statuses.get(name)
+        if found is None:
+            return ContainerResources(name, requests, sidecar)
+        key, cs = found
+        where = f"status.{key}[{name}]"
+        reported = cs.get("resources") is not None
+        res = mapping(cs.get("resources"), f"{where}.resources")
         return ContainerResources(
-            name, _container_requests(c, field), sidecar, status_requests, allocated
+            name,
+            requests,
+            sidecar,
+            reported=reported,
+            actuated=_status_list(res.get("requests"), f"{where}.resources.requests"),
+            allocated=_status_list(cs.get("allocatedResources"), f"{where}.allocatedResources"),
         )
 
-    regular = [build(c, f"spec.containers[{i}]", False) for i, c in enumerate(containers)]
-    inits = [
-        build(c, f"spec.initContainers[{i}]", c.get("restartPolicy") == "Always")
-        for i, c in enumerate(init_containers)
-    ]
     pod_level_body = mapping(spec.get("resources"), "spec.resources")
-    pod_level = parse_resource_list(pod_level_body.get("requests"), field="spec.resources.requests")
-    overhead = parse_resource_list(spec.get("overhead"), field="spec.overhead")
-    resize_infeasible = any(
-        c.get("type") == "PodResizePending" and c.get("reason") == "Infeasible"
-        for c in object_list(status.get("conditions"), "status.conditions")
+    pod_status = NO_POD_STATUS
+    if status.get("resources") is not None or status.get("allocatedResources") is not None:
+        res = mapping(status.get("resources"), "status.resources")
+        pod_status = PodStatusResources(
+            reported=status.get("resources") is not None,
+            actuated=_status_list(res.get("requests"), "status.resources.requests"),
+            allocated=_status_list(status.get("allocatedResources"), "status.allocatedResources"),
+        )
+    return RequestInputs(
+        containers=tuple(
+            build(c, f"spec.containers[{i}]", False) for i, c in enumerate(containers)
+        ),
+        init_containers=tuple(
+            build(c, f"spec.initContainers[{i}]", c.get("restartPolicy") == "Always")
+            for i, c in enumerate(init_containers)
+        ),
+        pod_level=parse_resource_list(
+            pod_level_body.get("requests"), field="spec.resources.requests"
+        ),
+        overhead=parse_resource_list(spec.get("overhead"), field="spec.overhead"),
+        status=pod_status,
+        resize_infeasible=_resize_infeasible(status),
     )
 
-    def compute(*, use_status: bool, non_missing: ResourceList | None = None) -> ResourceList:
-        return pod_requests(
-            regular,
-            inits,
-            pod_level=pod_level,
-            overhead=overhead,
-            non_missing=non_missing,
-            use_status=use_status,
-            resize_infeasible=resize_infeasible,
-        )
 
-    spec_requests = compute(use_status=False)
-    accounted = compute(use_status=True)
-    pod_level_set = any(is_pod_level_resource(n) for n in pod_level)
+def _resources(inputs: RequestInputs, rules: StatusRules) -> PodResources:
+    spec_requests = pod_requests(inputs)
+    accounted = pod_requests(inputs, rules=rules) if inputs.status_matters else spec_requests
+    pod_level_set = any(is_pod_level_resource(n) for n in inputs.pod_level)
     if pod_level_set:
         non_missing = {k: v for k, v in DEFAULT_NON_MISSING.items() if k not in accounted}
     else:
         non_missing = dict(DEFAULT_NON_MISSING)
-    non_zero = compute(use_status=True, non_missing=non_missing) if non_missing else accounted
-    score = compute(use_status=True, non_missing=DEFAULT_NON_MISSING)
+    non_zero = (
+        pod_requests(inputs, rules=rules, non_missing=non_missing) if non_missing else accounted
+    )
+    if non_missing == DEFAULT_NON_MISSING:
+        score = non_zero  # the same computation (most pods name no pod-level resources)
+    else:
+        score = pod_requests(inputs, rules=rules, non_missing=DEFAULT_NON_MISSING)
     field = "spec.containers[*].resources.requests"
     non_zero_int = round_resources(non_zero, field=field)
     return PodResources(

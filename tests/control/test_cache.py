@@ -8,6 +8,7 @@ from scheduler.control.cache import SchedulerCache
 from scheduler.control.lifecycle import PodState
 from scheduler.control.queue import pod_key
 from scheduler.model.pod import Pod
+from scheduler.model.release import DEFAULT_KUBE_MINOR
 from tests.builders import make_node, make_pod
 
 
@@ -26,8 +27,8 @@ def _cpu_used(cache: SchedulerCache, node: str) -> int:
     return int(cache.snapshot.requested[row, col])
 
 
-def _cache() -> SchedulerCache:
-    cache = SchedulerCache()
+def _cache(kube_minor: int = DEFAULT_KUBE_MINOR) -> SchedulerCache:
+    cache = SchedulerCache(kube_minor=kube_minor)
     for name in ("n1", "n2"):
         body = make_node(name, cpu="4").obj()
         body["metadata"]["resourceVersion"] = "1"
@@ -99,3 +100,46 @@ def test_reconcile_drops_what_a_missed_delete_left_but_keeps_newer_entries() -> 
     removed = cache.reconcile(nodes, [], [], list_rv=20)
     assert removed["pods"] == 1
     assert cache.pod_keys() == {pod_key("default", "new")}  # rv 30 is newer than the list
+
+
+def _resized(body: dict[str, Any], rv: int, statuses: list[dict[str, Any]]) -> dict[str, Any]:
+    """The kubelet's status update of a resize: container statuses only, same generation."""
+    out = {**body, "metadata": {**body["metadata"], "resourceVersion": str(rv)}}
+    out["status"] = {"phase": "Running", "containerStatuses": statuses}
+    return out
+
+
+def test_a_resize_the_kubelet_reports_is_accounted() -> None:
+    """Actuated and allocated resources come in status-only updates (no generation bump):
+    the node is charged max(spec, actuated, allocated) as soon as they arrive."""
+    cache = _cache()
+    body = _bound("p", "n1", 10)
+    cache.observe_bound_pod(body)
+    assert _cpu_used(cache, "n1") == 1000
+    grown = {"name": "c0", "resources": {"requests": {"cpu": "3"}}}
+    assert cache.observe_bound_pod(_resized(body, 11, [grown])) is not None
+    assert _cpu_used(cache, "n1") == 3000
+    # The same status again (a heartbeat) is not parsed again.
+    assert cache.observe_bound_pod(_resized(body, 12, [grown])) is None
+    back = {"name": "c0", "resources": {"requests": {"cpu": "1"}}}
+    assert cache.observe_bound_pod(_resized(body, 13, [back])) is not None
+    assert _cpu_used(cache, "n1") == 1000
+
+
+def test_the_cache_accounts_as_the_mirrored_release() -> None:
+    """1.36 sums each container's max (2 + 2), 1.37 takes the max of the sums (3)."""
+    body = make_pod("p", "1").container("2").obj()
+    body["metadata"].update(uid="uid-p", resourceVersion="10")
+    body["spec"]["nodeName"] = "n1"
+    body["status"] = {
+        "containerStatuses": [
+            {"name": "c0", "resources": {"requests": {"cpu": "2"}}},
+            {"name": "c1", "resources": {"requests": {"cpu": "1"}}},
+        ]
+    }
+    used: dict[int, int] = {}
+    for minor in (36, 37):
+        cache = _cache(minor)
+        cache.observe_bound_pod(body)
+        used[minor] = _cpu_used(cache, "n1")
+    assert used == {36: 4000, 37: 3000}

@@ -599,8 +599,9 @@ POD_SAME = {
     "other annotation": _set("metadata.annotations.other", "y"),
     "image": _set("spec.containers.0.image", "img:2"),
     "nominatedNodeName": _set("status.nominatedNodeName", "n2"),
-    # Read only beside reported resources (in-place resize), as Pod.from_api does.
-    "allocatedResources alone": _set("status.containerStatuses.0.allocatedResources", {"cpu": "2"}),
+    "resize deferred": _set(
+        "status.conditions.1", {"type": "PodResizePending", "reason": "Deferred"}
+    ),
     "volume mount": _set("spec.containers.0.volumeMounts", [{"name": "v", "mountPath": "/v"}]),
 }
 
@@ -666,6 +667,10 @@ POD_DIFFERENT = {
             "allocatedResources": {"cpu": "2"},
         },
     ),
+    # 1.37 reads allocatedResources without status.resources.
+    "allocatedResources alone": _set("status.containerStatuses.0.allocatedResources", {"cpu": "2"}),
+    "pod status resources": _set("status.resources", {"requests": {"cpu": "1"}}),
+    "pod allocatedResources": _set("status.allocatedResources", {"cpu": "1"}),
     "init status resources": _set(
         "status.initContainerStatuses", [{"name": "i", "resources": {"requests": {"cpu": "1"}}}]
     ),

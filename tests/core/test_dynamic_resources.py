@@ -276,6 +276,8 @@ def test_tainted_devices_name_their_taint_and_a_tolerating_claim_gets_one() -> N
             "tolerations": tolerations,
         }
     ]
+
+
 def test_without_dra_state_or_the_plugin_claims_are_refused() -> None:
     pod = pod_with("p", {"name": "gpu", "resourceClaimName": "gpu-claim"})
     expected = f'pod has resource claim "gpu" (ResourceClaim "gpu-claim"): {NO_DRA}; {ADVICE}'

@@ -95,7 +95,7 @@ class Ours:
 
 def lattice_decides(state: State) -> Ours:
     """Lattice's core on exactly the objects kube-scheduler saw."""
-    built = snapshot_from_api(state.nodes, state.pods, state.namespaces)
+    built = snapshot_from_api(state.nodes, state.pods, state.namespaces, kube_minor=KUBE_MINOR)
     assert not built.skipped
     pod = Pod.from_api(as_pending(state.pod))
     return Ours(LATTICE.schedule(built.snapshot, pod, seed=0), KUBE.schedule(built.snapshot, pod))

@@ -447,7 +447,9 @@ def prioritized_list_scores(cycle: Cycle) -> IntArray | None:
             # (it adds nothing), so the pod's own claims pair with the first results.
             part = sum(
                 _subrequest_score(c, a)
-                for c, a in zip(state.to_allocate, allocations[: len(state.to_allocate)], strict=True)
+                for c, a in zip(
+                    state.to_allocate, allocations[: len(state.to_allocate)], strict=True
+                )
             )
             raw[row] = held + part
             if memo is not None and key is not None:
