@@ -27,6 +27,7 @@ was lost may still have landed: :func:`find_extended_claims` lists the pod's.
 from __future__ import annotations
 
 import copy
+import datetime
 import enum
 import json
 from collections.abc import Mapping
@@ -253,6 +254,11 @@ async def unreserve_claim(api: client.ApiClient, write: ClaimWrite, *, pod_uid: 
     return f"unreserving {what}: still conflicting after {CONFLICT_RETRIES} attempts"
 
 
+def _now() -> str:
+    """A ``metav1.Time`` (RFC 3339, whole seconds, UTC) for ``allocationTimestamp``."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 async def write_claim(
     api: client.ApiClient, write: ClaimWrite, *, pod_name: str, pod_uid: str
 ) -> tuple[dict[str, Any] | None, str | None]:
@@ -302,8 +308,13 @@ async def write_claim(
                     return None, f"adding the finalizer to {what}: {exc.status} {_message(exc)}"
             status = claim.get("status") or {}
             change: dict[str, Any] = {"allocation": copy.deepcopy(dict(write.allocation))}
+            if write.stamp:
+                change["allocation"]["allocationTimestamp"] = _now()
         elif status.get("allocation") is None:
             return None, f"{what} got deallocated in the meantime"
+        elif write.stamp and not status["allocation"].get("allocationTimestamp"):
+            # A merge patch adds the one key; the rest of the allocation is left as written.
+            change = {"allocation": {"allocationTimestamp": _now()}}
         else:
             change = {}
         reserved = list(status.get("reservedFor") or [])

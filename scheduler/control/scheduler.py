@@ -1104,7 +1104,7 @@ class Scheduler:
         name, uid = str(meta["name"]), str(meta["uid"])
         self._extended_claims[plan.pod_uid] = (write.namespace, name, uid)
         self.dra.claim_written(created)
-        real = ClaimWrite(write.namespace, name, uid, write.allocation)
+        real = ClaimWrite(write.namespace, name, uid, write.allocation, stamp=write.stamp)
         written, failed = await self.writer.write_claim(
             real, pod_name=plan.pod_name, pod_uid=plan.pod_uid
         )

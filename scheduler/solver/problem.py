@@ -885,6 +885,7 @@ def _claim_caps(
     index = dra.slice_index()
     plugin = next((p for p in framework.plugins.filters if isinstance(p, DynamicResources)), None)
     aligned = plugin.aligned if plugin is not None else False
+    compact = plugin.compact_config if plugin is not None else True
     for i, row in enumerate(rows.tolist()):
         node = snapshot.node(row)
         used: set[DeviceId] = set(base)
@@ -896,6 +897,7 @@ def _claim_caps(
                 allocated=used,
                 compiler=dra.compiler,
                 aligned=aligned,
+                compact_config=compact,
             )
             try:
                 found = allocator.allocate(node.name, node.labels, claims)

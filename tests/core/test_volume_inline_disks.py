@@ -13,6 +13,7 @@ from scheduler.core.plugins import volume_restrictions
 from scheduler.core.plugins.node_volume_limits import REASON as LIMIT_REASON
 from scheduler.core.plugins.node_volume_limits import TranslationError, ebs_volume_id
 from scheduler.core.plugins.volume_restrictions import REASON_DISK, REASON_RWOP
+from scheduler.core.profile import Profile
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.volumes import VolumeState, volume_state_from_api
 from scheduler.model.errors import InvalidObjectError
@@ -279,8 +280,8 @@ def limits(
             {"name": "x", "portworxVolume": {"volumeID": "p2"}},
             PORTWORX_DRIVER,
             ("kubernetes.io/gce-pd",),
-            {"a", "b"},
-            id="portworx-needs-annotation",
+            {"b"},
+            id="portworx-without-annotation-from-1.36",
         ),
         pytest.param(
             {"name": "v", "vsphereVolume": {"volumePath": "v1"}},
@@ -315,6 +316,22 @@ def test_migrated_inline_disks_count_against_the_csi_driver(
     a = csi_node("a", {driver: 1}, migrated)
     b = csi_node("b", {driver: 1}, migrated)
     assert limits(existing, incoming, a=a, b=b) == feasible
+
+
+def test_portworx_needs_the_annotation_in_1_35() -> None:
+    """kube 1.35's isCSIMigrationOn reads the CSINode's migrated-plugins annotation for
+    Portworx (1.36 dropped that check): without it the disk is not counted."""
+    px = [{"name": "x", "portworxVolume": {"volumeID": f"p{i}"}} for i in (1, 2)]
+    nodes = [csi_node(n, {PORTWORX_DRIVER: 1}, ("kubernetes.io/gce-pd",)) for n in "ab"]
+    placed = [disk_pod("holder", px[0], node="a")]
+    for minor, feasible in ((35, {"a", "b"}), (36, {"b"}), (37, {"b"})):
+        decision, _ = schedule_with_volumes(
+            two_nodes(*placed),
+            disk_pod("p", px[1]),
+            state(nodes, placed),
+            profile=Profile(kube_minor=minor),
+        )
+        assert set(decision.feasible) == feasible, minor
 
 
 def test_no_csinode_means_no_migration() -> None:

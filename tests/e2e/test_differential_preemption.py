@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.build import kubernetes_version
 from lattice_dev.devcluster.kube import api_client
 from scheduler.core.explain import Decision
 from scheduler.core.from_api import as_pending, counts_on_node, snapshot_from_api
@@ -50,6 +51,7 @@ from scheduler.core.preemption import (
     potential_nodes,
     preempt,
 )
+from scheduler.core.profile import Profile
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.volumes import volume_state_from_api
@@ -117,7 +119,7 @@ def lattice_world(before: Before, stored: Body) -> World:
         for b in before.pods
         if not b["spec"].get("nodeName") and (b.get("status") or {}).get("nominatedNodeName")
     ]
-    framework = Framework()
+    framework = Framework(Profile(kube_minor=int(kubernetes_version().split(".")[1])))
     decision = schedule_with_nominated(
         framework, built.snapshot, pod, nominated, seed=0, volumes=volumes
     )

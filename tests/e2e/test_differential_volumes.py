@@ -31,10 +31,12 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.build import kubernetes_version
 from lattice_dev.devcluster.kube import api_client
 from scheduler.core.explain import Decision
 from scheduler.core.from_api import counts_on_node, snapshot_from_api
 from scheduler.core.plugins.volume_binding import plan_volume_bindings
+from scheduler.core.profile import Profile
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.volumes import VolumeState, volume_state_from_api
 from scheduler.model.pod import Pod
@@ -47,6 +49,9 @@ from tests.e2e.differential.volumes_gen import VolumeGenerator
 from tests.e2e.differential.volumes_harness import VolumeKubeSide, VolumeWorld
 from tests.e2e.differential.volumes_objects import schedule_with_volumes
 from tests.e2e.test_differential import agree_on_feasibility
+
+PROFILE = Profile(kube_minor=int(kubernetes_version().split(".")[1]))
+"""Lattice as it runs against this plane's release (behaviour follows the API server's)."""
 
 CASES_PER_CLUSTER = 10
 
@@ -159,7 +164,7 @@ async def test_volume_plugins_agree_with_kube_scheduler(
         for case in vc.cases:
             verdict, written = await kube.place(vc, case)
             pod = Pod.from_api(case.pod)
-            decision, _ = schedule_with_volumes(snapshot, pod, volumes)
+            decision, _ = schedule_with_volumes(snapshot, pod, volumes, profile=PROFILE)
             done += 1
             inline += any(v.disk for v in pod.storage_volumes)
             bound += verdict.node is not None

@@ -39,6 +39,7 @@ from typing import Any, Final
 import pytest
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.build import kubernetes_version
 from tests.conftest import report_line
 from tests.e2e.differential.dra_cases import (
     BOUND,
@@ -49,6 +50,7 @@ from tests.e2e.differential.dra_cases import (
     pinned,
     pod_claim_name,
     scheduler_for,
+    unstamped,
     verdict,
 )
 from tests.e2e.differential.dra_check import check_pod, check_reserved, expected_config
@@ -278,8 +280,7 @@ async def test_random_claims_agree_with_kube_scheduler(
         body = claim_object(
             case, node, case.claims[claim_index], settled.get(_pod_name(case, node)), claims
         )
-        alloc: dict[str, Any] | None = ((body or {}).get("status") or {}).get("allocation")
-        return alloc
+        return unstamped(((body or {}).get("status") or {}).get("allocation"))
 
     problems: list[str] = []
     realigned: list[str] = []
@@ -539,17 +540,18 @@ def _all_fallback(index: int, first_count: int) -> Case:
     return Case(index, "all-fallback", [driver], [Claim("", [Request("gpu", subs, True)])])
 
 
-async def test_known_kube_bug_an_all_subrequest_after_the_first_is_not_all(
+async def test_an_all_subrequest_after_the_first_takes_every_device_as_in_kube_136(
     plane: Plane, api: client.ApiClient, ns: str
 ) -> None:
-    """kube 1.34.4 (DRA lib structured allocator, experimental and incubating): the All branch
-    of ``allocateOne`` recurses with ``deviceIndices{claimIndex, requestIndex, deviceIndex+1}``,
-    dropping ``subRequestIndex``, so an All subrequest other than the first continues after
-    its first device with subrequest 0's data. With s0 asking for 1 device it stops there
-    (bound with one of the two devices, not All); with s0 asking for 3 it looks for two more
-    s0 devices and fails (Unschedulable). Lattice takes every matching device both times,
-    so the random generator puts All only in subrequest 0. This test pins kube's behaviour:
-    when it fails, kube was fixed, and the generator may put All anywhere again."""
+    """kube 1.34.4 and 1.35.4 (DRA lib structured allocator): the All branch of
+    ``allocateOne`` recursed with ``deviceIndices{claimIndex, requestIndex, deviceIndex+1}``,
+    dropping ``subRequestIndex``, so an All subrequest other than the first continued after
+    its first device with subrequest 0's data: with s0 asking for 1 device it stopped there
+    (bound with one of the two devices, not All); with s0 asking for 3 it looked for two more
+    s0 devices and failed (Unschedulable). dynamic-resource-allocation v0.36 keeps
+    ``subRequestIndex`` (``allocator_incubating.go``), so from 1.36 kube takes every matching
+    device, as Lattice does in every release. On 1.35 this test pins kube's bug; on 1.36+
+    both schedulers agree."""
     cases = [_all_fallback(9000, 1), _all_fallback(9001, 3)]  # names apart from the random cases'
     bodies = [o for case in cases for o in objects(case, ns)]
     plane.run(
@@ -587,6 +589,12 @@ async def test_known_kube_bug_an_all_subrequest_after_the_first_is_not_all(
             == []
         )
     one, three = cases
+    if kubernetes_version() >= "v1.36":
+        for case in cases:
+            kube_node = case.nodes[0]
+            assert verdict(settled[_pod_name(case, kube_node)]) == BOUND
+            assert written(case, kube_node) == ["gpu/s1:dev-0", "gpu/s1:dev-1"]
+        return
     assert verdict(settled[_pod_name(one, one.nodes[0])]) == BOUND
     assert written(one, one.nodes[0]) == ["gpu/s1:dev-0"], "kube's All took one device"
     assert verdict(settled[_pod_name(three, three.nodes[0])]) == "Unschedulable"

@@ -23,15 +23,18 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.build import kubernetes_version
 from lattice_dev.devcluster.kube import poll
 from tests.e2e.differential.dra_cases import (
     KUBE_NODE,
     LATTICE_NODE,
+    STAMP,
     as_kube,
     claim_status,
     dra_plane,
     list_claims,
     pinned,
+    unstamped,
 )
 from tests.e2e.test_gangs import events_of
 from tests.e2e.test_scheduler import Plane, create_pods, list_pods, pod
@@ -215,7 +218,11 @@ async def test_allocations_agree_with_kube_scheduler(
             ][:1]
             kube_status = await claim_status(api, ns, f"{case}-{KUBE_NODE}")
             our_status = await claim_status(api, ns, f"{case}-{LATTICE_NODE}")
-            assert as_kube(our_status["allocation"]) == kube_status["allocation"], case
+            ours_, kubes = our_status["allocation"], kube_status["allocation"]
+            assert as_kube(unstamped(ours_) or {}) == unstamped(kubes), case
+            # 1.36+: both stamp the claim they reserve (binding timeouts count from it).
+            stamped = kubernetes_version() >= "v1.36"
+            assert (STAMP in ours_, STAMP in kubes) == (stamped, stamped), case
         for node in (KUBE_NODE, LATTICE_NODE):
             failed = pods[f"{ERROR_CASE}-{node}"]
             assert not failed["spec"].get("nodeName")

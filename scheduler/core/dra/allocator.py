@@ -294,7 +294,10 @@ class Allocator:
         clock: Callable[[], float] = time.monotonic,
         aligned: bool = False,
         stats: AllocStats | None = None,
+        compact_config: bool = True,
     ) -> None:
+        self.compact_config = compact_config
+        """1.37's ``devices.config`` form (see :func:`_result`); False for 1.35-1.36's."""
         self.stats = stats
         self.classes = classes
         self.slices = slices
@@ -377,7 +380,7 @@ class Allocator:
             done = False
         if not done:
             return None
-        return [_result(search, ci) for ci in range(len(claims))]
+        return [_result(search, ci, self.compact_config) for ci in range(len(claims))]
 
     def any_in_use(self, node: str, labels: Labels) -> bool:
         """Whether some device of the node's pools is in a written or assumed allocation
@@ -861,7 +864,11 @@ def _by_root(
     return [devices[i] for i in sorted(range(len(devices)), key=rank)]
 
 
-def _result(search: _Search, ci: int) -> dict[str, Any]:
+def _result(search: _Search, ci: int, compact: bool) -> dict[str, Any]:
+    """The claim's ``status.allocation``. ``compact`` is dynamic-resource-allocation v0.37's
+    form: a claim config naming requests goes in once (earlier releases add one copy per
+    matching request), and a config that applies to every request of the claim (its name,
+    or a firstAvailable request's chosen ``req/sub``) drops ``requests`` ("empty means all")."""
     claim = search.claims[ci]
     results: list[dict[str, Any]] = []
     for p in search.picked[ci]:
@@ -911,6 +918,13 @@ def _result(search: _Search, ci: int) -> dict[str, Any]:
                 request.sub and request.result_name in claim_config.requests
             ):
                 config.append(dict(entry))
+                if compact:
+                    break
+    if compact:
+        for entry in config:
+            names = entry.get("requests")
+            if names and all(r.base in names or (r.sub and r.result_name in names) for r in used):
+                del entry["requests"]
     devices: dict[str, Any] = {"results": results}
     if config:
         devices["config"] = config

@@ -80,6 +80,10 @@ class ClaimWrite:
     create: ExtendedClaim | None = None
     """Set for the claim of the pod's extended resources: created first (``name`` is then
     the placeholder of :func:`placeholder_key`)."""
+    stamp: bool = False
+    """Set ``status.allocation.allocationTimestamp`` where the allocation has none, as
+    kube-scheduler 1.36+ does when it reserves a claim (DRADeviceBindingConditions and
+    DRAResourceClaimDeviceStatus on by default; binding timeouts count from it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +332,7 @@ class DraState:
             self._index = SliceIndex(s.tainted_by(rules) if rules else s for s in slices)
         return self._index
 
-    def allocator(self, *, aligned: bool = False) -> Allocator:
+    def allocator(self, *, aligned: bool = False, compact_config: bool = True) -> Allocator:
         return Allocator(
             classes=self.classes,
             slices=self.slice_index(),
@@ -336,6 +340,7 @@ class DraState:
             compiler=self.compiler,
             aligned=aligned,
             stats=self.stats,
+            compact_config=compact_config,
         )
 
 

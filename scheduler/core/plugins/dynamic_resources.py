@@ -182,12 +182,18 @@ class DynamicResources:
         *,
         aligned: bool = True,
         extended_resources: bool = True,
+        compact_config: bool = True,
+        stamp_allocation: bool = True,
     ) -> None:
         self.args = args or DynamicResourcesArgs()
         self.aligned = aligned
         """The allocator's root-aware device order (GPUPlacement's Fragmentation policy)."""
         self.extended_resources = extended_resources
         """DRAExtendedResource (on from 1.36): extended resources served by DeviceClasses."""
+        self.compact_config = compact_config
+        """1.37's allocation ``devices.config`` form (:class:`Allocator`)."""
+        self.stamp_allocation = stamp_allocation
+        """``allocationTimestamp`` written with a reservation (1.36+, :class:`ClaimWrite`)."""
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
         pod = cycle.pod
@@ -242,7 +248,9 @@ class DynamicResources:
         if not state.order and state.extended is None:
             return PREFILTER_SKIP
         if state.to_allocate or (state.extended is not None and state.extended.stale is None):
-            state.allocator = dra.allocator(aligned=self.aligned)
+            state.allocator = dra.allocator(
+                aligned=self.aligned, compact_config=self.compact_config
+            )
             state.specs = dra.spec_id((self.aligned, _specs(state.to_allocate)))
         cycle.state[NAME] = state
         return PreFilterResult()
@@ -388,12 +396,17 @@ class DynamicResources:
             return None
         pod = cycle.pod
         allocations = iter(state.results.get(row, ()))
+        stamp = self.stamp_allocation
         writes: list[ClaimWrite] = []
         for claim in state.order:
             if claim.allocation is None:
-                writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid, next(allocations)))
+                writes.append(
+                    ClaimWrite(
+                        claim.namespace, claim.name, claim.uid, next(allocations), stamp=stamp
+                    )
+                )
             elif not any(r.uid == pod.uid for r in claim.reserved_for):
-                writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid, None))
+                writes.append(ClaimWrite(claim.namespace, claim.name, claim.uid, None, stamp=stamp))
         variant = state.extended.rows.get(row) if state.extended is not None else None
         if variant is not None:
             made = variant.claim
@@ -401,7 +414,9 @@ class DynamicResources:
                 extended.claim_body(pod, made.requests),
                 tuple(m.body() for m in variant.mappings),
             )
-            writes.append(ClaimWrite(made.namespace, made.name, "", next(allocations), create))
+            writes.append(
+                ClaimWrite(made.namespace, made.name, "", next(allocations), create, stamp=stamp)
+            )
         return ClaimPlan(pod.name, pod.uid, tuple(writes))
 
 
@@ -587,10 +602,18 @@ def stale_allocations(pod: Pod, dra: DraState, snapshot: Snapshot) -> list[Resou
     return out
 
 
+STAMP_SINCE_MINOR: Final = 36
+"""kube-scheduler stamps ``allocationTimestamp`` from 1.36 (its binding-conditions gates on)."""
+COMPACT_CONFIG_SINCE_MINOR: Final = 37
+"""dynamic-resource-allocation v0.37 writes ``devices.config`` compactly (:class:`Allocator`)."""
+
+
 def new(profile: Profile) -> DynamicResources:
     aligned = profile.gpu_placement.policy is GpuPolicy.FRAGMENTATION
     return DynamicResources(
         profile.dynamic_resources,
         aligned=aligned,
         extended_resources=profile.kube_minor >= extended.SINCE_MINOR,
+        compact_config=profile.kube_minor >= COMPACT_CONFIG_SINCE_MINOR,
+        stamp_allocation=profile.kube_minor >= STAMP_SINCE_MINOR,
     )

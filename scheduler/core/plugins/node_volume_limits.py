@@ -5,10 +5,10 @@ claim without a PV yet, from its StorageClass's provisioner with a handle unique
 claim (kube's random prefix), an in-tree provisioner counting under its CSI driver once the
 node migrates it. An inline in-tree disk counts too once its plugin is migrated on the node
 (``isCSIMigrationOn``: GCE PD, AWS EBS, Azure Disk and Cinder whenever the node has a
-CSINode; Portworx only when the CSINode lists ``kubernetes.io/portworx-volume`` in its
-``storage.alpha.kubernetes.io/migrated-plugins`` annotation; never azureFile, vsphereVolume,
-rbd or iscsi), under csi-translation-lib's handle: ``projects/UNSPECIFIED/zones/
-UNSPECIFIED/disks/<pdName>``, the EBS volume ID without its ``aws://<zone>/`` prefix, the
+CSINode; Portworx too from 1.36, in 1.35 only when the CSINode lists
+``kubernetes.io/portworx-volume`` in its ``storage.alpha.kubernetes.io/migrated-plugins``
+annotation; never azureFile, vsphereVolume, rbd or iscsi), under csi-translation-lib's
+handle: ``projects/UNSPECIFIED/zones/UNSPECIFIED/disks/<pdName>``, the EBS volume ID without its ``aws://<zone>/`` prefix, the
 azureDisk ``diskURI``, the cinder or portworx ``volumeID``. For every node whose CSINode
 lists ``allocatable.count`` for a driver the pod needs, the volumes of the pods already
 there and the node's VolumeAttachments are counted once each (a volume shared with a pod on
@@ -90,13 +90,20 @@ class TranslationError(ValueError):
     """kube's ``TranslateInTreeInlineVolumeToCSI`` fails for this volume."""
 
 
-def _migration_on(plugin: str, csi_node: CSINode | None) -> bool:
-    """``isCSIMigrationOn`` in kube 1.34."""
+PORTWORX_ALWAYS_SINCE: Final = 36
+"""From 1.36 ``isCSIMigrationOn`` takes Portworx as migrated on every node with a CSINode (the
+CSIMigrationPortworx gate and the migrated-plugins annotation check are gone)."""
+
+
+def _migration_on(plugin: str, csi_node: CSINode | None, kube_minor: int) -> bool:
+    """``isCSIMigrationOn`` of the release."""
     if csi_node is None:
         return False
     if plugin in _MIGRATED_WITH_CSINODE:
         return True
-    return plugin in _MIGRATED_BY_ANNOTATION and plugin in csi_node.migrated_plugins
+    if plugin not in _MIGRATED_BY_ANNOTATION:
+        return False
+    return kube_minor >= PORTWORX_ALWAYS_SINCE or plugin in csi_node.migrated_plugins
 
 
 def ebs_volume_id(kubernetes_id: str) -> str:
@@ -114,11 +121,13 @@ def ebs_volume_id(kubernetes_id: str) -> str:
     return aws_id
 
 
-def inline_csi_volume(volume: StorageVolume, csi_node: CSINode | None) -> tuple[str, str] | None:
+def inline_csi_volume(
+    volume: StorageVolume, csi_node: CSINode | None, kube_minor: int = DEFAULT_KUBE_MINOR
+) -> tuple[str, str] | None:
     """``checkAttachableInlineVolume``: (driver, handle) of an inline disk that counts on the
     node, None when it does not. Raises :class:`TranslationError` with kube's message."""
     plugin = INLINE_PLUGINS.get(volume.source)
-    if plugin is None or not _migration_on(plugin, csi_node):
+    if plugin is None or not _migration_on(plugin, csi_node, kube_minor):
         return None
     driver = _MIGRATED_WITH_CSINODE.get(plugin) or _MIGRATED_BY_ANNOTATION[plugin]
     handle = volume.disk
@@ -141,7 +150,7 @@ def may_count_inline(pod: Pod) -> bool:
 
 
 def _driver_from_class(
-    pvc: PersistentVolumeClaim, volumes: VolumeState, csi_node: CSINode | None
+    pvc: PersistentVolumeClaim, volumes: VolumeState, csi_node: CSINode | None, kube_minor: int
 ) -> str:
     if not pvc.storage_class:
         return ""
@@ -152,14 +161,20 @@ def _driver_from_class(
     if provisioner in _MIGRATED_WITH_CSINODE:
         return _MIGRATED_WITH_CSINODE[provisioner] if csi_node is not None else ""
     if provisioner in _MIGRATED_BY_ANNOTATION:
-        return _MIGRATED_BY_ANNOTATION[provisioner] if _migration_on(provisioner, csi_node) else ""
+        migrated = _migration_on(provisioner, csi_node, kube_minor)
+        return _MIGRATED_BY_ANNOTATION[provisioner] if migrated else ""
     if provisioner in _MIGRATABLE_NEVER_ON:
         return ""
     return provisioner
 
 
 def attachable_volumes(
-    pod: Pod, volumes: VolumeState, csi_node: CSINode | None, *, incoming: bool
+    pod: Pod,
+    volumes: VolumeState,
+    csi_node: CSINode | None,
+    *,
+    incoming: bool,
+    kube_minor: int = DEFAULT_KUBE_MINOR,
 ) -> dict[str, str] | str:
     """``filterAttachableVolumes``: unique volume name -> driver, or why the incoming pod
     cannot be counted (its claim is missing or not its own). An inline disk kube cannot
@@ -167,7 +182,7 @@ def attachable_volumes(
     out: dict[str, str] = {}
     for volume in pod.storage_volumes:
         if volume.source in INLINE_PLUGINS:
-            found = inline_csi_volume(volume, csi_node)
+            found = inline_csi_volume(volume, csi_node, kube_minor)
             if found is not None:
                 out[f"{found[0]}/{found[1]}"] = found[0]
             continue
@@ -188,7 +203,7 @@ def attachable_volumes(
             continue
         pv = volumes.pvs.get(pvc.volume_name) if pvc.volume_name else None
         if pv is None:
-            driver = _driver_from_class(pvc, volumes, csi_node)
+            driver = _driver_from_class(pvc, volumes, csi_node, kube_minor)
             handle = f"{UNBOUND_PREFIX}-{pvc.namespace}/{pvc.name}"
         else:
             driver, handle = pv.csi_driver, pv.csi_handle
@@ -206,6 +221,7 @@ class NodeVolumeLimits:
     name: Final = NAME
 
     def __init__(self, *, kube_minor: int = DEFAULT_KUBE_MINOR) -> None:
+        self.kube_minor = kube_minor
         self.drivers_required = kube_minor >= VOLUME_LIMIT_SCALING_SINCE
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
@@ -268,7 +284,7 @@ class NodeVolumeLimits:
         snap, pod = cycle.snapshot, cycle.pod
         name = snap.node_names[row]
         csi_node = volumes.csi_nodes.get(name)
-        new = attachable_volumes(pod, volumes, csi_node, incoming=True)
+        new = attachable_volumes(pod, volumes, csi_node, incoming=True, kube_minor=self.kube_minor)
         if isinstance(new, str):
             return new
         if not new:
@@ -281,7 +297,9 @@ class NodeVolumeLimits:
             return False
         attached: dict[str, str] = {}
         for existing in snap.pods_on(row):
-            found = attachable_volumes(existing, volumes, csi_node, incoming=False)
+            found = attachable_volumes(
+                existing, volumes, csi_node, incoming=False, kube_minor=self.kube_minor
+            )
             assert not isinstance(found, str)
             attached.update(found)
         counts: Counter[str] = Counter(attached.values())

@@ -45,12 +45,14 @@ def allocate(
     node: str = "n1",
     labels: dict[str, str] | None = None,
     allocated: Sequence[DeviceId] = (),
+    compact_config: bool = True,
 ) -> list[dict[str, Any]] | None:
     allocator = Allocator(
         classes={c.name: c for c in (DeviceClass.from_api(b) for b in classes)},
         slices=SliceIndex(ResourceSlice.from_api(s) for s in slices),
         allocated=frozenset(allocated),
         compiler=SelectorCompiler(),
+        compact_config=compact_config,
     )
     return allocator.allocate(node, labels or {}, [ResourceClaim.from_api(c) for c in claims])
 
@@ -67,21 +69,25 @@ def node_selector(node: str) -> dict[str, Any]:
     }
 
 
-def test_one_gpu_is_the_first_free_device_in_the_v1_shape() -> None:
+@pytest.mark.parametrize("compact", [True, False], ids=["1.37", "1.35-1.36"])
+def test_one_gpu_is_the_first_free_device_in_the_v1_shape(compact: bool) -> None:
+    """1.37 drops ``requests`` from a config that applies to every request of the claim."""
     config = [opaque(GPU_DRIVER, mode="shared")]
     result = allocate(
         [claim("c", request("gpu", exactly("gpu")))],
         [gpus("n1", 4)],
         classes=[device_class("gpu", config=config)],
         allocated=[DeviceId(GPU_DRIVER, "n1", "gpu-0")],
+        compact_config=compact,
     )
+    named = {} if compact else {"requests": ["gpu"]}
     assert result == [
         {
             "devices": {
                 "results": [
                     {"request": "gpu", "driver": GPU_DRIVER, "pool": "n1", "device": "gpu-1"}
                 ],
-                "config": [{"source": "FromClass", "requests": ["gpu"], **config[0]}],
+                "config": [{"source": "FromClass", **named, **config[0]}],
             },
             "nodeSelector": node_selector("n1"),
         }
@@ -235,7 +241,10 @@ def test_an_unknown_domain_is_false_not_an_error() -> None:
     )
 
 
-def test_first_available_falls_back_in_order_and_names_the_subrequest() -> None:
+@pytest.mark.parametrize("compact", [True, False], ids=["1.37", "1.35-1.36"])
+def test_first_available_falls_back_in_order_and_names_the_subrequest(compact: bool) -> None:
+    """A config naming the chosen ``gpu/small`` applies to every request of the claim: 1.37
+    drops its ``requests``."""
     h100 = 'device.attributes["gpu.example.com"].model == "H100"'
     slices = [
         resource_slice(
@@ -255,17 +264,22 @@ def test_first_available_falls_back_in_order_and_names_the_subrequest() -> None:
         )
     ]
     result = allocate(
-        claims, slices, classes=[device_class("gpu", config=[opaque(GPU_DRIVER, c=1)])]
+        claims,
+        slices,
+        classes=[device_class("gpu", config=[opaque(GPU_DRIVER, c=1)])],
+        compact_config=compact,
     )
     assert result is not None
     assert [r["request"] for r in result[0]["devices"]["results"]] == ["gpu/small", "gpu/small"]
+    named = {} if compact else {"requests": ["gpu/small"]}
     assert result[0]["devices"]["config"] == [
-        {"source": "FromClass", "requests": ["gpu/small"], **opaque(GPU_DRIVER, c=1)},
-        {"source": "FromClaim", "requests": ["gpu/small"], **opaque(GPU_DRIVER, a=1)},
+        {"source": "FromClass", **named, **opaque(GPU_DRIVER, c=1)},
+        {"source": "FromClaim", **named, **opaque(GPU_DRIVER, a=1)},
     ]
 
 
 def test_class_config_appears_once_per_class_and_claim_config_once_per_matching_request() -> None:
+    """kube 1.35-1.36: a claim config naming two used requests goes in twice."""
     claims = [
         claim(
             "c",
@@ -275,13 +289,43 @@ def test_class_config_appears_once_per_class_and_claim_config_once_per_matching_
         )
     ]
     result = allocate(
-        claims, [gpus("n1", 2)], classes=[device_class("gpu", config=[opaque(GPU_DRIVER, c=1)])]
+        claims,
+        [gpus("n1", 2)],
+        classes=[device_class("gpu", config=[opaque(GPU_DRIVER, c=1)])],
+        compact_config=False,
     )
     assert result is not None
     assert result[0]["devices"]["config"] == [
         {"source": "FromClass", "requests": ["a", "b"], **opaque(GPU_DRIVER, c=1)},
         {"source": "FromClaim", "requests": ["a", "b"], **opaque(GPU_DRIVER, x=1)},
         {"source": "FromClaim", "requests": ["a", "b"], **opaque(GPU_DRIVER, x=1)},
+        {"source": "FromClaim", **opaque(GPU_DRIVER, y=1)},
+    ]
+
+
+def test_1_37_writes_a_claim_config_once_and_drops_requests_that_name_every_request() -> None:
+    """dynamic-resource-allocation v0.37: one copy of a claim config, ``requests`` cleared
+    where it names every request (its name or the chosen ``req/sub``), kept otherwise."""
+    claims = [
+        claim(
+            "c",
+            request("a", exactly("gpu")),
+            request("b", exactly("gpu")),
+            config=[
+                {"requests": ["a", "b"], **opaque(GPU_DRIVER, x=1)},
+                {"requests": ["b"], **opaque(GPU_DRIVER, z=1)},
+                opaque(GPU_DRIVER, y=1),
+            ],
+        )
+    ]
+    result = allocate(
+        claims, [gpus("n1", 2)], classes=[device_class("gpu", config=[opaque(GPU_DRIVER, c=1)])]
+    )
+    assert result is not None
+    assert result[0]["devices"]["config"] == [
+        {"source": "FromClass", **opaque(GPU_DRIVER, c=1)},
+        {"source": "FromClaim", **opaque(GPU_DRIVER, x=1)},
+        {"source": "FromClaim", "requests": ["b"], **opaque(GPU_DRIVER, z=1)},
         {"source": "FromClaim", **opaque(GPU_DRIVER, y=1)},
     ]
 

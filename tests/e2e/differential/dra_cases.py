@@ -94,6 +94,18 @@ async def list_claims(api: client.ApiClient, ns: str) -> dict[str, dict[str, Any
     return {c["metadata"]["name"]: c for c in items}
 
 
+STAMP: Final = "allocationTimestamp"
+
+
+def unstamped(allocation: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``allocation`` without ``allocationTimestamp``: from 1.36 kube-scheduler stamps the
+    claims it reserves, and so does Lattice, each with its own wall clock, so allocations
+    are compared without it (and its presence checked apart)."""
+    if allocation is None:
+        return None
+    return {k: v for k, v in allocation.items() if k != STAMP}
+
+
 def as_kube(
     allocation: dict[str, Any], ours: str = LATTICE_NODE, theirs: str = KUBE_NODE
 ) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 It never calls Lattice's allocator nor any CEL: each selector's truth comes from
 :meth:`~tests.e2e.differential.dra_gen.Sel.truth` on the published attributes. For the
-claims of one pod on one node it checks what kube-scheduler 1.34.4 guarantees:
+claims of one pod on one node it checks what kube-scheduler of the plane's release
+guarantees:
 
 * every result names a request (or ``request/subrequest``, one subrequest per request) of
   the claim, the driver of that request's class, the pool published on this node (the
@@ -13,9 +14,10 @@ claims of one pod on one node it checks what kube-scheduler 1.34.4 guarantees:
   attribute, with the same type and value; the driver-domain fallback for bare names);
 * no device twice in one claim, none twice across the pod's claims unless adminAccess,
   ``adminAccess: true`` exactly on adminAccess results;
-* ``devices.config`` as v1.34.2+ writes it: each class's config once per class naming the
+* ``devices.config`` as the release writes it: each class's config once per class naming the
   requests that used it (in request order), then each claim config, once when it names no
-  request, else once per used request it names;
+  request, else once per used request it names (1.35-1.36) or once (1.37, which also drops
+  ``requests`` from an entry naming every request of the claim);
 * ``nodeSelector`` pins the node (every slice here is node-local);
 * (:func:`check_reserved`) each bound pod is in ``status.reservedFor`` of every claim it
   names, and every claim a scheduler allocated carries the delete-protection finalizer.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lattice_dev.devcluster.build import kubernetes_version
 from tests.e2e.differential.dra_gen import (
     FINALIZER,
     Case,
@@ -194,6 +197,9 @@ def _published(case: Case, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def expected_config(case: Case, claim: Claim, chosen: dict[str, Sub]) -> list[dict[str, Any]]:
+    """``devices.config`` as the plane's release writes it: from 1.37 a claim config naming
+    requests once, and ``requests`` dropped where a config names every request."""
+    compact = kubernetes_version() >= "v1.37"
     out: list[dict[str, Any]] = []
     by_class: dict[str, dict[str, Any]] = {}
     used: list[tuple[str, str]] = []
@@ -220,4 +226,11 @@ def expected_config(case: Case, claim: Claim, chosen: dict[str, Sub]) -> list[di
         for base, name in used:
             if base in names or name in names:
                 out.append({"source": "FromClaim", "requests": names, **body})
+                if compact:
+                    break
+    if compact:
+        for entry in out:
+            listed = entry.get("requests")
+            if listed and all(base in listed or name in listed for base, name in used):
+                del entry["requests"]
     return out
