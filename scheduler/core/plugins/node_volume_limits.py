@@ -8,8 +8,9 @@ node migrates it. An inline in-tree disk counts too once its plugin is migrated 
 CSINode; Portworx too from 1.36, in 1.35 only when the CSINode lists
 ``kubernetes.io/portworx-volume`` in its ``storage.alpha.kubernetes.io/migrated-plugins``
 annotation; never azureFile, vsphereVolume, rbd or iscsi), under csi-translation-lib's
-handle: ``projects/UNSPECIFIED/zones/UNSPECIFIED/disks/<pdName>``, the EBS volume ID without its ``aws://<zone>/`` prefix, the
-azureDisk ``diskURI``, the cinder or portworx ``volumeID``. For every node whose CSINode
+handle: ``projects/UNSPECIFIED/zones/UNSPECIFIED/disks/<pdName>``, the EBS volume ID
+without its ``aws://<zone>/`` prefix, the azureDisk ``diskURI``, the cinder or portworx
+``volumeID``. For every node whose CSINode
 lists ``allocatable.count`` for a driver the pod needs, the volumes of the pods already
 there and the node's VolumeAttachments are counted once each (a volume shared with a pod on
 the node costs nothing more); if any driver would exceed its count the node is
