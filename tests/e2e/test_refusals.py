@@ -33,9 +33,10 @@ class Outcome:
     seconds: float
 
     def refused(self, code: int = 1) -> str:
-        """Assert a clean refusal and return its one line."""
+        """Assert a clean refusal and return its one line (beside JSON log lines such as
+        the release read at start, which a refusal may follow)."""
         assert "Traceback" not in self.stdout + self.stderr, self.stderr
-        lines = self.stderr.strip().splitlines()
+        lines = [ln for ln in self.stderr.strip().splitlines() if not ln.startswith("{")]
         assert len(lines) == 1, self.stderr
         assert self.code == code, (self.code, self.stderr)
         assert lines[0].startswith("lattice"), lines[0]
