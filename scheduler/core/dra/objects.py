@@ -4,10 +4,11 @@ Every record is immutable except a :class:`Device`'s verdict cache: selector ver
 errors) per expression, kept on the device so they live exactly as long as the slice object
 that brought it. A changed slice is parsed anew, which drops its cache with it.
 
-Alpha fields (features kube-scheduler 1.34 keeps off) are parsed only far enough to say
-which ones an object uses: :func:`claim_alpha_fields` names them for the Unsupported refusal;
-devices and slices carrying them are handled as 1.34's allocator handles them with the gates
-off (see :mod:`scheduler.core.dra.allocator`).
+Fields of features Lattice does not implement yet (partitionable devices, consumable
+capacity, binding conditions: alpha in 1.35, beta and on in kube 1.36+) are parsed only far
+enough to say which ones an object uses: :func:`claim_alpha_fields` names them for the
+Unsupported refusal; devices and slices carrying them are never allocated (kube's allocator
+with those gates off), so Lattice never hands out a device it cannot account for.
 
 Device taints (DRADeviceTaints, GA in 1.37, beta and on in 1.36) are parsed whole: a
 device's ``taints``, a request's ``tolerations`` and the cluster's DeviceTaintRules, whose

@@ -58,7 +58,8 @@ NO_DRA: Final = (
     "cluster's DRA objects"
 )
 DRA_ALPHA: Final = (
-    "alpha DRA features kube-scheduler 1.34 keeps off, which Lattice does not implement"
+    "DRA features Lattice does not implement yet (consumable capacity: beta and on in "
+    "kube-scheduler from 1.36)"
 )
 
 
