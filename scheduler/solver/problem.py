@@ -57,7 +57,7 @@ from typing import Final
 
 import numpy as np
 
-from scheduler.core.dra.allocator import AllocationError, Allocator
+from scheduler.core.dra.allocator import AllocationError, Allocator, NodeAllocationError
 from scheduler.core.dra.objects import DeviceId, ResourceClaim
 from scheduler.core.dra.state import DraState
 from scheduler.core.explain import Decision
@@ -901,7 +901,7 @@ def _claim_caps(
             )
             try:
                 found = allocator.allocate(node.name, node.labels, claims)
-            except AllocationError:
+            except (AllocationError, NodeAllocationError):
                 break
             if found is None:
                 break

@@ -8,7 +8,9 @@ feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
    ``perDeviceNodeSelection`` is skipped: alpha). Per (driver, pool) only the slices of the
    highest ``pool.generation`` count; the pool is *incomplete* when fewer (or more) visible
    slices than ``resourceSliceCount`` remain, *invalid* when a device name repeats.
-   Incomplete pools are still used for ExactCount requests.
+   Since 1.35 an ExactCount request takes no device from an incomplete or invalid pool
+   (it goes on to the next pool); a node that then does not fit and saw an invalid pool
+   is Unschedulable "invalid resource pools were encountered".
 2. **Order.** kube 1.34 walks pools in Go map order (random per call). Lattice walks them
    sorted by (driver, pool), slices by name, devices in ``spec.devices`` order, so the same
    cluster always gives the same allocation. Where kube's choice is deterministic (one pool
@@ -97,6 +99,11 @@ _CLOCK_EVERY: Final = 256
 
 class AllocationError(Exception):
     """kube's Filter error for the claims: the pod's whole attempt fails (SchedulerError)."""
+
+
+class NodeAllocationError(Exception):
+    """kube's ``ErrFailedAllocationOnNode`` (1.35+): this node does not fit, for the reason
+    given (Unschedulable there; the attempt goes on with the other nodes)."""
 
 
 class _TimedOut(Exception):
@@ -379,6 +386,8 @@ class Allocator:
         except (_TooMany, _TimedOut):
             done = False
         if not done:
+            if any(pool.invalid for pool in search.pools):
+                raise NodeAllocationError("invalid resource pools were encountered")
             return None
         return [_result(search, ci, self.compact_config) for ci in range(len(claims))]
 
@@ -801,9 +810,10 @@ def _ordered(
     then decides the verdict."""
     out: list[_Candidate | Pool] = []
     for pool in search.pools:
-        if pool.invalid:
-            out.append(pool)
-            break  # nothing after it is reached
+        if pool.invalid or pool.incomplete:
+            # kube 1.35+ takes no device from either and goes on to the next pool; a node
+            # that then does not fit says so if it saw an invalid pool (NodeAllocationError).
+            continue
         devices = [
             _Candidate(DeviceId(s.driver, s.pool, d.name), d, s)
             for s in pool.slices

@@ -74,6 +74,7 @@ from scheduler.core.dra.allocator import (
     PCIE_ROOT,
     AllocationError,
     Allocator,
+    NodeAllocationError,
     chosen_subrequests,
     untolerated_taints,
 )
@@ -342,6 +343,15 @@ class DynamicResources:
                 errors[str(err)] = mask
                 codes[row] = Code.ERROR
                 break  # kube aborts the whole attempt at the first error
+            except NodeAllocationError as err:
+                reason = str(err)
+                _mark(cannot, reason, int(row), snapshot.num_nodes)
+                codes[row] = Code.UNSCHEDULABLE
+                if key is not None and dra is not None:
+                    dra.memo[("allocate", *key)] = _NO_FIT
+                    dra.memo[("in_use", *key)] = Code.UNSCHEDULABLE
+                    dra.memo[("reason", *key)] = reason
+                continue
             if found is None:
                 # Where some device of the node is in use, Unschedulable (not kube's
                 # UnschedulableAndUnresolvable): evicting lower-priority holders can make

@@ -11,7 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.dra.allocator import FILTER_TIMEOUT, AllocationError, Allocator, SliceIndex
+from scheduler.core.dra.allocator import (
+    FILTER_TIMEOUT,
+    AllocationError,
+    Allocator,
+    NodeAllocationError,
+    SliceIndex,
+)
 from scheduler.core.dra.cel import SelectorCompiler
 from scheduler.core.dra.objects import DeviceClass, DeviceId, ResourceClaim, ResourceSlice
 from tests.core.dra.builders import (
@@ -174,22 +180,33 @@ def test_all_with_a_device_in_use_or_nothing_matching_does_not_fit() -> None:
     assert allocate([all_gpus], []) is None
 
 
-def test_all_over_an_incomplete_pool_is_an_error_exact_count_uses_it() -> None:
+def test_all_over_an_incomplete_pool_is_an_error_exact_count_skips_it() -> None:
+    """kube 1.35+ (dynamic-resource-allocation v0.35 ``allocateOne``): ExactCount takes no
+    device from an incomplete pool and goes on to the next; All over it is an error."""
     incomplete = resource_slice("s0", [device("gpu-0")], node="n1", count=2)
     with pytest.raises(AllocationError, match="currently being updated"):
         allocate([claim("c", request("gpu", exactly("gpu", mode="All")))], [incomplete])
-    result = allocate([claim("c", request("gpu", exactly("gpu")))], [incomplete])
+    assert allocate([claim("c", request("gpu", exactly("gpu")))], [incomplete]) is None
+    other = resource_slice("s1", [device("gpu-1")], node="n1", pool="q")
+    result = allocate([claim("c", request("gpu", exactly("gpu")))], [incomplete, other])
     assert result is not None
-    assert devices_of(result[0]) == ["gpu-0"]
+    assert devices_of(result[0]) == ["gpu-1"]
 
 
-def test_an_invalid_pool_reached_is_an_error() -> None:
+def test_an_invalid_pool_is_skipped_and_named_when_the_node_does_not_fit() -> None:
+    """kube 1.35+: no device from an invalid pool, no error while another pool serves the
+    claim; a node that does not fit says ``invalid resource pools were encountered``
+    (``ErrFailedAllocationOnNode``: Unschedulable there, the attempt goes on)."""
     dup = [
         resource_slice("s0", [device("gpu-0")], node="n1", pool="p", count=2),
         resource_slice("s1", [device("gpu-0")], node="n1", pool="p", count=2),
     ]
-    with pytest.raises(AllocationError, match="invalid"):
+    with pytest.raises(NodeAllocationError, match="invalid resource pools were encountered"):
         allocate([claim("c", request("gpu", exactly("gpu")))], dup)
+    other = resource_slice("s2", [device("gpu-9")], node="n1", pool="q")
+    result = allocate([claim("c", request("gpu", exactly("gpu")))], [*dup, other])
+    assert result is not None
+    assert devices_of(result[0]) == ["gpu-9"]
 
 
 def test_only_the_newest_pool_generation_counts() -> None:
