@@ -27,11 +27,13 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.build import kubernetes_version
 from lattice_dev.devcluster.cluster import LATTICE_USER, ClusterConfig
 from lattice_dev.devcluster.kube import poll
 from lattice_dev.devcluster.profiles import node_name
 from scheduler.cli import main
 from scheduler.core.dra.objects import DELETE_PROTECTION_FINALIZER
+from tests.e2e.differential.dra_cases import list_claims
 from tests.e2e.lattice_proc import LatticeProcess
 from tests.e2e.test_gangs import LABEL, create_group, events_of
 from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods, pod, wait_bound
@@ -123,7 +125,10 @@ def test_the_shipped_rbac_grants_dra_least_privilege(plane: Plane) -> None:
         )
         return out.strip() == "yes"
 
-    for resource in ("deviceclasses", "resourceslices", "resourceclaims", "devicetaintrules"):
+    read = ["deviceclasses", "resourceslices", "resourceclaims"]
+    if kubernetes_version() >= "v1.37":  # served as resource.k8s.io/v1 only from 1.37
+        read.append("devicetaintrules")
+    for resource in read:
         assert can("watch", f"{resource}.resource.k8s.io")
     assert can("patch", "resourceclaims.resource.k8s.io")  # the finalizer
     # allocation and reservedFor: merge patches, never a PUT of another writer's allocation
@@ -638,10 +643,15 @@ async def test_tainted_devices_are_allocated_only_to_claims_that_tolerate_them(
 ) -> None:
     """Device taints (GA in 1.37) on the real plane. Node 0 publishes two devices: gpu-0
     tainted in its slice, gpu-1 by a DeviceTaintRule (resource.k8s.io/v1, which Lattice
-    follows where discovery finds it). A pod pinned to node 0 whose claim tolerates
-    nothing stays pending with a FailedScheduling naming both taints; a pod whose claim
-    tolerates every taint is bound with a tainted device and its tolerations copied into
-    the result; deleting the rule wakes the first pod, which then gets gpu-1."""
+    follows where discovery finds it; on 1.36, which serves no v1 rules, by its slice too).
+    A pod pinned to node 0 whose claim tolerates nothing stays pending with a
+    FailedScheduling naming both taints; a pod whose claim tolerates every taint is bound
+    with a tainted device and its tolerations copied into the result; lifting gpu-1's taint
+    (deleting the rule, or on 1.36 the slice updated) wakes the first pod, which then gets
+    gpu-1. On 1.35 (DRADeviceTaints alpha and off) the API server drops the taints: both
+    pods are bound, nothing refused."""
+    rules = kubernetes_version() >= "v1.37"
+    kept = kubernetes_version() >= "v1.36"
     driver = f"{ns}.taint.lattice.dev"
     node = node_name(0)
     slice_taint = {"key": "example.com/unhealthy", "value": "ecc", "effect": "NoSchedule"}
@@ -667,14 +677,10 @@ async def test_tainted_devices_are_allocated_only_to_claims_that_tolerate_them(
             "taint": rule_taint,
         },
     }
-    objects: list[dict[str, Any]] = [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": f"{ns}-taint"},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
-        },
-        {
+
+    def device_slice(gpu1_taints: list[dict[str, Any]]) -> dict[str, Any]:
+        gpu1: dict[str, Any] = {"name": "gpu-1", **({"taints": gpu1_taints} if gpu1_taints else {})}
+        return {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
             "metadata": {"name": f"{ns}-taint-{node}"},
@@ -682,10 +688,19 @@ async def test_tainted_devices_are_allocated_only_to_claims_that_tolerate_them(
                 "driver": driver,
                 "nodeName": node,
                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": [{"name": "gpu-0", "taints": [slice_taint]}, {"name": "gpu-1"}],
+                "devices": [{"name": "gpu-0", "taints": [slice_taint]}, gpu1],
             },
+        }
+
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{ns}-taint"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
         },
-        rule,
+        device_slice([] if rules else [rule_taint]),
+        *([rule] if rules else []),
         template("plain"),
         template("tolerant", tolerations=tolerate_all),
     ]
@@ -707,7 +722,17 @@ async def test_tainted_devices_are_allocated_only_to_claims_that_tolerate_them(
     sched = plane.lattice().start()
     try:
         (discovered, *_) = await poll(lambda: _lines_with(sched, "device_taint_rules"), within=60)
-        assert discovered["reason"] == "followed"
+        assert discovered["reason"] == ("followed" if rules else "not served as resource.k8s.io/v1")
+        if not kept:
+            published = json.loads(
+                plane.run("get", "resourceslice", f"{ns}-taint-{node}", "-o", "json")
+            )
+            assert all("taints" not in d for d in published["spec"]["devices"]), published
+            await create_pods(
+                api, ns, [claims_pod("blocked", "plain"), claims_pod("tolerant", "tolerant")]
+            )
+            await wait_bound(api, ns, 2, within=90)
+            return
         await create_pods(api, ns, [claims_pod("blocked", "plain")])
         named = (
             "cannot allocate all claims (untolerated device taints: "
@@ -734,8 +759,12 @@ async def test_tainted_devices_are_allocated_only_to_claims_that_tolerate_them(
         assert (result["driver"], result["device"]) == (driver, "gpu-0")
         assert result["tolerations"] == tolerate_all
 
-        # The rule goes: gpu-1 is untainted, the change wakes the waiting pod.
-        plane.run("delete", "devicetaintrule", rule_name)
+        # gpu-1's taint goes (the rule deleted; on 1.36 the slice updated): the change wakes
+        # the waiting pod.
+        if rules:
+            plane.run("delete", "devicetaintrule", rule_name)
+        else:
+            plane.run("apply", "-f", "-", stdin=yaml.safe_dump(device_slice([])))
         await wait_bound(api, ns, 2, within=90)
         where, results = await devices_of("blocked")
         assert where == node
@@ -746,7 +775,8 @@ async def test_tainted_devices_are_allocated_only_to_claims_that_tolerate_them(
         sched.stop()
         for p in await list_pods(api, ns):
             await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
-        plane.run("delete", "devicetaintrule", rule_name, check=False)
+        if rules:
+            plane.run("delete", "devicetaintrule", rule_name, check=False)
         plane.run("delete", "resourceslice", f"{ns}-taint-{node}", check=False)
         plane.run("delete", "deviceclass", f"{ns}-taint", check=False)
     assert sched.proc is not None
@@ -815,6 +845,20 @@ async def test_an_extended_resource_is_served_from_a_device_class_by_a_claim_of_
     sched = plane.lattice().start()
     try:
         await create_pods(api, ns, [body])
+        if kubernetes_version() < "v1.36":
+            # DRAExtendedResource is alpha and off in 1.35: kube-scheduler's Fit refuses
+            # the pod where allocatable lacks the resource, and so does Lattice.
+            async def insufficient() -> list[Any] | None:
+                evs = [
+                    e
+                    for e in await events_of(api, ns, "FailedScheduling")
+                    if e.involved_object.name == "asker" and f"Insufficient {resource}" in e.message
+                ]
+                return evs or None
+
+            await poll(insufficient, within=90, interval=0.5)
+            assert not (await list_claims(api, ns))
+            return
         (bound,) = await wait_bound(api, ns, 1, within=90)
         node, uid = bound["spec"]["nodeName"], bound["metadata"]["uid"]
         status = bound["status"]["extendedResourceClaimStatus"]
