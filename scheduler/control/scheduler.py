@@ -119,6 +119,18 @@ LOAD_GAUGE_EVERY = 4
 """Ticks between refreshes of the nodes-by-load-status gauge (ticks come 4 times a second)."""
 
 
+def nominates_before_prebind(
+    pod: Pod, volume_plan: VolumePlan | None, claim_plan: ClaimPlan | None
+) -> bool:
+    """kube's PreBindPreFlight verdict, on which every supported release (1.35+,
+    NominatedNodeNameForExpectation) nominates: DynamicResources has work for any pod with
+    resource claims (its own, or one for extended resources the node serves from
+    devices), VolumeBinding when some volume is still to be bound."""
+    if pod.resource_claims or (claim_plan is not None and claim_plan.writes):
+        return True
+    return volume_plan is not None and not volume_plan.empty
+
+
 @dataclass
 class Counters:
     scheduled: int = 0
@@ -881,8 +893,13 @@ class Scheduler:
         ref = PodRef(pod.namespace, pod.name, pod.uid)
         key = f"{pod.namespace}/{pod.name}"
         profile = self.settings.scheduler_name
+        nominated = False
+        if nominates_before_prebind(pod, volume_plan, claim_plan):
+            nominated = await self._nominate_for_prebind(ref, node, log)
         if volume_plan is not None:
             why = await self._bind_volumes(pod, volume_plan, log)
+            if nominated and why not in (None, POD_GONE):
+                self._clear_nomination(ref, log)
             if why is not None:
                 self.cache.volumes.forget(volume_plan)
                 self.cache.forget(pod)
@@ -909,6 +926,8 @@ class Scheduler:
         if claim_plan is not None and claim_plan.writes:
             why = await self._bind_claims(claim_plan, log)
             if why is not None:
+                if nominated:
+                    self._clear_nomination(ref, log)
                 self.cache.dra.forget(claim_plan)
                 await self._unreserve(pod, claim_plan, log)  # as kube after a failed PreBind
                 self.cache.forget(pod)
@@ -969,6 +988,8 @@ class Scheduler:
                 self.gang_flow.sync(gang)
             log.info("binding_superseded", reason=outcome.detail)
             return
+        if nominated:
+            self._clear_nomination(ref, log)
         self.counters.bind_errors += 1
         self.metrics.bind_errors.inc()
         self.metrics.count_attempt(AttemptResult.ERROR, profile)
@@ -979,6 +1000,34 @@ class Scheduler:
             return
         assert info is not None
         self.queue.requeue_after_failure(info, unschedulable=False, reason=outcome.detail)
+
+    async def _nominate_for_prebind(self, ref: PodRef, node: str, log: Any) -> bool:
+        """kube-scheduler 1.35+ (NominatedNodeNameForExpectation) writes the node as the
+        pod's ``nominatedNodeName`` before a PreBind that has work to do, so that cluster
+        autoscalers and other schedulers (kube-scheduler beside us counts nominations)
+        do not hand the node's room away while claims or volumes are written. A failed
+        write is logged and binding goes on, as in kube. The API server clears the field
+        at binding; a failure clears it here."""
+        assert self.writer is not None
+        try:
+            written = await self.writer.patch_pod_status(ref, {"nominatedNodeName": node})
+        except Exception as exc:  # not critical to the binding, as in kube
+            log.warning("nomination_write_failed", node=node, error=str(exc))
+            return False
+        return written
+
+    def _clear_nomination(self, ref: PodRef, log: Any) -> None:
+        """kube clears the nomination when the binding cycle fails (ModeOverride, "")."""
+        writer = self.writer
+        assert writer is not None
+
+        async def clear() -> None:
+            try:
+                await writer.patch_pod_status(ref, {"nominatedNodeName": None})
+            except Exception as exc:  # the next attempt writes it again
+                log.warning("nomination_clear_failed", error=str(exc))
+
+        self._spawn(clear())
 
     async def _bind_volumes(self, pod: Pod, plan: VolumePlan, log: Any) -> str | None:
         """kube's VolumeBinding PreBind: PV claimRefs, then the claims' selected-node, each

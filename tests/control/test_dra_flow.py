@@ -207,6 +207,36 @@ async def test_a_failed_binding_takes_the_pod_out_of_reserved_for() -> None:
     assert sched.queue.where(pod_key("default", "p")) is QueueName.BACKOFF
 
 
+async def test_a_pod_with_claims_is_nominated_before_its_prebind_and_only_such_pods() -> None:
+    """kube 1.35+ (NominatedNodeNameForExpectation): nominatedNodeName is the node before
+    the claims are written, so kube-scheduler beside us and autoscalers count the room as
+    taken; a plain pod binds at once and is not nominated."""
+    c = claim("c", request("gpu", exactly("gpu")))
+    sched, writer = claim_scheduler(c)
+    sched.pod_upserted(claim_pod("p", "c"))
+    plain = make_pod("q", "100m").obj()
+    plain["spec"]["schedulerName"] = "lattice"
+    sched.pod_upserted(plain)
+    await run_one(sched)
+    await run_one(sched)
+    assert ("p", "n1") in writer.binds
+    assert sorted(pod for pod, _ in writer.binds) == ["p", "q"]
+    assert writer.status_patches == [("p", {"nominatedNodeName": "n1"})]
+
+
+async def test_a_failed_binding_clears_the_nomination_it_wrote() -> None:
+    """kube clears the pod's nomination when its binding cycle fails (#135007)."""
+    c = claim("c", request("gpu", exactly("gpu")))
+    sched, writer = claim_scheduler(c)
+    writer.fail.add("p")
+    sched.pod_upserted(claim_pod("p", "c"))
+    await run_one(sched)
+    await sched.drain(30)
+    assert writer.binds == []
+    nominations = [s for n, s in writer.status_patches if "nominatedNodeName" in s]
+    assert nominations == [{"nominatedNodeName": "n1"}, {"nominatedNodeName": None}]
+
+
 def test_a_pod_whose_template_claim_is_not_generated_yet_waits_gated_without_an_attempt() -> None:
     """kube's DynamicResources PreEnqueue: no attempt and no FailedScheduling until
     kube-controller-manager names the generated claim in status.resourceClaimStatuses."""

@@ -36,6 +36,7 @@ from scheduler.core.dra.objects import DELETE_PROTECTION_FINALIZER
 from tests.e2e.differential.dra_cases import list_claims
 from tests.e2e.lattice_proc import LatticeProcess
 from tests.e2e.test_gangs import LABEL, create_group, events_of
+from tests.e2e.test_preemption import Recorder
 from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods, pod, wait_bound
 
 NODES: Final = 2
@@ -157,6 +158,8 @@ async def test_claims_are_allocated_written_and_the_pods_bound(
 ) -> None:
     objects = dra_objects(ns)
     plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    recorder = Recorder(api, ns)
+    recorder.start()
     sched = plane.lattice().start()
     try:
         await create_pods(
@@ -204,6 +207,14 @@ async def test_claims_are_allocated_written_and_the_pods_bound(
             "shared": {("pods", n, uids[n]) for n in ("shared-a", "shared-b")},
             "own": {("pods", "own", uids["own"])},
         }
+        # Nominated to the node before the claims were written (kube 1.35+, for other
+        # schedulers and autoscalers); the API server cleared it at binding.
+        for name in uids:
+            assert recorder.nominated(name) == GPU_NODE, name
+            assert not any(
+                p.spec.node_name for p in recorder.seen[name] if p.status.nominated_node_name
+            )
+        assert all(not p["status"].get("nominatedNodeName") for p in bound)
 
         # Both devices are taken now: a fourth pod's claim cannot be allocated anywhere.
         await create_pods(api, ns, [claim_pod("late", resourceClaimTemplateName="one-gpu")])
@@ -242,6 +253,7 @@ async def test_claims_are_allocated_written_and_the_pods_bound(
         )
     finally:
         sched.stop()
+        await recorder.stop()
     assert sched.proc is not None
     assert sched.proc.returncode == 0
 
