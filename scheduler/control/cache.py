@@ -20,8 +20,8 @@ DELETE left behind.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Final
 
 import structlog
 
@@ -55,6 +55,11 @@ def newer(old: int | None, new: int | None) -> bool:
     return old is None or new is None or new >= old
 
 
+BINDING_LABELS: Final = ("topology.kubernetes.io/zone", "topology.kubernetes.io/region")
+"""What the API server's PodTopologyLabels admission (1.35+, beta and on) copies from the
+node onto the pod at binding, overwriting the pod's own."""
+
+
 @dataclass
 class CachedPod:
     pod: Pod
@@ -63,6 +68,9 @@ class CachedPod:
     generation: int | None = None
     annotations: Mapping[str, str] | None = None
     """What our Binding set on the pod (devices): the echo of the binding must show it."""
+    binding_labels: Mapping[str, str] | None = None
+    """The node's labels the API server copies onto the pod at binding (assumed with
+    them, so the echo matches and the graph is not patched twice)."""
     resize: Fingerprint | None = None
     """:func:`~scheduler.control.intake.resize_view` of the body parsed (None: assumed
     from the pending pod, whose status the kubelet has not written yet)."""
@@ -235,8 +243,20 @@ class SchedulerCache:
         binding is even sent."""
         key = pod_key(pod.namespace, pod.name)
         self.lifecycle.assume(key, node)
+        added = self.binding_labels(node)
+        if any(pod.labels.get(k) != v for k, v in added.items()):
+            pod = replace(pod, labels={**pod.labels, **added})
         self._placed(pod, node, annotations)
-        self._pods[key] = CachedPod(pod, node, None, annotations=annotations)
+        self._pods[key] = CachedPod(
+            pod, node, None, annotations=annotations, binding_labels=added or None
+        )
+
+    def binding_labels(self, node: str) -> dict[str, str]:
+        """:data:`BINDING_LABELS` as ``node`` has them: the pod will carry them once bound."""
+        found = self.snapshot.get_node(node)
+        if found is None:
+            return {}
+        return {k: found.labels[k] for k in BINDING_LABELS if k in found.labels}
 
     def assumed(self, key: PodKey, uid: str) -> CachedPod | None:
         """The cached pod if it is ``uid`` placed by us and not yet confirmed by the watch."""

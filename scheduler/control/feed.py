@@ -284,7 +284,10 @@ class Feed:
             raw = self._pending_raw.pop(uid, None)
             self._pending_fp.pop(uid, None)
             if raw is not None and fp == bound_fingerprint(
-                raw, node=assumed.node, annotations=assumed.annotations
+                raw,
+                node=assumed.node,
+                annotations=assumed.annotations,
+                labels=assumed.binding_labels,
             ):
                 self.stats.echoes += 1
                 self._bound_fp[uid] = fp

@@ -636,7 +636,11 @@ def pending_fingerprint(raw: Mapping[str, Any]) -> Fingerprint:
 
 
 def bound_fingerprint(
-    pending: Mapping[str, Any], *, node: str, annotations: Mapping[str, str] | None = None
+    pending: Mapping[str, Any],
+    *,
+    node: str,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Fingerprint:
     """The fingerprint the assigned stream's echo of *our* binding will have: the pending
     body with ``spec.nodeName`` set and the Binding's annotations merged (what a Binding
@@ -645,6 +649,8 @@ def bound_fingerprint(
     meta = dict(pending.get("metadata") or {})
     if annotations:
         meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+    if labels:  # the node's zone and region, copied by the API server's admission (1.35+)
+        meta["labels"] = {**(meta.get("labels") or {}), **labels}
     spec = {**(pending.get("spec") or {}), "nodeName": node}
     return pod_fingerprint({**pending, "metadata": meta, "spec": spec})
 

@@ -158,6 +158,53 @@ def test_a_full_api_body_is_kept_slim_and_its_echo_still_confirms(
     assert feed.stats.echoes == 1
 
 
+def test_the_zone_and_region_the_api_server_copies_at_binding_are_assumed_and_confirmed(
+    sched: Scheduler, feed: Feed
+) -> None:
+    """1.35+ (PodTopologyLabels admission): the binding copies the node's zone and region
+    onto the pod, overwriting its own. The assumed pod carries them already, so the echo
+    confirms it without a re-parse and label selectors see them from the start."""
+    zone, region = "topology.kubernetes.io/zone", "topology.kubernetes.io/region"
+    node = make_node("z1").labels({zone: "a", region: "r", "rack": "7"}).obj()
+    feed.apply([batch(intake.NODES, ev(EventType.ADDED, raw(node)))])
+    body = pending_body("p")
+    body["metadata"]["labels"] = {"app": "web", zone: "stale"}
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.ADDED, body))])
+    assume(sched, body, "z1")
+    key = pod_key("default", "p")
+    cached = sched.cache.cached_pod(key)
+    assert cached is not None
+    assumed = cached.pod
+    assert dict(assumed.labels) == {"app": "web", zone: "a", region: "r"}  # not the rack
+    seq = sched.cache.snapshot.affinity_graph.seq
+    echo = bound_echo(body, "z1")
+    echo["metadata"]["labels"] = {"app": "web", zone: "a", region: "r"}
+    feed.apply([batch(intake.ASSIGNED_PODS, ev(EventType.ADDED, echo))])
+    cached = sched.cache.cached_pod(key)
+    assert cached is not None
+    assert cached.pod is assumed
+    assert sched.cache.lifecycle.state(key) is PodState.ADDED
+    assert sched.cache.snapshot.affinity_graph.seq == seq
+    assert feed.stats.echoes == 1
+
+
+def test_an_echo_without_the_copied_labels_is_read_again(sched: Scheduler, feed: Feed) -> None:
+    """An API server that does not copy them (the gate turned off): the echo differs from
+    what was assumed and is parsed, so the cache holds the pod's real labels."""
+    zone = "topology.kubernetes.io/zone"
+    feed.apply(
+        [batch(intake.NODES, ev(EventType.ADDED, raw(make_node("z1").label(zone, "a").obj())))]
+    )
+    body = pending_body("p")
+    feed.apply([batch(intake.PENDING_PODS, ev(EventType.ADDED, body))])
+    assume(sched, body, "z1")
+    feed.apply([batch(intake.ASSIGNED_PODS, ev(EventType.ADDED, bound_echo(body, "z1")))])
+    cached = sched.cache.cached_pod(pod_key("default", "p"))
+    assert cached is not None
+    assert zone not in cached.pod.labels
+    assert feed.stats.echoes == 0
+
+
 def test_an_echo_that_differs_from_what_we_assumed_is_read_again(
     sched: Scheduler, feed: Feed
 ) -> None:
