@@ -43,6 +43,7 @@ from scheduler.core.dra.objects import (
     ResourceSlice,
 )
 from scheduler.model.names import DEVICE_CLASS_RESOURCE_PREFIX
+from scheduler.model.release import DEFAULT_KUBE_MINOR
 
 ClaimKey = tuple[str, str]
 SPEC_LIMIT = 10_000
@@ -332,8 +333,15 @@ class DraState:
             self._index = SliceIndex(s.tainted_by(rules) if rules else s for s in slices)
         return self._index
 
-    def allocator(self, *, aligned: bool = False, compact_config: bool = True) -> Allocator:
+    def allocator(
+        self,
+        *,
+        aligned: bool = False,
+        compact_config: bool = True,
+        kube_minor: int = DEFAULT_KUBE_MINOR,
+    ) -> Allocator:
         return Allocator(
+            kube_minor=kube_minor,
             classes=self.classes,
             slices=self.slice_index(),
             allocated=self.allocated_devices(),
