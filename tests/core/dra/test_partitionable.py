@@ -268,3 +268,29 @@ def test_counters_of_written_and_assumed_allocations_count() -> None:
     dra.forget(plan)
     dra.remove_claim("default", "a")
     assert partition_for(dra) == ["part-0"]
+
+
+def test_prebind_sees_counters_another_scheduler_took_since_the_decision() -> None:
+    dra = state_with(gpu_with_partitions())
+    mine = allocated_claim("mine", "part-0", "part-1").allocation
+    write = ClaimWrite("default", "mine", "uid-mine", mine)
+    dra.assume(ClaimPlan("p", "u1", (write,)))
+    assert dra.overspent(write) == []  # 8Gi of 10Gi, its own assumption counted once
+    dra.forget(ClaimPlan("p", "u1", (write,)))
+    assert dra.overspent(write) == []  # counted even when no longer assumed
+    dra.set_claim(allocated_claim("theirs", "part-2"))  # 12Gi
+    assert dra.overspent(write) == [f"{GPU_DRIVER}/n1/gpu-0"]
+    dra.remove_claim("default", "theirs")
+    assert dra.overspent(write) == []
+    dra.set_slice(ResourceSlice.from_api(resource_slice("z", [device("z-0")], node="n1", pool="z")))
+    plain = ClaimWrite(
+        "default",
+        "z",
+        "uid-z",
+        {
+            "devices": {
+                "results": [{"request": "gpu", "driver": GPU_DRIVER, "pool": "z", "device": "z-0"}]
+            }
+        },
+    )
+    assert dra.overspent(plain) == []
