@@ -3,11 +3,14 @@
 Theory of operation (kube-scheduler 1.34's ``structured`` allocator, with its default
 feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
 
-1. **Pools seen from the node.** A slice is visible when its ``nodeName`` is the node, it
-   has ``allNodes``, or its ``nodeSelector`` matches the node (a slice with
-   ``perDeviceNodeSelection`` is skipped: alpha). Per (driver, pool) only the slices of the
-   highest ``pool.generation`` count; the pool is *incomplete* when fewer (or more) visible
-   slices than ``resourceSliceCount`` remain, *invalid* when a device name repeats.
+1. **Pools seen from the node** (kube's ``GatherPools``). A slice is visible when its
+   ``nodeName`` is the node, it has ``allNodes``, its ``nodeSelector`` matches the node,
+   or (``perDeviceNodeSelection``, 1.36+) one of its devices names the node. Per (driver,
+   pool) only the slices of the highest visible ``pool.generation`` count; when their
+   number is not ``resourceSliceCount``, every slice of the pool is read: a newer
+   generation anywhere drops the pool, too few at this one make it *incomplete*. It is
+   *invalid* when a device name repeats, and (1.36+) when a counter set name repeats or a
+   device consumes from a counter set or counter the pool lacks.
    Since 1.35 an ExactCount request takes no device from an incomplete or invalid pool
    (it goes on to the next pool); a node that then does not fit and saw an invalid pool
    is Unschedulable "invalid resource pools were encountered".
@@ -32,7 +35,10 @@ feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
    class selectors, then request selectors (the verdict per device and request is memoised
    for the call; CEL verdicts per device and expression live on the device), then every
    constraint of the claim (``matchAttribute``: the first device fixes the value, later ones
-   need the same type and value; a device without the attribute fails). Between the two,
+   need the same type and value; a device without the attribute fails). Before taints, a
+   device that consumes counters (partitionable devices, 1.36+) must leave every counter
+   of its pool covered, counting allocated devices and those picked so far
+   (:func:`_reserve_counters`); on 1.35 it is passed over. Between the two,
    as kube's ``allocateDevice``: a device with a NoSchedule or NoExecute taint the request
    (or subrequest) does not tolerate is passed over (``None`` and unknown effects are
    ignored; adminAccess does not bypass it). Reaching an invalid pool in an ExactCount
