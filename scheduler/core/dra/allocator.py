@@ -35,13 +35,13 @@ feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
    class selectors, then request selectors (the verdict per device and request is memoised
    for the call; CEL verdicts per device and expression live on the device), then every
    constraint of the claim (``matchAttribute``: the first device fixes the value, later ones
-   need the same type and value; a device without the attribute fails). Before taints, a
-   device that consumes counters (partitionable devices, 1.36+) must leave every counter
-   of its pool covered, counting allocated devices and those picked so far
-   (:func:`_reserve_counters`); on 1.35 it is passed over. Between the two,
-   as kube's ``allocateDevice``: a device with a NoSchedule or NoExecute taint the request
-   (or subrequest) does not tolerate is passed over (``None`` and unknown effects are
-   ignored; adminAccess does not bypass it). Reaching an invalid pool in an ExactCount
+   need the same type and value; a device without the attribute fails). Between the two,
+   as kube's ``allocateDevice``: first a device that consumes counters (partitionable
+   devices, 1.36+; on 1.35 it is passed over) must leave every counter of its pool
+   covered, counting allocated devices and those picked so far (:func:`_reserve_counters`,
+   given back on backtracking); then a device with a NoSchedule or NoExecute taint the
+   request (or subrequest) does not tolerate is passed over (``None`` and unknown effects
+   are ignored; adminAccess does not bypass it). Reaching an invalid pool in an ExactCount
    search is an error. All requests allocate their fixed devices with ``must``: a
    constraint they break is an error, a device in use or tainted against the request makes
    the request unsatisfiable. A claim that would exceed 32 results backtracks to the previous choice
