@@ -229,3 +229,109 @@ async def test_partitions_share_counters_as_kube_scheduler_allocates_them(
         sched.stop()
     assert sched.proc is not None
     assert sched.proc.returncode == 0
+
+
+PD_DRIVER: Final = "pd.e2e.lattice.dev"
+
+
+def per_device_slices(node: str) -> list[dict[str, Any]]:
+    """Pool ``pd-<node>``: a counter set of 12 links, and a per-device slice whose devices
+    name the node themselves, by ``nodeName`` (d-0, d-2) or by ``nodeSelector`` (d-1)."""
+    pool = {"name": f"pd-{node}", "generation": 1, "resourceSliceCount": 2}
+    hostname = {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+                ]
+            }
+        ]
+    }
+
+    def dev(name: str, links: str, where: dict[str, Any]) -> dict[str, Any]:
+        uses = [{"counterSet": "fabric", "counters": {"links": {"value": links}}}]
+        return {"name": name, "consumesCounters": uses, **where}
+
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"pd-{node}-counters"},
+            "spec": {
+                "driver": PD_DRIVER,
+                "nodeName": node,
+                "pool": pool,
+                "sharedCounters": [{"name": "fabric", "counters": {"links": {"value": "12"}}}],
+            },
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"pd-{node}-devices"},
+            "spec": {
+                "driver": PD_DRIVER,
+                "perDeviceNodeSelection": True,
+                "pool": pool,
+                "devices": [
+                    dev("d-0", "6", {"nodeName": node}),
+                    dev("d-1", "6", {"nodeSelector": hostname}),
+                    dev("d-2", "1", {"nodeName": node}),
+                ],
+            },
+        },
+    ]
+
+
+async def test_devices_with_their_own_node_selection_as_kube_scheduler_allocates_them(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """By hand: d-0 (6 of 12 links, its nodeName); d-1 (12 of 12, its nodeSelector becomes
+    the allocation's); d-2 would make 13: pending."""
+    bodies: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "pd"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{PD_DRIVER}"'}}]},
+        }
+    ]
+    cases = ["a", "b", "c"]
+    for node in (KUBE_NODE, LATTICE_NODE):
+        bodies += per_device_slices(node)
+        for case in cases:
+            body = claim_for(ns, case, node, "", 1)
+            del body["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+            body["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "pd"
+            bodies.append(body)
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(bodies))
+    sched = plane.lattice().start()
+    try:
+        for case in cases:
+            await create_pods(api, ns, [pinned(case, n) for n in (KUBE_NODE, LATTICE_NODE)])
+
+            async def settled(case: str = case) -> dict[str, str | None] | None:
+                pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
+                names = [f"{case}-{n}" for n in (KUBE_NODE, LATTICE_NODE)]
+                seen = {n: verdict(pods[n]) for n in names if n in pods}
+                return seen if len(seen) == 2 and all(seen.values()) else None
+
+            seen = await poll(settled, within=60, interval=0.5)
+            expected = "Unschedulable" if case == "c" else BOUND
+            assert seen == {f"{case}-{n}": expected for n in (KUBE_NODE, LATTICE_NODE)}, case
+        allocations = {}
+        for case in ("a", "b"):
+            ours = await claim_status(api, ns, f"{case}-{LATTICE_NODE}")
+            kubes = await claim_status(api, ns, f"{case}-{KUBE_NODE}")
+            assert as_kube(unstamped(ours["allocation"]) or {}) == unstamped(kubes["allocation"]), (
+                case
+            )
+            allocations[case] = kubes["allocation"]
+        assert [r["device"] for r in allocations["a"]["devices"]["results"]] == ["d-0"]
+        assert [r["device"] for r in allocations["b"]["devices"]["results"]] == ["d-1"]
+        assert allocations["b"]["nodeSelector"]["nodeSelectorTerms"][0]["matchExpressions"][0][
+            "values"
+        ] == [KUBE_NODE]
+    finally:
+        sched.stop()
+    assert sched.proc is not None
+    assert sched.proc.returncode == 0
