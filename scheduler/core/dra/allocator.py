@@ -203,8 +203,8 @@ class SliceIndex:
             visible[s.name] = s
         grouped: dict[tuple[str, str], list[ResourceSlice]] = {}
         for s in visible.values():
-            if not partitionable and (s.per_device_node_selection or s.shared_counters):
-                continue
+            if not partitionable and s.per_device_node_selection:
+                continue  # v0.35 (gate off) skips these; a counters-only slice still counts
             grouped.setdefault((s.driver, s.pool), []).append(s)
         pools: list[Pool] = []
         for (driver, name), members in sorted(grouped.items()):
