@@ -1121,6 +1121,13 @@ class Scheduler:
                 self.metrics.dra_conflicts.inc()
                 devices = ", ".join(f"{d.driver}/{d.pool}/{d.device}" for d in taken[:3])
                 return f"resourceclaim {write.namespace}/{write.name}: {devices} allocated since"
+            overspent = self.cache.dra.overspent(write)
+            if overspent:  # a partition of the same device was written since the decision
+                self.metrics.dra_conflicts.inc()
+                return (
+                    f"resourceclaim {write.namespace}/{write.name}: counters of "
+                    f"{', '.join(overspent[:3])} allocated since"
+                )
             if write.create is not None:
                 failed = await self._create_extended_claim(plan, write)
                 if failed is not None:

@@ -81,6 +81,7 @@ from scheduler.core.volumes import VolumeState
 from scheduler.model.gang import GangSpec
 from scheduler.model.names import CPU, PODS, is_extended_resource
 from scheduler.model.pod import Pod, PodAffinityTerm, UnsatisfiableAction
+from scheduler.model.release import DEFAULT_KUBE_MINOR
 from scheduler.model.selectors import LabelSelector
 
 UNLIMITED: Final = 1 << 30
@@ -886,6 +887,7 @@ def _claim_caps(
     plugin = next((p for p in framework.plugins.filters if isinstance(p, DynamicResources)), None)
     aligned = plugin.aligned if plugin is not None else False
     compact = plugin.compact_config if plugin is not None else True
+    minor = plugin.kube_minor if plugin is not None else DEFAULT_KUBE_MINOR
     for i, row in enumerate(rows.tolist()):
         node = snapshot.node(row)
         used: set[DeviceId] = set(base)
@@ -898,6 +900,7 @@ def _claim_caps(
                 compiler=dra.compiler,
                 aligned=aligned,
                 compact_config=compact,
+                kube_minor=minor,
             )
             try:
                 found = allocator.allocate(node.name, node.labels, claims)

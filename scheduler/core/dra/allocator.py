@@ -3,11 +3,14 @@
 Theory of operation (kube-scheduler 1.34's ``structured`` allocator, with its default
 feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
 
-1. **Pools seen from the node.** A slice is visible when its ``nodeName`` is the node, it
-   has ``allNodes``, or its ``nodeSelector`` matches the node (a slice with
-   ``perDeviceNodeSelection`` is skipped: alpha). Per (driver, pool) only the slices of the
-   highest ``pool.generation`` count; the pool is *incomplete* when fewer (or more) visible
-   slices than ``resourceSliceCount`` remain, *invalid* when a device name repeats.
+1. **Pools seen from the node** (kube's ``GatherPools``). A slice is visible when its
+   ``nodeName`` is the node, it has ``allNodes``, its ``nodeSelector`` matches the node,
+   or (``perDeviceNodeSelection``, 1.36+) one of its devices names the node. Per (driver,
+   pool) only the slices of the highest visible ``pool.generation`` count; when their
+   number is not ``resourceSliceCount``, every slice of the pool is read: a newer
+   generation anywhere drops the pool, too few at this one make it *incomplete*. It is
+   *invalid* when a device name repeats, and (1.36+) when a counter set name repeats or a
+   device consumes from a counter set or counter the pool lacks.
    Since 1.35 an ExactCount request takes no device from an incomplete or invalid pool
    (it goes on to the next pool); a node that then does not fit and saw an invalid pool
    is Unschedulable "invalid resource pools were encountered".
@@ -33,9 +36,12 @@ feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
    for the call; CEL verdicts per device and expression live on the device), then every
    constraint of the claim (``matchAttribute``: the first device fixes the value, later ones
    need the same type and value; a device without the attribute fails). Between the two,
-   as kube's ``allocateDevice``: a device with a NoSchedule or NoExecute taint the request
-   (or subrequest) does not tolerate is passed over (``None`` and unknown effects are
-   ignored; adminAccess does not bypass it). Reaching an invalid pool in an ExactCount
+   as kube's ``allocateDevice``: first a device that consumes counters (partitionable
+   devices, 1.36+; on 1.35 it is passed over) must leave every counter of its pool
+   covered, counting allocated devices and those picked so far (:func:`_reserve_counters`,
+   given back on backtracking); then a device with a NoSchedule or NoExecute taint the
+   request (or subrequest) does not tolerate is passed over (``None`` and unknown effects
+   are ignored; adminAccess does not bypass it). Reaching an invalid pool in an ExactCount
    search is an error. All requests allocate their fixed devices with ``must``: a
    constraint they break is an error, a device in use or tainted against the request makes
    the request unsatisfiable. A claim that would exceed 32 results backtracks to the previous choice
@@ -78,6 +84,7 @@ from scheduler.core.dra.objects import (
     FROM_CLASS,
     RESULTS_MAX,
     Attribute,
+    Counters,
     Device,
     DeviceClass,
     DeviceId,
@@ -87,6 +94,7 @@ from scheduler.core.dra.objects import (
     untolerated,
 )
 from scheduler.model._fields import mapping, object_list
+from scheduler.model.release import DEFAULT_KUBE_MINOR
 from scheduler.model.selectors import Labels
 
 PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
@@ -95,6 +103,8 @@ FILTER_TIMEOUT: Final = 10.0
 """Seconds one allocation may search (kube-scheduler 1.34's filterTimeout default)."""
 _CLOCK_EVERY: Final = 256
 """Search steps between looks at the clock."""
+PARTITIONABLE_SINCE_MINOR: Final = 36
+"""DRAPartitionableDevices is beta and on in kube-scheduler from 1.36 (alpha, off, in 1.35)."""
 
 
 class AllocationError(Exception):
@@ -119,8 +129,14 @@ class Pool:
     driver: str
     name: str
     slices: list[ResourceSlice]
+    """The device slices the node sees (slices with ``sharedCounters`` hold no devices)."""
     incomplete: bool = False
     invalid: bool = False
+    others: list[ResourceSlice] = field(default_factory=list)
+    """Device slices of the pool the node does not see: their allocated devices still
+    consume the pool's counters (kube's ``DeviceSlicesNotTargetingNode``)."""
+    counter_sets: dict[str, Counters] = field(default_factory=dict)
+    """The pool's ``sharedCounters`` by set name, from whichever of its slices holds them."""
 
     @property
     def id(self) -> str:
@@ -134,33 +150,47 @@ class SliceIndex:
         self.by_node: dict[str, list[ResourceSlice]] = {}
         self.all_nodes: list[ResourceSlice] = []
         self.selected: list[ResourceSlice] = []
-        self._pools: dict[str, tuple[Labels, list[Pool]]] = {}
+        self.per_device: list[ResourceSlice] = []
+        self.counter_slices: list[ResourceSlice] = []
+        self.by_pool: dict[tuple[str, str], list[ResourceSlice]] = {}
+        """Every slice of each (driver, pool), whatever node it targets (kube's
+        ``checkSlicesInPool`` reads them when the node sees fewer than the pool's count)."""
+        self._pools: dict[tuple[str, int], tuple[Labels, list[Pool]]] = {}
         self.tainted = False
         """Whether some device has a taint that can keep it from a request (only then is a
         failed allocation worth looking at for taints)."""
         for s in slices:
             self.tainted = self.tainted or any(d.blocking_taints for d in s.devices)
-            if s.per_device_node_selection:
-                continue  # DRAPartitionableDevices (alpha, off)
+            self.by_pool.setdefault((s.driver, s.pool), []).append(s)
+            if s.shared_counters:
+                self.counter_slices.append(s)
             if s.node_name:
                 self.by_node.setdefault(s.node_name, []).append(s)
             elif s.all_nodes:
                 self.all_nodes.append(s)
             elif s.node_selector is not None:
                 self.selected.append(s)
+            elif s.per_device_node_selection:
+                self.per_device.append(s)
 
-    def pools(self, node: str, labels: Labels) -> list[Pool]:
+    def pools(self, node: str, labels: Labels, kube_minor: int = DEFAULT_KUBE_MINOR) -> list[Pool]:
         """The pools a node sees, newest generation per pool (cached per node: the index is
         rebuilt when a slice changes; labels matter only to selector slices)."""
-        cached = self._pools.get(node)
-        if cached is not None and (not self.selected or cached[0] is labels):
+        cached = self._pools.get((node, kube_minor))
+        if cached is not None and (not (self.selected or self.per_device) or cached[0] is labels):
             return cached[1]
-        pools = self._pools_of(node, labels)
-        self._pools[node] = (labels, pools)
+        pools = self._pools_of(node, labels, kube_minor)
+        self._pools[(node, kube_minor)] = (labels, pools)
         return pools
 
-    def _pools_of(self, node: str, labels: Labels) -> list[Pool]:
-        visible = [
+    def _pools_of(self, node: str, labels: Labels, kube_minor: int) -> list[Pool]:
+        """kube's ``GatherPools`` (dynamic-resource-allocation v0.36/v0.37 incubating)."""
+        partitionable = kube_minor >= PARTITIONABLE_SINCE_MINOR
+        visible: dict[str, ResourceSlice] = {}
+        if partitionable and kube_minor == PARTITIONABLE_SINCE_MINOR:
+            # v0.36: a slice with sharedCounters is relevant to every node.
+            visible.update((s.name, s) for s in self.counter_slices)
+        for s in (
             *self.by_node.get(node, ()),
             *self.all_nodes,
             *(
@@ -168,25 +198,66 @@ class SliceIndex:
                 for s in self.selected
                 if s.node_selector and s.node_selector.matches(labels, node)
             ),
-        ]
+            *(s for s in self.per_device if any(d.on_node(labels, node) for d in s.devices)),
+        ):
+            visible[s.name] = s
         grouped: dict[tuple[str, str], list[ResourceSlice]] = {}
-        for s in visible:
+        for s in visible.values():
+            if not partitionable and s.per_device_node_selection:
+                continue  # v0.35 (gate off) skips these; a counters-only slice still counts
             grouped.setdefault((s.driver, s.pool), []).append(s)
         pools: list[Pool] = []
         for (driver, name), members in sorted(grouped.items()):
             newest = max(s.generation for s in members)
             kept = sorted((s for s in members if s.generation == newest), key=lambda s: s.name)
-            names = [d.name for s in kept for d in s.devices]
-            pools.append(
-                Pool(
-                    driver,
-                    name,
-                    kept,
-                    incomplete=len(kept) != kept[0].slice_count,
-                    invalid=len(names) != len(set(names)),
-                )
-            )
+            if len(kept) == kept[0].slice_count:
+                pools.append(_build_pool(driver, name, kept, None, partitionable))
+                continue
+            everything = self.by_pool.get((driver, name), [])
+            if any(s.generation > newest for s in everything):
+                continue  # obsolete: the driver is replacing this generation
+            same = [s for s in everything if s.generation == newest]
+            if len(same) != kept[0].slice_count:
+                pools.append(Pool(driver, name, kept, incomplete=True))
+                continue
+            pools.append(_build_pool(driver, name, kept, same, partitionable))
         return pools
+
+
+def _build_pool(
+    driver: str,
+    name: str,
+    kept: list[ResourceSlice],
+    everything: list[ResourceSlice] | None,
+    partitionable: bool,
+) -> Pool:
+    """kube's ``buildPool``: device slices, counter sets, and the pool invalid where device
+    names repeat, a counter set name repeats, or a device consumes from a counter set (or a
+    counter) the pool does not have."""
+    counter_slices = [s for s in kept if partitionable and s.shared_counters]
+    device_slices = [s for s in kept if not (partitionable and s.shared_counters)]
+    others: list[ResourceSlice] = []
+    if everything is not None and len(kept) < len(everything):
+        seen = {s.name for s in kept}
+        for s in everything:
+            if s.name not in seen:
+                (counter_slices if partitionable and s.shared_counters else others).append(s)
+    names = [d.name for s in device_slices for d in s.devices]
+    if len(names) != len(set(names)) or not partitionable:
+        return Pool(driver, name, device_slices, invalid=len(names) != len(set(names)))
+    sets: dict[str, Counters] = {}
+    for s in counter_slices:
+        for counter_set in s.shared_counters:
+            if counter_set.name in sets:
+                return Pool(driver, name, device_slices, invalid=True)
+            sets[counter_set.name] = counter_set.counters
+    for s in (*device_slices, *others):
+        for d in s.devices:
+            for use in d.consumes:
+                have = sets.get(use.counter_set)
+                if have is None or any(c not in have for c in use.counters):
+                    return Pool(driver, name, device_slices, invalid=True)
+    return Pool(driver, name, device_slices, others=others, counter_sets=sets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +265,7 @@ class _Candidate:
     id: DeviceId
     device: Device
     slice: ResourceSlice
+    pool: Pool
 
 
 @dataclass(slots=True)
@@ -266,6 +338,13 @@ class _Search:
     allocated: frozenset[DeviceId] | set[DeviceId]
     compiler: SelectorCompiler
     node: str
+    labels: Labels = field(default_factory=dict)
+    kube_minor: int = DEFAULT_KUBE_MINOR
+    available: dict[object, dict[str, dict[str, int]]] = field(default_factory=dict)
+    """Per pool: its counters minus what the cluster's allocated devices consume (kube's
+    ``availableCounters``, computed on first use)."""
+    consumed: dict[object, dict[str, dict[str, int]]] = field(default_factory=dict)
+    """Per pool: the counters the devices picked in this search consume."""
     chosen_sub: dict[tuple[int, int], int] = field(default_factory=dict)
     picked: list[list[_Picked]] = field(default_factory=list)
     allocating: dict[DeviceId, set[int]] = field(default_factory=dict)
@@ -302,7 +381,10 @@ class Allocator:
         aligned: bool = False,
         stats: AllocStats | None = None,
         compact_config: bool = True,
+        kube_minor: int = DEFAULT_KUBE_MINOR,
     ) -> None:
+        self.kube_minor = kube_minor
+        """The release whose allocator this is (partitionable devices from 1.36)."""
         self.compact_config = compact_config
         """1.37's ``devices.config`` form (see :func:`_result`); False for 1.35-1.36's."""
         self.stats = stats
@@ -332,7 +414,7 @@ class Allocator:
     def _allocate(
         self, node: str, labels: Labels, claims: Sequence[ResourceClaim]
     ) -> list[dict[str, Any]] | None:
-        pools = self.slices.pools(node, labels)
+        pools = self.slices.pools(node, labels, self.kube_minor)
         search = _Search(
             claims=claims,
             requests=[],
@@ -341,6 +423,8 @@ class Allocator:
             allocated=self.allocated,
             compiler=self.compiler,
             node=node,
+            labels=labels,
+            kube_minor=self.kube_minor,
             deadline=None if self.timeout is None else self.clock() + self.timeout,
             clock=self.clock,
             aligned=self.aligned,
@@ -399,7 +483,7 @@ class Allocator:
             return False
         return any(
             DeviceId(s.driver, s.pool, d.name) in allocated
-            for pool in self.slices.pools(node, labels)
+            for pool in self.slices.pools(node, labels, self.kube_minor)
             for s in pool.slices
             for d in s.devices
         )
@@ -449,8 +533,8 @@ class Allocator:
                 for s in pool.slices:
                     for d in s.devices:
                         device_id = DeviceId(s.driver, s.pool, d.name)
-                        if _selectable(search, request, (ci, ri, si), claim, device_id, d):
-                            devices.append(_Candidate(device_id, d, s))
+                        if _selectable(search, request, (ci, ri, si), claim, device_id, d, s):
+                            devices.append(_Candidate(device_id, d, s, pool))
             request.all_devices = devices
             request.count = len(devices)
         else:
@@ -529,7 +613,7 @@ def _views(
     allocator: Allocator, node: str, labels: Labels, claims: Sequence[ResourceClaim]
 ) -> list[list[RequestView]]:
     """Per request of each claim, a view per alternative (one for ``exactly``)."""
-    pools = allocator.slices.pools(node, labels)
+    pools = allocator.slices.pools(node, labels, allocator.kube_minor)
     search = _Search(
         claims=claims,
         requests=[],
@@ -538,6 +622,8 @@ def _views(
         allocated=allocator.allocated,
         compiler=allocator.compiler,
         node=node,
+        labels=labels,
+        kube_minor=allocator.kube_minor,
     )
     out: list[list[RequestView]] = []
     for claim in claims:
@@ -574,7 +660,7 @@ def _view(
     for pool in pools:
         for s in pool.slices:
             for d in s.devices:
-                if not d.allocatable:
+                if not d.allocatable or _gated(search, d):
                     continue
                 try:
                     ok = _selectors_match(
@@ -583,7 +669,9 @@ def _view(
                 except AllocationError as err:
                     error = error or str(err)
                     continue
-                if not ok:
+                if not ok or (
+                    s.per_device_node_selection and not d.on_node(search.labels, search.node)
+                ):
                     continue
                 matching += 1
                 if spec.admin_access is not True and (
@@ -639,10 +727,12 @@ def _short_of_devices(search: _Search) -> bool:
                     if device_id in search.allocated:
                         continue
                     try:
-                        selectable = _selectable(search, request, (ci, ri, 0), claim, device_id, d)
+                        selectable = _selectable(
+                            search, request, (ci, ri, 0), claim, device_id, d, s
+                        )
                     except AllocationError:
                         return False
-                    if selectable and not _blocked(request, d):
+                    if selectable and not _gated(search, d) and not _blocked(request, d):
                         free += 1
         short = short or free < request.count
     return short
@@ -655,7 +745,10 @@ def _selectable(
     claim: ResourceClaim,
     device_id: DeviceId,
     device: Device,
+    resource_slice: ResourceSlice,
 ) -> bool:
+    """kube's ``isSelectable``: class selectors, request selectors, then (a slice with
+    ``perDeviceNodeSelection``) the device's own node selection."""
     if not device.allocatable:
         return False
     memo_key = (device_id, *key)
@@ -665,8 +758,76 @@ def _selectable(
     verdict = _selectors_match(search, device, request.cls.selectors, f"class {request.cls.name}")
     if verdict:
         verdict = _selectors_match(search, device, request.spec.selectors, f"claim {_ref(claim)}")
+    if verdict and resource_slice.per_device_node_selection:
+        verdict = device.on_node(search.labels, search.node)
     search.memo[memo_key] = verdict
     return verdict
+
+
+def _partitionable(search: _Search) -> bool:
+    return search.kube_minor >= PARTITIONABLE_SINCE_MINOR
+
+
+def _gated(search: _Search, device: Device) -> bool:
+    """A device kube's allocator passes over while DRAPartitionableDevices is off (1.35):
+    one that consumes counters. One with a node of its own is passed over too (an API
+    server with the gate off drops the field; one with it on must not get a misplaced
+    device from Lattice)."""
+    return not _partitionable(search) and bool(device.consumes or device.own_node_selection)
+
+
+def _pool_key(search: _Search, pool: Pool) -> object:
+    """v0.36 keyed its counter caches by pool name only (fixed in v0.37: driver and pool)."""
+    if search.kube_minor == PARTITIONABLE_SINCE_MINOR:
+        return pool.name
+    return (pool.driver, pool.name)
+
+
+def _count(consumed: dict[str, dict[str, int]], device: Device, sign: int) -> None:
+    for use in device.consumes:
+        counters = consumed.setdefault(use.counter_set, {})
+        for name, value in use.counters.items():
+            counters[name] = counters.get(name, 0) + sign * value
+
+
+def _reserve_counters(search: _Search, c: _Candidate) -> bool:
+    """kube's ``checkAvailableCounters``: add the device's consumption to the search's,
+    then every counter of the pool must still cover what the search consumes of it
+    (kube checks them all, not only the device's: a counter over-spent by allocated
+    devices refuses every consuming device of the pool). Undone on refusal."""
+    key = _pool_key(search, c.pool)
+    available = search.available.get(key)
+    if available is None:
+        available = {n: dict(counters) for n, counters in c.pool.counter_sets.items()}
+        for s in (*c.pool.slices, *c.pool.others):
+            for d in s.devices:
+                if not d.consumes or DeviceId(s.driver, s.pool, d.name) not in search.allocated:
+                    continue
+                for use in d.consumes:
+                    left = available.get(use.counter_set)
+                    if left is None:
+                        continue
+                    for name, value in use.counters.items():
+                        if name in left:
+                            left[name] -= value  # may go negative: nothing left
+        search.available[key] = available
+    consumed = search.consumed.setdefault(key, {})
+    _count(consumed, c.device, 1)
+    for set_name, counters in available.items():
+        used = consumed.get(set_name, {})
+        for name, value in counters.items():
+            if value < used.get(name, 0):
+                _count(consumed, c.device, -1)
+                return False
+    return True
+
+
+def _release_counters(search: _Search, c: _Candidate) -> None:
+    _count(search.consumed[_pool_key(search, c.pool)], c.device, -1)
+
+
+def _reserves(search: _Search, c: _Candidate) -> bool:
+    return bool(c.device.consumes) and _partitionable(search)
 
 
 def _selectors_match(
@@ -696,13 +857,24 @@ def _blocked(request: _Request, device: Device) -> bool:
 
 
 def _take(search: _Search, ci: int, request: _Request, c: _Candidate, *, must: bool) -> bool:
+    """kube's ``allocateDevice``: in use, the partitionable gate, counters, taints, then
+    the claim's constraints; a refusal undoes what was reserved."""
     if _in_use(search, request, ci, c.id):
         return False
+    if _gated(search, c.device):
+        return False
+    reserved = _reserves(search, c)
+    if reserved and not _reserve_counters(search, c):
+        return False
     if _blocked(request, c.device):
+        if reserved:
+            _release_counters(search, c)
         return False  # even with ``must`` (All): unsatisfiable, not an error
     constraints = search.constraints[ci]
     for i, constraint in enumerate(constraints):
         if not constraint.add(request, c.device):
+            if reserved:
+                _release_counters(search, c)
             if must:
                 raise AllocationError(
                     f"claim {_ref(search.claims[ci])}, request {request.result_name}: cannot add "
@@ -720,6 +892,8 @@ def _take(search: _Search, ci: int, request: _Request, c: _Candidate, *, must: b
 def _release(search: _Search, ci: int, request: _Request, c: _Candidate) -> None:
     for constraint in search.constraints[ci]:
         constraint.remove(request)
+    if _reserves(search, c):
+        _release_counters(search, c)
     search.allocating[c.id].discard(ci)
     search.picked[ci].pop()
 
@@ -784,7 +958,7 @@ def _allocate_one(search: _Search, ci: int, ri: int, si: int, di: int, *, in_sub
             raise AllocationError(f"pool {entry.id} is invalid (duplicate device names)")
         if _in_use(search, request, ci, entry.id):
             continue
-        if not _selectable(search, request, key, claim, entry.id, entry.device):
+        if not _selectable(search, request, key, claim, entry.id, entry.device, entry.slice):
             continue
         if not _take(search, ci, request, entry, must=False):
             continue
@@ -815,7 +989,7 @@ def _ordered(
             # that then does not fit says so if it saw an invalid pool (NodeAllocationError).
             continue
         devices = [
-            _Candidate(DeviceId(s.driver, s.pool, d.name), d, s)
+            _Candidate(DeviceId(s.driver, s.pool, d.name), d, s, pool)
             for s in pool.slices
             for d in s.devices
         ]
@@ -861,10 +1035,10 @@ def _by_root(
         if c.id in search.allocated:
             continue
         try:
-            usable = _selectable(search, request, key, claim, c.id, c.device)
+            usable = _selectable(search, request, key, claim, c.id, c.device, c.slice)
         except AllocationError:
             return devices
-        if usable and not _blocked(request, c.device):
+        if usable and not _gated(search, c.device) and not _blocked(request, c.device):
             free[root] = free.get(root, 0) + 1
 
     def rank(i: int) -> tuple[bool, int, int, int]:
@@ -939,7 +1113,7 @@ def _result(search: _Search, ci: int, compact: bool) -> dict[str, Any]:
     if config:
         devices["config"] = config
     allocation: dict[str, Any] = {"devices": devices}
-    selector = _node_selector(search, [p.candidate.slice for p in search.picked[ci]])
+    selector = _node_selector(search, [p.candidate for p in search.picked[ci]])
     if selector is not None:
         allocation["nodeSelector"] = selector
     return allocation
@@ -971,8 +1145,17 @@ def chosen_subrequests(
     )
 
 
-def _node_selector(search: _Search, slices: Sequence[ResourceSlice]) -> dict[str, Any] | None:
-    if any(s.node_name for s in slices):
+def _node_selector(search: _Search, picked: Sequence[_Candidate]) -> dict[str, Any] | None:
+    """kube's ``createNodeSelector``: the node's name if a device is node-local, else the
+    union of the single-term selectors; a device of a ``perDeviceNodeSelection`` slice
+    brings its own node selection instead of the slice's."""
+    chosen = [
+        (c.device.node_name, c.device.raw_node_selector, c.slice.name)
+        if c.slice.per_device_node_selection
+        else (c.slice.node_name, c.slice.raw_node_selector, c.slice.name)
+        for c in picked
+    ]
+    if any(name for name, _, _ in chosen):
         return {
             "nodeSelectorTerms": [
                 {
@@ -984,13 +1167,16 @@ def _node_selector(search: _Search, slices: Sequence[ResourceSlice]) -> dict[str
         }
     fields: list[dict[str, Any]] = []
     expressions: list[dict[str, Any]] = []
-    for s in slices:
-        if s.raw_node_selector is None:
+    for _, raw, slice_name in chosen:
+        if raw is None:
             continue
-        terms = s.raw_node_selector.get("nodeSelectorTerms") or []
+        terms = raw.get("nodeSelectorTerms") or []
+        if not terms:
+            continue  # kube: "Nothing?"
         if len(terms) != 1:
             raise AllocationError(
-                f"unsupported ResourceSlice.NodeSelector with {len(terms)} terms (slice {s.name})"
+                f"unsupported ResourceSlice.NodeSelector with {len(terms)} terms "
+                f"(slice {slice_name})"
             )
         term = terms[0]
         _merge(fields, term.get("matchFields") or [])

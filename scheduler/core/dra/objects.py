@@ -4,11 +4,16 @@ Every record is immutable except a :class:`Device`'s verdict cache: selector ver
 errors) per expression, kept on the device so they live exactly as long as the slice object
 that brought it. A changed slice is parsed anew, which drops its cache with it.
 
-Fields of features Lattice does not implement yet (partitionable devices, consumable
-capacity, binding conditions: alpha in 1.35, beta and on in kube 1.36+) are parsed only far
-enough to say which ones an object uses: :func:`claim_alpha_fields` names them for the
-Unsupported refusal; devices and slices carrying them are never allocated (kube's allocator
-with those gates off), so Lattice never hands out a device it cannot account for.
+Fields of features Lattice does not implement yet (consumable capacity, binding
+conditions: alpha in 1.35, beta and on in kube 1.36+) are parsed only far enough to say
+which ones an object uses: :func:`claim_alpha_fields` names them for the Unsupported
+refusal; devices carrying them are never allocated (kube's allocator with those gates off),
+so Lattice never hands out a device it cannot account for.
+
+Partitionable devices (DRAPartitionableDevices, alpha in 1.35, beta and on from 1.36) are
+parsed whole: a slice's ``sharedCounters``, a device's ``consumesCounters`` and its own
+``nodeName``/``nodeSelector``/``allNodes``. Counter values are kept exact, in nanounits.
+Whether they are allocated is the allocator's decision, by release.
 
 Device taints (DRADeviceTaints, GA in 1.37, beta and on in 1.36) are parsed whole: a
 device's ``taints``, a request's ``tolerations`` and the cluster's DeviceTaintRules, whose
@@ -35,7 +40,7 @@ from scheduler.core.dra.cel import (
 from scheduler.model._fields import mapping, object_list, string, string_list
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.quantity import Quantity
-from scheduler.model.selectors import NodeSelector
+from scheduler.model.selectors import Labels, NodeSelector
 
 EXACT_COUNT: Final = "ExactCount"
 ALL: Final = "All"
@@ -209,17 +214,59 @@ class DeviceTaintRule:
 
 
 _ATTRIBUTE_KINDS: Final = ("int", "bool", "string", "version")
-# Device fields of alpha features (1.34 defaults drop them on write).
+# Device fields of features Lattice does not allocate (binding conditions, consumable
+# capacity); partitionable devices' fields are parsed (:class:`Device`).
 _DEVICE_ALPHA: Final = {
-    "consumesCounters": "DRAPartitionableDevices",
-    "nodeName": "DRAPartitionableDevices",
-    "nodeSelector": "DRAPartitionableDevices",
-    "allNodes": "DRAPartitionableDevices",
     "bindsToNode": "DRADeviceBindingConditions",
     "bindingConditions": "DRADeviceBindingConditions",
     "bindingFailureConditions": "DRADeviceBindingConditions",
     "allowMultipleAllocations": "DRAConsumableCapacity",
 }
+
+
+Counters = Mapping[str, int]
+"""Counter name -> value in nanounits (exact, as kube's ``resource.Quantity``)."""
+
+
+def _counters(raw: object, path: str) -> dict[str, int]:
+    return {
+        str(k): Quantity.parse(
+            mapping(v, f"{path}[{k}]").get("value"), field=f"{path}[{k}].value"
+        ).nanos
+        for k, v in mapping(raw, path).items()
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSet:
+    """One entry of ``ResourceSlice.spec.sharedCounters``."""
+
+    name: str
+    counters: Counters
+
+    @classmethod
+    def from_api(cls, raw: object, path: str) -> CounterSet:
+        body = mapping(raw, path)
+        return cls(
+            name=string(body.get("name"), f"{path}.name"),
+            counters=_counters(body.get("counters"), f"{path}.counters"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CounterConsumption:
+    """One entry of a device's ``consumesCounters``."""
+
+    counter_set: str
+    counters: Counters
+
+    @classmethod
+    def from_api(cls, raw: object, path: str) -> CounterConsumption:
+        body = mapping(raw, path)
+        return cls(
+            counter_set=string(body.get("counterSet"), f"{path}.counterSet"),
+            counters=_counters(body.get("counters"), f"{path}.counters"),
+        )
 
 
 def _attribute(raw: object, path: str) -> Attribute:
@@ -247,7 +294,14 @@ class Device:
     """By qualified name as written (bare names belong to the driver's domain)."""
     capacity: Mapping[str, Quantity]
     alpha_fields: tuple[str, ...] = ()
-    """Alpha-feature fields the device carries (``consumesCounters``, ...)."""
+    """Fields of features Lattice does not allocate (``bindingConditions``, ...)."""
+    consumes: tuple[CounterConsumption, ...] = ()
+    """``consumesCounters`` (DRAPartitionableDevices)."""
+    node_name: str = ""
+    node_selector: NodeSelector | None = None
+    raw_node_selector: Mapping[str, Any] | None = None
+    all_nodes: bool = False
+    """The device's own node selection, read where its slice has ``perDeviceNodeSelection``."""
     taints: tuple[DeviceTaint, ...] = ()
     """The slice's taints, then those of matching DeviceTaintRules (:meth:`tainted`)."""
     verdicts: dict[str, bool | CelError] = field(default_factory=dict)
@@ -255,11 +309,21 @@ class Device:
 
     @property
     def allocatable(self) -> bool:
-        """1.34 with default gates never allocates a device needing an alpha feature:
-        ``consumesCounters`` and binding conditions are refused by its allocator; per-device
-        node selection is refused here too, so a cluster whose API server has those gates
-        on cannot get a misplaced device from Lattice."""
+        """Binding conditions and multiple allocations are features Lattice does not
+        implement: such a device is never handed out (kube with those gates off)."""
         return not self.alpha_fields
+
+    @property
+    def own_node_selection(self) -> bool:
+        return bool(self.node_name or self.node_selector is not None or self.all_nodes)
+
+    def on_node(self, labels: Labels, node: str) -> bool:
+        """kube's ``NodeMatches`` for the device's own fields (none set: no node)."""
+        if self.node_name:
+            return self.node_name == node
+        if self.all_nodes:
+            return True
+        return self.node_selector is not None and self.node_selector.matches(labels, node)
 
     @property
     def blocking_taints(self) -> bool:
@@ -337,12 +401,27 @@ class Device:
             for k, v in mapping(body.get("capacity"), f"{path}.capacity").items()
         }
         alpha = tuple(f for f in _DEVICE_ALPHA if body.get(f) not in (None, False, [], {}, ""))
+        raw_selector = body.get("nodeSelector")
         return cls(
             name=string(body.get("name"), f"{path}.name"),
             driver=driver,
             attributes=attributes,
             capacity=capacity,
             alpha_fields=alpha,
+            consumes=tuple(
+                CounterConsumption.from_api(c, f"{path}.consumesCounters[{i}]")
+                for i, c in enumerate(
+                    object_list(body.get("consumesCounters"), f"{path}.consumesCounters")
+                )
+            ),
+            node_name=string(body.get("nodeName"), f"{path}.nodeName"),
+            node_selector=None
+            if raw_selector is None
+            else NodeSelector.from_api(raw_selector, field=f"{path}.nodeSelector"),
+            raw_node_selector=mapping(raw_selector, f"{path}.nodeSelector")
+            if raw_selector
+            else None,
+            all_nodes=body.get("allNodes") is True,
             taints=tuple(
                 DeviceTaint.from_api(t, f"{path}.taints[{i}]")
                 for i, t in enumerate(object_list(body.get("taints"), f"{path}.taints"))
@@ -364,6 +443,7 @@ class ResourceSlice:
     all_nodes: bool = False
     per_device_node_selection: bool = False
     devices: tuple[Device, ...] = ()
+    shared_counters: tuple[CounterSet, ...] = ()
 
     def tainted_by(self, rules: Sequence[DeviceTaintRule]) -> ResourceSlice:
         """The slice as kube-scheduler sees it: each rule's taint appended to the devices
@@ -405,6 +485,12 @@ class ResourceSlice:
             devices=tuple(
                 Device.from_api(d, driver=driver, path=f"spec.devices[{i}]")
                 for i, d in enumerate(object_list(spec.get("devices"), "spec.devices"))
+            ),
+            shared_counters=tuple(
+                CounterSet.from_api(c, f"spec.sharedCounters[{i}]")
+                for i, c in enumerate(
+                    object_list(spec.get("sharedCounters"), "spec.sharedCounters")
+                )
             ),
         )
 

@@ -43,6 +43,7 @@ from scheduler.core.dra.objects import (
     ResourceSlice,
 )
 from scheduler.model.names import DEVICE_CLASS_RESOURCE_PREFIX
+from scheduler.model.release import DEFAULT_KUBE_MINOR
 
 ClaimKey = tuple[str, str]
 SPEC_LIMIT = 10_000
@@ -302,6 +303,43 @@ class DraState:
         own = 1 if self.pending_for((write.namespace, write.name)) == pod_uid else 0
         return sorted(d for d in set(_devices(write.allocation)) if self._used[d] > own)
 
+    def overspent(self, write: ClaimWrite) -> list[str]:
+        """PreBind's re-check for partitionable devices: the counter sets (``driver/pool/
+        set``) of the pools ``write`` takes counter-consuming devices from that the devices
+        in use now, the write's own included once, consume more of than they hold (another
+        scheduler took a partition of the same GPU after the decision). Counters are not
+        tracked apart: as kube, they follow from the devices in use and the slices."""
+        if write.allocation is None:
+            return []
+        mine = set(_devices(write.allocation))
+        used = set(self._used) | mine
+        out: list[str] = []
+        for driver, pool in sorted({(d.driver, d.pool) for d in mine}):
+            members = [s for s in self.slices.values() if s.driver == driver and s.pool == pool]
+            if not members:
+                continue
+            newest = max(s.generation for s in members)
+            members = [s for s in members if s.generation == newest]
+            sets = {c.name: c.counters for s in members for c in s.shared_counters}
+            consumed: dict[str, Counter[str]] = {}
+            touched = False
+            for s in members:
+                for d in s.devices:
+                    device_id = DeviceId(driver, pool, d.name)
+                    if not d.consumes or device_id not in used:
+                        continue
+                    touched = touched or device_id in mine
+                    for use in d.consumes:
+                        consumed.setdefault(use.counter_set, Counter()).update(use.counters)
+            if not touched:
+                continue
+            out += [
+                f"{driver}/{pool}/{name}"
+                for name, counters in sorted(sets.items())
+                if any(consumed.get(name, Counter())[c] > v for c, v in counters.items())
+            ]
+        return out
+
     def double_allocated(self) -> list[DeviceId]:
         """Devices held by more than one allocation (two schedulers, or a race)."""
         return sorted(d for d, n in self._used.items() if n > 1)
@@ -332,8 +370,15 @@ class DraState:
             self._index = SliceIndex(s.tainted_by(rules) if rules else s for s in slices)
         return self._index
 
-    def allocator(self, *, aligned: bool = False, compact_config: bool = True) -> Allocator:
+    def allocator(
+        self,
+        *,
+        aligned: bool = False,
+        compact_config: bool = True,
+        kube_minor: int = DEFAULT_KUBE_MINOR,
+    ) -> Allocator:
         return Allocator(
+            kube_minor=kube_minor,
             classes=self.classes,
             slices=self.slice_index(),
             allocated=self.allocated_devices(),

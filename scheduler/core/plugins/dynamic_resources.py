@@ -92,6 +92,7 @@ from scheduler.core.profile import DYNAMIC_RESOURCES, DynamicResourcesArgs, GpuP
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.model.names import is_dra_extended_resource
 from scheduler.model.pod import Pod
+from scheduler.model.release import DEFAULT_KUBE_MINOR
 
 NAME: Final = DYNAMIC_RESOURCES
 NOT_AVAILABLE: Final = "resourceclaim not available on the node"
@@ -185,7 +186,10 @@ class DynamicResources:
         extended_resources: bool = True,
         compact_config: bool = True,
         stamp_allocation: bool = True,
+        kube_minor: int = DEFAULT_KUBE_MINOR,
     ) -> None:
+        self.kube_minor = kube_minor
+        """The release whose allocator runs (partitionable devices from 1.36)."""
         self.args = args or DynamicResourcesArgs()
         self.aligned = aligned
         """The allocator's root-aware device order (GPUPlacement's Fragmentation policy)."""
@@ -250,7 +254,9 @@ class DynamicResources:
             return PREFILTER_SKIP
         if state.to_allocate or (state.extended is not None and state.extended.stale is None):
             state.allocator = dra.allocator(
-                aligned=self.aligned, compact_config=self.compact_config
+                aligned=self.aligned,
+                compact_config=self.compact_config,
+                kube_minor=self.kube_minor,
             )
             state.specs = dra.spec_id((self.aligned, _specs(state.to_allocate)))
         cycle.state[NAME] = state
@@ -323,7 +329,7 @@ class DynamicResources:
             allocator = state.allocator
             key = None
             if dra is not None:
-                pools = allocator.slices.pools(node.name, node.labels)
+                pools = allocator.slices.pools(node.name, node.labels, allocator.kube_minor)
                 key = dra.node_key(node.name, pools, specs)
                 hit = dra.memo.get(("allocate", *key))
                 if hit is not None:
@@ -523,7 +529,7 @@ def device_fits(cycle: Cycle) -> dict[int, DeviceFit]:
         node = cycle.snapshot.node(row)
         roots: set[tuple[str, object]] = set()
         free: list[tuple[str, object]] = []
-        for pool in allocator.slices.pools(node.name, node.labels):
+        for pool in allocator.slices.pools(node.name, node.labels, allocator.kube_minor):
             if (pool.driver, pool.name) not in pools:
                 continue
             for s in pool.slices:
@@ -626,4 +632,5 @@ def new(profile: Profile) -> DynamicResources:
         extended_resources=profile.kube_minor >= extended.SINCE_MINOR,
         compact_config=profile.kube_minor >= COMPACT_CONFIG_SINCE_MINOR,
         stamp_allocation=profile.kube_minor >= STAMP_SINCE_MINOR,
+        kube_minor=profile.kube_minor,
     )

@@ -195,3 +195,33 @@ def taint_rule(
         "metadata": {"name": name},
         "spec": spec,
     }
+
+
+def counter_slice(
+    name: str,
+    sets: dict[str, dict[str, str]],
+    *,
+    node: str | None = None,
+    pool: str | None = None,
+    count: int = 2,
+    all_nodes: bool = False,
+) -> dict[str, Any]:
+    """A slice holding only ``sharedCounters`` (its pool's counter sets)."""
+    body = resource_slice(
+        name, [], node=node, pool=pool, count=count, all_nodes=all_nodes, driver=GPU_DRIVER
+    )
+    del body["spec"]["devices"]
+    body["spec"]["sharedCounters"] = [
+        {"name": n, "counters": {c: {"value": v} for c, v in counters.items()}}
+        for n, counters in sets.items()
+    ]
+    return body
+
+
+def consuming(body: dict[str, Any], counter_set: str, **counters: str) -> dict[str, Any]:
+    """``body`` (a device) consuming ``counters`` from ``counter_set`` too."""
+    uses = [*body.get("consumesCounters", [])]
+    uses.append(
+        {"counterSet": counter_set, "counters": {c: {"value": v} for c, v in counters.items()}}
+    )
+    return {**body, "consumesCounters": uses}

@@ -52,6 +52,7 @@ def allocate(
     labels: dict[str, str] | None = None,
     allocated: Sequence[DeviceId] = (),
     compact_config: bool = True,
+    kube_minor: int = 37,
 ) -> list[dict[str, Any]] | None:
     allocator = Allocator(
         classes={c.name: c for c in (DeviceClass.from_api(b) for b in classes)},
@@ -59,6 +60,7 @@ def allocate(
         allocated=frozenset(allocated),
         compiler=SelectorCompiler(),
         compact_config=compact_config,
+        kube_minor=kube_minor,
     )
     return allocator.allocate(node, labels or {}, [ResourceClaim.from_api(c) for c in claims])
 
@@ -480,7 +482,10 @@ def test_node_selector_slices_allnodes_slices_and_their_node_selectors() -> None
     assert "nodeSelector" not in one[0]
 
 
-def test_alpha_devices_and_slices_are_never_allocated() -> None:
+def test_partitionable_fields_are_refused_on_1_35_and_read_on_1_37() -> None:
+    """1.35 (DRAPartitionableDevices off) passes over a device with counters and skips a
+    per-device slice; 1.37 finds the counter set missing, so the pool is invalid, and the
+    per-device slice's device names no node."""
     slices = [
         resource_slice(
             "s",
@@ -497,7 +502,10 @@ def test_alpha_devices_and_slices_are_never_allocated() -> None:
             },
         },
     ]
-    assert allocate([claim("c", request("gpu", exactly("gpu")))], slices) is None
+    claims = [claim("c", request("gpu", exactly("gpu")))]
+    assert allocate(claims, slices, kube_minor=35) is None
+    with pytest.raises(NodeAllocationError, match="invalid resource pools"):
+        allocate(claims, slices, kube_minor=37)
 
 
 def test_the_same_cluster_always_gives_the_same_allocation() -> None:
