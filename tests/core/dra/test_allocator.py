@@ -648,10 +648,14 @@ def test_allocations_are_valid_and_complete(
         _check_valid(result, claims, slices, used)
 
 
-def test_a_search_past_the_filter_timeout_does_not_fit_as_in_kube() -> None:
+@pytest.mark.parametrize("kube_minor", [35, 37])
+def test_a_search_past_the_filter_timeout_is_what_the_release_makes_of_it(
+    kube_minor: int,
+) -> None:
     """Two claims of 9 devices each on 16: each alone fits, so only the search can tell,
-    and it walks the orders of 16 devices (hours in Python); kube 1.34 gives up after its
-    10 s filterTimeout and the node does not fit. So does Lattice."""
+    and it walks the subsets of 16 devices (orders before 1.36); kube gives up after its
+    10 s filterTimeout: the node does not fit in 1.35, the attempt is a SchedulerError
+    from 1.36. So does Lattice."""
     ticks = itertools.count()
 
     def make(timeout: float | None) -> Allocator:
@@ -662,13 +666,19 @@ def test_a_search_past_the_filter_timeout_does_not_fit_as_in_kube() -> None:
             compiler=SelectorCompiler(),
             timeout=timeout,
             clock=lambda: float(next(ticks)),
+            kube_minor=kube_minor,
         )
 
     too_many = [
         ResourceClaim.from_api(claim(name, request("gpu", exactly("gpu", count=9))))
         for name in ("a", "b")
     ]
-    assert make(50.0).allocate("n1", {}, too_many) is None
+    if kube_minor == 35:
+        with pytest.raises(NodeAllocationError, match=r"^timed out trying to allocate devices$"):
+            make(50.0).allocate("n1", {}, too_many)
+    else:
+        with pytest.raises(AllocationError, match=r"^node n1: timed out trying to allocate"):
+            make(50.0).allocate("n1", {}, too_many)
     seen = next(ticks)
     assert 50 <= seen < 1000, "gave up at the deadline, not after the whole search"
     fits = [ResourceClaim.from_api(claim("c", request("gpu", exactly("gpu", count=16))))]
@@ -678,6 +688,38 @@ def test_a_search_past_the_filter_timeout_does_not_fit_as_in_kube() -> None:
     assert FILTER_TIMEOUT == 10.0, (
         "kube-scheduler 1.34's DynamicResourcesArgs.filterTimeout default"
     )
+
+
+@pytest.mark.parametrize("kube_minor", [35, 36, 37])
+def test_an_unmeetable_first_alternative_falls_through_from_1_36_and_times_out_before(
+    kube_minor: int,
+) -> None:
+    """firstAvailable [11 of 10 devices, 2]: from 1.36 kube's search takes each request's
+    next device after the last one taken (subsets: 2^10 steps to learn 11 do not fit), so
+    the second alternative is reached and allocated; 1.35's walks the orders (10! steps)
+    into its filter timeout, and the node does not fit (random differential, seed
+    1715971532, c117: kube 1.37.2 bound it, Lattice did not)."""
+    ticks = itertools.count()
+    allocator = Allocator(
+        classes={"gpu": DeviceClass.from_api(GPU_CLASS)},
+        slices=SliceIndex([ResourceSlice.from_api(gpus("n1", 10))]),
+        allocated=frozenset(),
+        compiler=SelectorCompiler(),
+        timeout=100.0,
+        clock=lambda: float(next(ticks)),
+        kube_minor=kube_minor,
+    )
+    subs = [("big", exactly("gpu", count=11)), ("two", exactly("gpu", count=2))]
+    claims = [ResourceClaim.from_api(claim("c", first_available("gpu", *subs)))]
+    if kube_minor == 35:
+        with pytest.raises(NodeAllocationError, match="timed out"):
+            allocator.allocate("n1", {}, claims)
+        return
+    result = allocator.allocate("n1", {}, claims)
+    assert result is not None
+    assert devices_of(result[0]) == ["gpu-0", "gpu-1"]
+    assert [r["request"] for r in result[0]["devices"]["results"]] == ["gpu/two"] * 2
+    assert next(ticks) < 100, "within the deadline"
 
 
 def test_fewer_free_matching_devices_than_asked_does_not_fit_without_a_search() -> None:
