@@ -897,6 +897,15 @@ class GangFlow:
         key = pod_key(pod.namespace, pod.name)
         if gang is None:
             return
+        landed = self._cache.seen_bound(key, pod.uid)
+        if landed is not None:
+            # The binding landed though its reply was lost (the watch showed it first):
+            # the member is placed; assuming it again would be illegal (ADDED).
+            gang.pending.pop(key, None)
+            gang.placed.add(key)
+            log.info("gang_member_bound_after_all", node=landed, reason=detail)
+            self.sync(gkey)
+            return
         gang.placed.discard(key)
         bound = [k for k in gang.placed if self._cache.cached_pod(k) is not None]
         domain = None
