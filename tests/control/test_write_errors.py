@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import socket
 import types
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 import aiohttp
 import pytest
+from kubernetes_asyncio import client
 from structlog.testing import capture_logs
 
 from scheduler.control.dra import Kind
-from scheduler.control.kubeio import BindOutcome, KubeWriter, PodRef
+from scheduler.control.kubeio import BindOutcome, BindResult, KubeWriter, PodRef
 from scheduler.control.queue import QueueName, pod_key
+from scheduler.control.ratelimit import TokenBucket
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import parse_spec
 from scheduler.control.storage import Kind as StorageKind
@@ -167,8 +170,6 @@ async def retry_binds(sched: Scheduler, writer: FaultyWriter, name: str, node: s
 
 
 def test_the_one_rule() -> None:
-    from kubernetes_asyncio import client
-
     for make in FAULTS.values():
         assert is_transient(make())
         assert describe(make()).startswith("connection: ")
@@ -360,3 +361,63 @@ async def test_a_gang_member_whose_lost_reply_binding_landed_is_not_assumed_agai
     assert key not in gang.pending
     assert sched.cache.seen_bound(key, bodies["a"]["metadata"]["uid"]) is not None
     assert [n for n, _ in writer.binds] == ["b"]
+
+
+@pytest.fixture
+async def unreachable() -> AsyncIterator[KubeWriter]:
+    """The real writer against an API server that refuses connections (a closed port):
+    every request raises ``ClientConnectorError``."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = client.Configuration(host=f"http://127.0.0.1:{port}")
+    async with client.ApiClient(config) as api:
+        yield KubeWriter(api, component="lattice", instance="t", limiter=TokenBucket(1000.0, 1000))
+
+
+async def test_every_write_of_the_real_writer_returns_a_lost_connection(
+    unreachable: KubeWriter,
+) -> None:
+    writer = unreachable
+    ref = PodRef("default", "p", "uid-p")
+    write = ClaimWrite("default", "c", "uid-c", {"devices": {"results": []}})
+    lost = "connection: ClientConnectorError"
+    outcome = await writer.bind(ref, "n1")
+    assert outcome.result is BindResult.ERROR
+    assert lost in outcome.detail
+    written, failed = await writer.write_claim(write, pod_name="p", pod_uid="uid-p")
+    assert written is None
+    assert failed is not None
+    assert lost in failed
+    assert lost in (await writer.unreserve_claim(write, pod_uid="uid-p") or "")
+    claimed = ResourceClaim("default", "c", "uid-c")
+    written, failed = await writer.deallocate_claim(claimed, pod_uid="uid-p")
+    assert written is None
+    assert lost in (failed or "")
+    volume = VolumePatch("PersistentVolume", "", "pv-a", {"spec": {}})
+    assert lost in (await writer.patch_volume(volume) or "")
+    assert lost in (await writer.delete_claim("default", "c", "uid-c") or "")
+    status = {"extendedResourceClaimStatus": None}
+    assert lost in (await writer.set_extended_claim_status(ref, status) or "")
+
+
+async def test_a_binding_whose_409_cannot_be_read_is_an_error() -> None:
+    """The 409's read of the pod loses its connection: an error to retry, not a raise."""
+
+    class Refusing:
+        async def __call__(self, path: str, body: Any) -> None:
+            raise client.ApiException(status=409, reason="Conflict")
+
+    class Unreachable:
+        async def read_namespaced_pod(self, *args: Any, **kwargs: Any) -> Any:
+            raise aiohttp.ServerDisconnectedError()
+
+    async with client.ApiClient() as api:
+        writer = KubeWriter(
+            api, component="lattice", instance="t", limiter=TokenBucket(1000.0, 1000)
+        )
+        writer._post = cast(Any, Refusing())
+        writer._core = cast(Any, Unreachable())
+        outcome = await writer.bind(PodRef("default", "p", "uid-p"), "n1")
+    assert outcome.result is BindResult.ERROR
+    assert "Server disconnected" in outcome.detail
