@@ -6,6 +6,7 @@ written for it are un-reserved, and the next attempt, with the fault gone, binds
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import copy
 import socket
@@ -18,6 +19,7 @@ import pytest
 from kubernetes_asyncio import client
 from structlog.testing import capture_logs
 
+from scheduler.control import cleanup as cleanup_module
 from scheduler.control.dra import Kind
 from scheduler.control.kubeio import BindOutcome, BindResult, KubeWriter, PodRef
 from scheduler.control.queue import QueueName, pod_key
@@ -421,3 +423,33 @@ async def test_a_binding_whose_409_cannot_be_read_is_an_error() -> None:
         outcome = await writer.bind(PodRef("default", "p", "uid-p"), "n1")
     assert outcome.result is BindResult.ERROR
     assert "Server disconnected" in outcome.detail
+
+
+async def test_the_cleanup_reports_a_lost_api_server(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``lattice cleanup``'s deletes: a refused connection is a message and exit 1, not a
+    traceback."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    creds = types.SimpleNamespace(
+        configuration=client.Configuration(host=f"http://127.0.0.1:{port}")
+    )
+
+    async def load(path: Any) -> Any:
+        return creds
+
+    monkeypatch.setattr(cleanup_module, "load_credentials", load)
+    args = argparse.Namespace(
+        kubeconfig=None,
+        timeout=5.0,
+        scheduler_name="lattice",
+        keep_topologies=False,
+        namespace="",
+        lease_name="",
+        test_name="",
+    )
+    assert await cleanup_module.cleanup(args) == 1
+    err = capsys.readouterr().err
+    assert "the API server did not answer (connection: ClientConnectorError" in err
