@@ -90,7 +90,7 @@ from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import SchedulerSettings
 from scheduler.control.storage import POD_GONE, Kind, Storage
 from scheduler.control.timing import timed
-from scheduler.control.transient import describe, failure_of, written_or_failure
+from scheduler.control.transient import describe, failure_of, is_transient, written_or_failure
 from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
 from scheduler.core.dra.extended import status_body
 from scheduler.core.dra.objects import ResourceClaim
@@ -966,7 +966,11 @@ class Scheduler:
         self.metrics.count_attempt(AttemptResult.ERROR, self.settings.scheduler_name)
         if gang is not None:
             self.gang_flow.binding_ended(gang, key)
-            self.gang_flow.binding_failed(gang, pod, message, log, trace_id)
+            # A lost request is re-placed at once, as a failed binding is; anything else
+            # goes back to its gang (partial, first in line): a bug may recur, and a
+            # re-placement would retry it without backoff.
+            replace = is_transient(exc)
+            self.gang_flow.binding_failed(gang, pod, message, log, trace_id, replace=replace)
             return
         if info is None:
             return

@@ -453,3 +453,40 @@ async def test_the_cleanup_reports_a_lost_api_server(
     assert await cleanup_module.cleanup(args) == 1
     err = capsys.readouterr().err
     assert "the API server did not answer (connection: ClientConnectorError" in err
+
+
+@pytest.mark.parametrize("fault", ["disconnected", "bug"])
+async def test_a_gang_member_whose_binding_task_raises_is_not_lost(fault: str) -> None:
+    """A lost request re-places the member at once (as a failed binding); a bug gives it
+    back to its gang instead, nothing of it assumed."""
+    sched, writer = make_scheduler()
+    sched.podgroup_upserted(podgroup("g", 2))
+    for name in "ab":
+        sched.pod_upserted(member(name, "g"))
+    raised: BaseException = (
+        aiohttp.ServerDisconnectedError() if fault == "disconnected" else RuntimeError("a bug")
+    )
+    original = writer.bind
+
+    async def bind(pod: PodRef, node: str, annotations: Any = None) -> Any:
+        if pod.name == "a" and writer.faults.pop("a", None) is not None:
+            raise raised
+        return await original(pod, node, annotations)
+
+    writer.faults["a"] = raised
+    writer.bind = bind  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        await run_one(sched)
+        await settled(sched)
+    gang = sched.gang_flow.gangs.get("default/g")
+    assert gang is not None
+    key = pod_key("default", "a")
+    if fault == "disconnected":
+        assert sorted(n for n, _ in writer.binds) == ["a", "b"]
+        assert key in gang.placed
+        return
+    assert [n for n, _ in writer.binds] == ["b"]
+    assert [e["event"] for e in logs if e["event"] == "binding_crashed"] == ["binding_crashed"]
+    assert key in gang.pending
+    assert key not in gang.placed
+    assert sched.cache.cached_pod(key) is None
