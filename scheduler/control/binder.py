@@ -18,6 +18,7 @@ from collections.abc import Callable
 from prometheus_client import Histogram
 
 from scheduler.control.kubeio import BindOutcome, BindResult, KubeWriter, PodRef
+from scheduler.control.transient import WRITE_ERRORS, describe
 
 
 class Binder:
@@ -44,6 +45,8 @@ class Binder:
                 # Annotations on a Binding are copied onto the pod: the chosen devices
                 # travel with the binding itself, so no second write can be lost between.
                 outcome = await self.writer.bind(ref, node, annotations or None)
+            except WRITE_ERRORS as exc:  # the writer's own catch missed it: same outcome
+                outcome = BindOutcome(BindResult.ERROR, describe(exc))
             finally:
                 self.in_flight -= 1
             self._duration.observe(time.perf_counter() - started)

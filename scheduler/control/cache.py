@@ -267,6 +267,14 @@ class SchedulerCache:
             return None
         return cached
 
+    def seen_bound(self, key: PodKey, uid: str) -> str | None:
+        """The node the watch shows pod ``uid`` bound to (ADDED), else None: a binding
+        whose reply was lost may have landed all the same."""
+        cached = self._pods.get(key)
+        if cached is None or cached.pod.uid != uid:
+            return None
+        return cached.node if self.lifecycle.state(key) is PodState.ADDED else None
+
     def confirm(self, key: PodKey, rv: int | None, generation: int | None) -> None:
         """The watch shows our binding exactly as we assumed it (the caller compared
         fingerprints): the pod is ADDED with the snapshot, graph and device ledger left as

@@ -24,6 +24,7 @@ from kubernetes_asyncio import client
 
 from scheduler.control.kubeconfig import StartupError, describe_api_error, load_credentials
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL
+from scheduler.control.transient import TRANSPORT_ERRORS, describe
 from scheduler.model.topology import GROUP as TOPOLOGY_GROUP
 from scheduler.model.topology import MANAGED_BY, MANAGED_BY_LABEL
 from scheduler.model.topology import PLURAL as TOPOLOGY_PLURAL
@@ -138,6 +139,12 @@ async def cleanup(args: argparse.Namespace) -> int:
         except client.ApiException as exc:
             print(
                 f"lattice cleanup: {describe_api_error(exc, creds, 'the cleanup')}", file=sys.stderr
+            )
+            return 1
+        except TRANSPORT_ERRORS as exc:  # deletes are idempotent: running it again is safe
+            print(
+                f"lattice cleanup: the API server did not answer ({describe(exc)}); run it again",
+                file=sys.stderr,
             )
             return 1
     print("ok: nothing of Lattice's runtime objects is left")

@@ -889,13 +889,32 @@ class GangFlow:
             node = nominated.get(key) if nominated is not None else None
             self._reporter.failed(ref, message, reason=reason, nominated=node)
 
-    def binding_failed(self, gkey: str, pod: Pod, detail: str, log: Any, trace_id: str) -> None:
+    def binding_failed(
+        self,
+        gkey: str,
+        pod: Pod,
+        detail: str,
+        log: Any,
+        trace_id: str,
+        *,
+        replace: bool = True,
+    ) -> None:
         """A member's binding failed (told by :meth:`Host.bind`): re-place it within the
         plan's domain at once, or give it back to its gang, which is then partial and goes
-        first."""
+        first. ``replace=False``: give it back at once (a binding task that crashed; a
+        re-placement would retry without backoff what may crash again)."""
         gang = self.gangs.get(gkey)
         key = pod_key(pod.namespace, pod.name)
         if gang is None:
+            return
+        landed = self._cache.seen_bound(key, pod.uid)
+        if landed is not None:
+            # The binding landed though its reply was lost (the watch showed it first):
+            # the member is placed; assuming it again would be illegal (ADDED).
+            gang.pending.pop(key, None)
+            gang.placed.add(key)
+            log.info("gang_member_bound_after_all", node=landed, reason=detail)
+            self.sync(gkey)
             return
         gang.placed.discard(key)
         bound = [k for k in gang.placed if self._cache.cached_pod(k) is not None]
@@ -904,7 +923,7 @@ class GangFlow:
             cached = self._cache.cached_pod(bound[0])
             if cached is not None:
                 domain = self._domain_nodes(gang, cached.node)
-        placed = self._place_member(pod, None, domain)
+        placed = self._place_member(pod, None, domain) if replace else "not re-placed"
         if not isinstance(placed, str):
             self._assume_member(gang, pod, placed)
             self._claim_plans.pop(pod.key, None)

@@ -41,6 +41,7 @@ from kubernetes_asyncio import client, config
 
 from scheduler.control.release import ServerVersion, server_version
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL
+from scheduler.control.transient import TRANSPORT_ERRORS
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 EXPIRY_SKEW = dt.timedelta(minutes=1)
@@ -48,7 +49,7 @@ EXPIRY_SKEW = dt.timedelta(minutes=1)
 API_WAIT_SECONDS = 15.0
 """How long start-up keeps trying an API server that does not answer."""
 LOGIN_TIMEOUT_SECONDS = 60.0
-CONNECTION_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+CONNECTION_ERRORS = TRANSPORT_ERRORS
 """What a dead, unreachable or hung-up API server raises (TLS failures included)."""
 CRD_REMEDY = "install Lattice's CRDs first: kubectl apply -f crds/ (or install the chart)"
 

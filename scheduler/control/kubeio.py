@@ -32,6 +32,7 @@ from scheduler.control.dra import (
     write_claim,
 )
 from scheduler.control.ratelimit import TokenBucket
+from scheduler.control.transient import TRANSPORT_ERRORS, describe
 from scheduler.core.dra.objects import ResourceClaim
 from scheduler.core.dra.state import ClaimWrite
 from scheduler.core.volumes import PERSISTENT_VOLUME, VolumePatch
@@ -41,12 +42,13 @@ PODGROUP_GROUP = "scheduling.x-k8s.io"
 PODGROUP_VERSION = "v1alpha1"
 PODGROUP_PLURAL = "podgroups"
 
-CONNECTION_ERRORS: Final = (OSError, TimeoutError, aiohttp.ClientError)
-"""A request whose answer never came (ClientError: e.g. ServerDisconnected, no OSError)."""
+CONNECTION_ERRORS: Final = TRANSPORT_ERRORS
+"""A request whose answer never came (ClientError: e.g. ServerDisconnected, no OSError):
+the one rule of :mod:`scheduler.control.transient`."""
 
 
 def _lost(exc: BaseException) -> str:
-    return f"connection: {type(exc).__name__}: {exc}"
+    return describe(exc)
 
 
 class BindResult(enum.Enum):
@@ -137,10 +139,10 @@ class KubeWriter:
             if exc.status == 409:
                 return await self._after_conflict(pod, node, exc)
             return BindOutcome(BindResult.ERROR, f"{exc.status}: {_reason(exc)}")
-        except (OSError, TimeoutError, aiohttp.ClientError) as exc:
+        except CONNECTION_ERRORS as exc:
             # ClientError: e.g. ServerDisconnected, an API server stopping mid-request (it
             # is no OSError); the binding may have landed, which the retry's 409 tells.
-            return BindOutcome(BindResult.ERROR, f"connection: {type(exc).__name__}: {exc}")
+            return BindOutcome(BindResult.ERROR, _lost(exc))
 
     async def _after_conflict(
         self, pod: PodRef, node: str, exc: client.ApiException
@@ -153,6 +155,8 @@ class KubeWriter:
             if again.status == 404:
                 return BindOutcome(BindResult.GONE, _reason(again))
             return BindOutcome(BindResult.ERROR, f"{again.status}: {_reason(again)}")
+        except CONNECTION_ERRORS as lost:  # the retry's read tells it next time
+            return BindOutcome(BindResult.ERROR, f"409, then reading the pod: {_lost(lost)}")
         if current.metadata.uid != pod.uid:
             return BindOutcome(BindResult.GONE, "pod was recreated")
         bound_to = current.spec.node_name
@@ -259,6 +263,8 @@ class KubeWriter:
             await _release_checked(resp)
         except client.ApiException as exc:
             return f"updating {what}: {exc.status} {_reason(exc)}"
+        except CONNECTION_ERRORS as exc:  # the next attempt reads the object afresh
+            return f"updating {what}: {_lost(exc)}"
         return None
 
     async def write_claim(
@@ -322,7 +328,10 @@ class KubeWriter:
     ) -> tuple[dict[str, Any] | None, str | None]:
         """DynamicResources' PostFilter write (:func:`scheduler.control.dra.deallocate_claim`)."""
         await self.limiter.acquire()
-        return await deallocate_claim(self._api, claim, pod_uid=pod_uid)
+        try:
+            return await deallocate_claim(self._api, claim, pod_uid=pod_uid)
+        except CONNECTION_ERRORS as exc:
+            return None, f"deallocating resourceclaim {claim.namespace}/{claim.name}: {_lost(exc)}"
 
     async def unreserve_claim(self, write: ClaimWrite, *, pod_uid: str) -> str | None:
         """DynamicResources' Unreserve (:func:`scheduler.control.dra.unreserve_claim`)."""

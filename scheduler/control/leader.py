@@ -13,17 +13,17 @@ import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import cast
 
-import aiohttp
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
 from scheduler.config import LeaderElectionConfig
+from scheduler.control.transient import TRANSPORT_ERRORS
 
 log = structlog.get_logger("lattice.leader")
 
-CONNECTION_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+CONNECTION_ERRORS = TRANSPORT_ERRORS
 """What a dead or restarting API server raises (as in kubeconfig.py)."""
 
 

@@ -90,6 +90,7 @@ from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import SchedulerSettings
 from scheduler.control.storage import POD_GONE, Kind, Storage
 from scheduler.control.timing import timed
+from scheduler.control.transient import describe, failure_of, is_transient, written_or_failure
 from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
 from scheduler.core.dra.extended import status_body
 from scheduler.core.dra.objects import ResourceClaim
@@ -129,6 +130,16 @@ def nominates_before_prebind(
     if pod.resource_claims or (claim_plan is not None and claim_plan.writes):
         return True
     return volume_plan is not None and not volume_plan.empty
+
+
+@dataclass
+class _Binding:
+    """How far one binding task got, for :meth:`Scheduler.bind`'s last line of defence."""
+
+    nominated: bool = False
+    """It wrote the pod's ``nominatedNodeName`` (a failure clears it)."""
+    settled: bool = False
+    """Its outcome was handed to the queue, the gang or the cache: nothing left to undo."""
 
 
 @dataclass
@@ -888,7 +899,102 @@ class Scheduler:
         gang's entry ended with the commit) and report to ``gang`` instead, with the gang
         entry's first-queued time and attempts in ``gang_queued`` for the SLI histogram.
         ``volume_plan``: VolumeBinding's writes, made and waited for first (kube's PreBind);
-        ``claim_plan``: then DynamicResources' (allocations and reservations)."""
+        ``claim_plan``: then DynamicResources' (allocations and reservations).
+
+        The last line of defence: whatever is raised before the outcome is settled (a
+        write error no site turned into a failure, a bug) unwinds the binding as a failed
+        PreBind does, and the pod goes back to the queue (or its gang) with a
+        SchedulerError. No pod is left in flight without an owner."""
+        progress = _Binding()
+        try:
+            await self._bind(
+                info,
+                pod,
+                node,
+                annotations,
+                log,
+                trace_id,
+                progress,
+                gang=gang,
+                gang_queued=gang_queued,
+                volume_plan=volume_plan,
+                claim_plan=claim_plan,
+            )
+        except Exception as exc:
+            if progress.settled:  # the outcome stands; only its bookkeeping broke
+                log.exception("binding_settle_failed", node=node, reason=repr(exc))
+                return
+            try:
+                await self._bind_crashed(
+                    info, pod, node, log, trace_id, exc, progress, gang, volume_plan, claim_plan
+                )
+            except Exception as again:  # never an unretrieved task exception
+                log.exception("binding_unwind_failed", node=node, reason=repr(again))
+
+    async def _bind_crashed(
+        self,
+        info: QueuedPodInfo[QueuedPod] | None,
+        pod: Pod,
+        node: str,
+        log: Any,
+        trace_id: str,
+        exc: Exception,
+        progress: _Binding,
+        gang: str | None,
+        volume_plan: VolumePlan | None,
+        claim_plan: ClaimPlan | None,
+    ) -> None:
+        """Undo everything assumed for the pod (its node's room, volumes, devices; claims
+        written are un-reserved, a claim made for it deleted, as kube's Unreserve) and
+        requeue it with backoff and a SchedulerError. Each step is idempotent: the
+        binding may have undone some of it before it raised."""
+        ref = PodRef(pod.namespace, pod.name, pod.uid)
+        key = f"{pod.namespace}/{pod.name}"
+        message = f"binding pod to {node}: {describe(exc)}"
+        log.error("binding_crashed", node=node, reason=message, exc_info=exc)
+        progress.settled = True
+        if volume_plan is not None:
+            self.cache.volumes.forget(volume_plan)
+        if claim_plan is not None:
+            self.cache.dra.forget(claim_plan)
+            await self._unreserve(pod, claim_plan, log)
+        self.cache.forget(pod)
+        self.load.forget_pod(key)
+        if progress.nominated:
+            self._clear_nomination(ref, log)
+        self.counters.errors += 1
+        self.metrics.count_attempt(AttemptResult.ERROR, self.settings.scheduler_name)
+        if gang is not None:
+            self.gang_flow.binding_ended(gang, key)
+            # A lost request is re-placed at once, as a failed binding is; anything else
+            # goes back to its gang (partial, first in line): a bug may recur, and a
+            # re-placement would retry it without backoff.
+            replace = is_transient(exc)
+            self.gang_flow.binding_failed(gang, pod, message, log, trace_id, replace=replace)
+            return
+        if info is None:
+            return
+        if self.queue.requeue_after_failure(info, unschedulable=False, reason=message) is None:
+            return  # deleted, or bound (the watch showed it) meanwhile
+        if self.reporter is not None:
+            self.reporter.failed(ref, message, reason=SCHEDULER_ERROR, trace_id=trace_id)
+
+    async def _bind(
+        self,
+        info: QueuedPodInfo[QueuedPod] | None,
+        pod: Pod,
+        node: str,
+        annotations: dict[str, str],
+        log: Any,
+        trace_id: str,
+        progress: _Binding,
+        *,
+        gang: str | None,
+        gang_queued: tuple[float | None, int] | None,
+        volume_plan: VolumePlan | None,
+        claim_plan: ClaimPlan | None,
+    ) -> None:
+        """:meth:`bind`'s work; ``progress`` tells its last line of defence what is left."""
         assert self.binder is not None
         ref = PodRef(pod.namespace, pod.name, pod.uid)
         key = f"{pod.namespace}/{pod.name}"
@@ -896,6 +1002,7 @@ class Scheduler:
         nominated = False
         if nominates_before_prebind(pod, volume_plan, claim_plan):
             nominated = await self._nominate_for_prebind(ref, node, log)
+            progress.nominated = nominated
         if volume_plan is not None:
             why = await self._bind_volumes(pod, volume_plan, log)
             if nominated and why not in (None, POD_GONE):
@@ -904,6 +1011,7 @@ class Scheduler:
                 self.cache.volumes.forget(volume_plan)
                 self.cache.forget(pod)
                 self.load.forget_pod(key)
+                progress.settled = True
                 if why == POD_GONE:
                     if info is not None:
                         self.queue.done(info)
@@ -936,6 +1044,7 @@ class Scheduler:
                 self.metrics.count_attempt(AttemptResult.ERROR, profile)
                 message = f'running PreBind plugin "DynamicResources": {why}'
                 log.warning("claim_binding_failed", node=node, reason=message)
+                progress.settled = True
                 if gang is not None:  # as a failed binding: re-placed, or back to its gang
                     self.gang_flow.binding_ended(gang, key)
                     self.gang_flow.binding_failed(gang, pod, message, log, trace_id)
@@ -946,6 +1055,7 @@ class Scheduler:
                     self.reporter.failed(ref, message, reason=SCHEDULER_ERROR, trace_id=trace_id)
                 return
         outcome = await self.binder.bind(ref, node, annotations)
+        progress.settled = outcome.result is BindResult.BOUND
         if outcome.result is BindResult.BOUND:
             self._extended_claims.pop(pod.uid, None)
             self.preemptor.end_nomination(pod.key)
@@ -980,6 +1090,7 @@ class Scheduler:
         self.load.forget_pod(key)
         if claim_plan is not None and claim_plan.writes:
             await self._unreserve(pod, claim_plan, log)
+        progress.settled = True
         if outcome.result in (BindResult.BOUND_ELSEWHERE, BindResult.GONE):
             if info is not None:
                 self.queue.done(info)
@@ -999,7 +1110,13 @@ class Scheduler:
             self.gang_flow.binding_failed(gang, pod, outcome.detail, log, trace_id)
             return
         assert info is not None
-        self.queue.requeue_after_failure(info, unschedulable=False, reason=outcome.detail)
+        requeued = self.queue.requeue_after_failure(
+            info, unschedulable=False, reason=outcome.detail
+        )
+        # kube's handleSchedulingFailure: SchedulerError (not for a pod the watch shows
+        # bound meanwhile: its lost-reply binding landed, and it left the queue).
+        if requeued is not None and self.reporter is not None:
+            self.reporter.failed(ref, outcome.detail, reason=SCHEDULER_ERROR, trace_id=trace_id)
 
     async def _nominate_for_prebind(self, ref: PodRef, node: str, log: Any) -> bool:
         """kube-scheduler 1.35+ (NominatedNodeNameForExpectation) writes the node as the
@@ -1035,7 +1152,9 @@ class Scheduler:
         (and a provisioner) bound every claim. None when done, else why not."""
         assert self.writer is not None
         for patch in plan.patches():
-            failed = await self.writer.patch_volume(patch)
+            failed = await failure_of(
+                self.writer.patch_volume(patch), f"updating {patch.kind} {patch.name}"
+            )
             if failed is not None:
                 return failed
         log.info("volumes_written", node=plan.node, reason=f"{len(plan.claims)} claim(s)")
@@ -1057,7 +1176,10 @@ class Scheduler:
         completed' for minutes)."""
         assert self.writer is not None
         for claim in claims:
-            written, failed = await self.writer.deallocate_claim(claim, pod_uid=pod.uid)
+            written, failed = await written_or_failure(
+                self.writer.deallocate_claim(claim, pod_uid=pod.uid),
+                f"deallocating resourceclaim {claim.namespace}/{claim.name}",
+            )
             if failed is not None:
                 log.warning("claim_deallocation_failed", reason=failed)
                 continue
@@ -1083,7 +1205,10 @@ class Scheduler:
                 if made is not None:
                     await self._delete_claim(*made, log)
                 continue
-            failed = await self.writer.unreserve_claim(write, pod_uid=pod.uid)
+            failed = await failure_of(
+                self.writer.unreserve_claim(write, pod_uid=pod.uid),
+                f"unreserving resourceclaim {write.namespace}/{write.name}",
+            )
             if failed is not None:
                 log.warning("claim_unreserve_failed", reason=failed)
 
@@ -1091,7 +1216,10 @@ class Scheduler:
         """Delete a claim made for a pod's extended resources; once deleted it leaves the
         state at once (the next attempt must not find it). False if that failed."""
         assert self.writer is not None
-        failed = await self.writer.delete_claim(namespace, name, uid)
+        failed = await failure_of(
+            self.writer.delete_claim(namespace, name, uid),
+            f"deleting resourceclaim {namespace}/{name}",
+        )
         if failed is not None:
             log.warning("claim_deletion_failed", reason=failed)
             return False
@@ -1133,8 +1261,9 @@ class Scheduler:
                 if failed is not None:
                     return failed
                 continue
-            written, failed = await self.writer.write_claim(
-                write, pod_name=plan.pod_name, pod_uid=plan.pod_uid
+            written, failed = await written_or_failure(
+                self.writer.write_claim(write, pod_name=plan.pod_name, pod_uid=plan.pod_uid),
+                f"writing resourceclaim {write.namespace}/{write.name}",
             )
             if failed is not None:
                 return failed
@@ -1152,7 +1281,10 @@ class Scheduler:
         Unreserve from its creation on. None when done, else why not."""
         assert self.writer is not None
         assert write.create is not None
-        created, failed = await self.writer.create_claim(write.create.body, pod_uid=plan.pod_uid)
+        created, failed = await written_or_failure(
+            self.writer.create_claim(write.create.body, pod_uid=plan.pod_uid),
+            "creating the claim for extended resources",
+        )
         if failed is not None:
             return failed
         assert created is not None
@@ -1161,8 +1293,9 @@ class Scheduler:
         self._extended_claims[plan.pod_uid] = (write.namespace, name, uid)
         self.dra.claim_written(created)
         real = ClaimWrite(write.namespace, name, uid, write.allocation, stamp=write.stamp)
-        written, failed = await self.writer.write_claim(
-            real, pod_name=plan.pod_name, pod_uid=plan.pod_uid
+        written, failed = await written_or_failure(
+            self.writer.write_claim(real, pod_name=plan.pod_name, pod_uid=plan.pod_uid),
+            f"writing resourceclaim {write.namespace}/{name}",
         )
         if failed is not None:
             return failed
@@ -1172,8 +1305,9 @@ class Scheduler:
         self.cache.dra.forget(ClaimPlan(plan.pod_name, plan.pod_uid, (write,)))
         self.metrics.dra_allocations.inc()
         pod = PodRef(write.namespace, plan.pod_name, plan.pod_uid)
-        return await self.writer.set_extended_claim_status(
-            pod, status_body(name, write.create.mappings)
+        return await failure_of(
+            self.writer.set_extended_claim_status(pod, status_body(name, write.create.mappings)),
+            f"updating pod {pod.namespace}/{pod.name} status",
         )
 
     def _spawn(self, coro: Any) -> None:
