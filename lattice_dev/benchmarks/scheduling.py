@@ -19,12 +19,13 @@ print labelled, never the headline:
   fresh scheduler process starts; pods/s = (bound - 1) / (last binding - first
   binding) as seen by the benchmark's watch, so start-up and sync are excluded;
 * the floor (``null-binder``, a third row unless ``--no-floor``): a Go program on
-  client-go (``e2e/controlplane/cmd/nullbinder``, built like the plane's binaries)
-  that lists and watches the pending pods of its schedulerName and POSTs one
-  ``pods/binding`` per pod, round-robin over the nodes, nothing else, at the same
-  client QPS/burst. It faces the same parked backlog in its own namespace; each
-  scheduler's pods/s is also given as a fraction of the floor's in the same repeat
-  ("of floor"): what the API server and etcd on this machine let any binder reach;
+  client-go (``e2e/controlplane/cmd/nullbinder``, built per release into a cache
+  folder of its own) that lists and watches the pending pods of its schedulerName and
+  POSTs one ``pods/binding`` per pod, round-robin over the nodes, nothing else, at the
+  same client QPS/burst and at most ``--floor-in-flight`` bindings outstanding. It
+  faces the same parked backlog in its own namespace; each scheduler's pods/s is also
+  given as a fraction of the floor's in the same repeat ("of floor"): what the API
+  server and etcd on this machine let any binder reach;
 * CPU per pod, two figures: "window", the process's CPU seconds (``/proc/<pid>/stat``,
   user + system) between the first and the last of those bindings, per pod bound in
   between (start-up and sync left out); and "whole", the process's CPU seconds from
@@ -677,6 +678,7 @@ class Bench:
                     f"--scheduler-name={SCHEDULER_NAMES[NULL]}",
                     f"--qps={self.args.qps:g}",
                     f"--burst={self.burst}",
+                    f"--in-flight={self.args.floor_in_flight}",
                 ],
                 marker="--scheduler-name",
             )
@@ -916,12 +918,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="leave out the null-binder row (the floor each pods/s is a fraction of)",
     )
+    parser.add_argument(
+        "--floor-in-flight",
+        type=int,
+        default=64,
+        help="the null binder's bindings outstanding at once (default 64, Lattice's "
+        "default bindConcurrency; unbounded, a parked backlog overflows the API server's "
+        "fairness queue and client-go waits 1 s per 429)",
+    )
     parser.add_argument("--rate", type=float, default=40.0, help="latency stream, pods/s")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.repeat < 1 or args.existing < 0 or args.qps <= 0:
         parser.error("--nodes and --repeat must be >= 1, --existing >= 0, --qps > 0")
+    if args.floor_in_flight < 1:
+        parser.error("--floor-in-flight must be >= 1")
     cluster = DevCluster(Path(tempfile.mkdtemp(prefix="lattice-bench-")) / "state")
     started = time.monotonic()
     try:

@@ -2,6 +2,11 @@
 // one schedulerName and POSTs one pods/binding per pod, round-robin over the nodes it
 // listed at start, and nothing else (no filtering, scoring, cache, events or status
 // writes). Whatever a scheduler does beyond this costs it throughput against this.
+//
+// At most --in-flight bindings are outstanding at once: a goroutine per pod of a parked
+// backlog, all at once, overflows the API server's priority-and-fairness queue for the
+// scheduler's flow (429 queue-full), and client-go then waits a second before each retry,
+// which made an unbounded null binder slower than kube-scheduler.
 package main
 
 import (
@@ -26,14 +31,19 @@ func main() {
 	name := flag.String("scheduler-name", "null-binder", "schedulerName of the pods to bind")
 	qps := flag.Float64("qps", 50, "client QPS (as the schedulers' clientConnection)")
 	burst := flag.Int("burst", 100, "client burst")
+	inFlight := flag.Int("in-flight", 64, "most bindings outstanding at once")
 	flag.Parse()
-	if err := run(*kubeconfig, *name, float32(*qps), *burst); err != nil {
+	if *inFlight < 1 {
+		fmt.Fprintln(os.Stderr, "nullbinder: --in-flight must be at least 1")
+		os.Exit(2)
+	}
+	if err := run(*kubeconfig, *name, float32(*qps), *burst, *inFlight); err != nil {
 		fmt.Fprintln(os.Stderr, "nullbinder:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, name string, qps float32, burst int) error {
+func run(kubeconfig, name string, qps float32, burst, inFlight int) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -59,11 +69,14 @@ func run(kubeconfig, name string, qps float32, burst int) error {
 	for i := range nodes.Items {
 		names[i] = nodes.Items[i].Name
 	}
-	fmt.Fprintf(os.Stderr, "nullbinder: %d nodes, binding pods of %q at qps %g burst %d\n",
-		len(names), name, qps, burst)
+	fmt.Fprintf(os.Stderr, "nullbinder: %d nodes, binding pods of %q at qps %g burst %d, %d in flight\n",
+		len(names), name, qps, burst, inFlight)
 
 	var next, bound, failed atomic.Int64
+	slots := make(chan struct{}, inFlight)
 	bind := func(pod *corev1.Pod) {
+		slots <- struct{}{}
+		defer func() { <-slots }()
 		node := names[int(next.Add(1)-1)%len(names)]
 		b := &corev1.Binding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
@@ -86,8 +99,8 @@ func run(kubeconfig, name string, qps float32, burst int) error {
 		ListerWatcher: lw,
 		ObjectType:    &corev1.Pod{},
 		Handler: cache.ResourceEventHandlerFuncs{
-			// One binding per pod seen pending, at once, as kube-scheduler's binding
-			// cycle does (a goroutine each); the client's rate limiter paces them.
+			// One binding per pod seen pending, in a goroutine of its own as
+			// kube-scheduler's binding cycle is, at most inFlight of them posting.
 			AddFunc: func(obj any) {
 				if pod, ok := obj.(*corev1.Pod); ok {
 					go bind(pod)
