@@ -38,7 +38,7 @@ lint:
 build:
     lattice devcluster build
 
-# Lattice beside kube-scheduler on one 1000-node control plane (prints pods/s, latency, CPU, RSS).
+# Lattice beside kube-scheduler and a null-binder floor on one 1000-node control plane (pods/s, fraction of the floor, latency, CPU per pod windowed and whole-process, RSS).
 bench *ARGS:
     python -m lattice_dev.benchmarks.scheduling {{ARGS}}
 

@@ -18,17 +18,31 @@ print labelled, never the headline:
 * throughput: the measured pods are created while no scheduler runs, then a
   fresh scheduler process starts; pods/s = (bound - 1) / (last binding - first
   binding) as seen by the benchmark's watch, so start-up and sync are excluded;
-* CPU per pod: the process's CPU seconds (``/proc/<pid>/stat``, user + system)
-  between the first and the last of those bindings, per pod bound in between;
-  CPU s is the whole run's; peak RSS is ``VmHWM`` of ``/proc/<pid>/status``;
+* the floor (``null-binder``, a third row unless ``--no-floor``): a Go program on
+  client-go (``e2e/controlplane/cmd/nullbinder``, built per release into a cache
+  folder of its own) that lists and watches the pending pods of its schedulerName and
+  POSTs one ``pods/binding`` per pod, round-robin over the nodes, nothing else, at the
+  same client QPS/burst and at most ``--floor-in-flight`` bindings outstanding. It
+  faces the same parked backlog in its own namespace; each scheduler's pods/s is also
+  given as a fraction of the floor's in the same repeat ("of floor"): what the API
+  server and etcd on this machine let any binder reach;
+* CPU per pod, two figures: "window", the process's CPU seconds (``/proc/<pid>/stat``,
+  user + system) between the first and the last of those bindings, per pod bound in
+  between (start-up and sync left out); and "whole", the process's CPU seconds from
+  its start to the last binding, per pod bound: what a user pays for the whole
+  process on this backlog (start-up, informer sync, then the binding);
+  CPU s is the whole run's (stream included); peak RSS is ``VmHWM`` of ``/proc/<pid>/status``;
   "plane ms/pod" is kube-apiserver + etcd CPU over the same span, per pod: what
   each scheduler's reads and writes cost the API server both share;
 * latency: with the scheduler running, a stream of pods at a fixed rate; p50/p99
   from the client's create call to the watch showing the binding.
 
 Each (workload, repeat, scheduler) has its own namespace, deleted afterwards so
-the next one starts on the same cluster; the order of the two schedulers
-alternates between repeats. ``--repeat K`` prints every figure: on a shared
+the next one starts on the same cluster; the order of the schedulers rotates
+between repeats (with 3 repeats each runs once first, once second, once third).
+At the end, per workload and scheduler: min / median / max over the repeats of
+pods/s, its ratio to kube-scheduler's and its fraction of the floor's (both per
+repeat), and both CPU-per-pod figures. ``--repeat K`` prints every figure: on a shared
 2-core machine the ratios move by 2x from one run to the next. Every figure
 says how many pods it covers ("bound N/M") and warns when the benchmark's own
 watch had to re-list (those pods' times are the re-list's). Run: `just bench`
@@ -58,13 +72,21 @@ from kubernetes_asyncio import client
 from lattice_dev.benchmarks.common import Watcher, apply_crds, start_lattice
 from lattice_dev.benchmarks.common import create_pods as _create
 from lattice_dev.benchmarks.common import wait_all as _wait_all
+from lattice_dev.devcluster import pki
+from lattice_dev.devcluster.build import ensure_null_binder, kubernetes_version
 from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
 from lattice_dev.devcluster.kube import api_client
 from lattice_dev.devcluster.profiles import ZONES, node_name
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-KUBE, LATTICE = "kube-scheduler", "lattice"
+KUBE, LATTICE, NULL = "kube-scheduler", "lattice", "null-binder"
 SIDES = (KUBE, LATTICE)
+"""The two schedulers compared; :data:`NULL`, the floor, runs beside them unless --no-floor."""
+SCHEDULER_NAMES = {KUBE: "default-scheduler", LATTICE: LATTICE, NULL: NULL}
+"""The pods' spec.schedulerName for each row."""
+COMPONENTS = {KUBE: "kube-scheduler", LATTICE: LATTICE, NULL: NULL}
+"""The devcluster's name for each row's process (what stop_component stops)."""
+NAMESPACE_SUFFIX = {KUBE: "kube", LATTICE: "lattice", NULL: "null"}
 LS_GROUP, LS_VERSION, LS_PLURAL = "lattice.dev", "v1alpha1", "latticeschedulers"
 
 PodMaker = Callable[[str, str], dict[str, Any]]
@@ -238,6 +260,9 @@ class Result:
     cpu_s: float
     """CPU of the whole process life (start-up, sync, backlog, stream)."""
     rss_mib: float
+    cpu_whole_ms_per_pod: float = math.nan
+    """CPU of the process from its start to the last measured binding, per pod bound:
+    start-up and sync included, as a user pays them (see :func:`whole_cpu_ms_per_pod`)."""
     plane_ms_per_pod: float = math.nan
     """kube-apiserver + etcd CPU over the same span, per pod: what this scheduler's
     reads and writes cost the shared API server (on one machine, its limit)."""
@@ -263,6 +288,38 @@ def ratio(num: float, den: float) -> float:
     return num / den
 
 
+def whole_cpu_ms_per_pod(cpu_s_at_last_binding: float, bound: int) -> float:
+    """The whole process's CPU per pod, in ms: the CPU seconds it had used when the last
+    measured pod was bound (start-up, sync and binding; its clock starts at 0 with the
+    process), over the measured pods bound; NaN when none was."""
+    return ratio(cpu_s_at_last_binding, bound) * 1000
+
+
+def rotation(sides: tuple[str, ...], run: int) -> tuple[str, ...]:
+    """The order of the rows in repeat ``run`` (1-based): the first side of the previous
+    repeat goes last, so over len(sides) repeats each runs once in every position."""
+    k = (run - 1) % len(sides)
+    return sides[k:] + sides[:k]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """min, median and max of one figure over repeats (NaN runs left out)."""
+
+    low: float
+    median: float
+    high: float
+    n: int
+    """How many repeats gave a figure."""
+
+
+def min_median_max(values: list[float]) -> Spread:
+    ok = [v for v in values if not math.isnan(v)]
+    if not ok:
+        return Spread(math.nan, math.nan, math.nan, 0)
+    return Spread(min(ok), statistics.median(ok), max(ok), len(ok))
+
+
 @dataclass(frozen=True)
 class Ratios:
     """Lattice / kube-scheduler for one workload and run: > 1 means Lattice is
@@ -274,6 +331,11 @@ class Ratios:
     cpu_per_pod: float
     rss: float
     p99: float
+    kube_of_floor: float = math.nan
+    """kube-scheduler's pods/s / the null binder's, same repeat (NaN without a floor row)."""
+    lattice_of_floor: float = math.nan
+    cpu_whole_per_pod: float = math.nan
+    """Lattice / kube-scheduler whole-process CPU per pod."""
 
 
 def ratios(results: list[Result]) -> list[Ratios]:
@@ -284,6 +346,8 @@ def ratios(results: list[Result]) -> list[Ratios]:
         k, lat = by.get((w, run, KUBE)), by.get((w, run, LATTICE))
         if k is None or lat is None:
             continue
+        floor = by.get((w, run, NULL))
+        floor_rate = floor.pods_per_s if floor is not None else math.nan
         out.append(
             Ratios(
                 w,
@@ -292,6 +356,9 @@ def ratios(results: list[Result]) -> list[Ratios]:
                 ratio(lat.cpu_ms_per_pod, k.cpu_ms_per_pod),
                 ratio(lat.rss_mib, k.rss_mib),
                 ratio(lat.p99_ms, k.p99_ms),
+                ratio(k.pods_per_s, floor_rate),
+                ratio(lat.pods_per_s, floor_rate),
+                ratio(lat.cpu_whole_ms_per_pod, k.cpu_whole_ms_per_pod),
             )
         )
     return out
@@ -299,6 +366,93 @@ def ratios(results: list[Result]) -> list[Ratios]:
 
 def _f(value: float, fmt: str, unit: str = "") -> str:
     return "n/a" if math.isnan(value) else format(value, fmt) + unit
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One scheduler's figures for one workload over its repeats."""
+
+    workload: str
+    scheduler: str
+    runs: int
+    pods_per_s: Spread
+    vs_kube: Spread
+    """This row's pods/s / kube-scheduler's, per repeat."""
+    of_floor: Spread
+    """This row's pods/s / the null binder's, per repeat."""
+    cpu_window: Spread
+    cpu_whole: Spread
+
+
+def _versus(by: dict[tuple[str, int, str], Result], rows: list[Result], other: str) -> Spread:
+    """Each row's pods/s over ``other``'s in the same workload and repeat."""
+    pairs = [(r, by.get((r.workload, r.run, other))) for r in rows]
+    return min_median_max([ratio(r.pods_per_s, o.pods_per_s) for r, o in pairs if o])
+
+
+def summaries(results: list[Result]) -> list[Summary]:
+    """Per workload (in the order run) and scheduler (kube-scheduler, Lattice, the floor):
+    min / median / max over repeats; the ratios pair rows of the same repeat."""
+    by = {(r.workload, r.run, r.scheduler): r for r in results}
+    out = []
+    for w in dict.fromkeys(r.workload for r in results):
+        for which in (KUBE, LATTICE, NULL):
+            mine = [r for r in results if r.workload == w and r.scheduler == which]
+            if not mine:
+                continue
+
+            out.append(
+                Summary(
+                    w,
+                    which,
+                    len(mine),
+                    min_median_max([r.pods_per_s for r in mine]),
+                    _versus(by, mine, KUBE),
+                    _versus(by, mine, NULL),
+                    min_median_max([r.cpu_ms_per_pod for r in mine]),
+                    min_median_max([r.cpu_whole_ms_per_pod for r in mine]),
+                )
+            )
+    return out
+
+
+def _s(value: Spread, fmt: str, unit: str = "") -> str:
+    if not value.n:
+        return "n/a"
+    return " / ".join(_f(v, fmt, unit) for v in (value.low, value.median, value.high))
+
+
+def summary_table(results: list[Result]) -> list[str]:
+    """The summary as markdown lines (none when nothing was measured)."""
+    sums = summaries(results)
+    if not sums:
+        return []
+    rows: list[tuple[str, ...]] = [
+        (
+            "workload",
+            "scheduler",
+            "runs",
+            "pods/s min / median / max",
+            "x kube-scheduler",
+            "of floor",
+            "CPU ms/pod window",
+            "CPU ms/pod whole",
+        )
+    ]
+    for q in sums:
+        rows.append(
+            (
+                q.workload,
+                q.scheduler,
+                str(q.runs),
+                _s(q.pods_per_s, ".1f"),
+                _s(q.vs_kube, ".2f", "x"),
+                _s(q.of_floor, ".2f"),
+                _s(q.cpu_window, ".2f"),
+                _s(q.cpu_whole, ".2f"),
+            )
+        )
+    return ["", "summary over repeats (min / median / max):", *_markdown(rows)]
 
 
 def _markdown(rows: list[tuple[str, ...]]) -> list[str]:
@@ -327,7 +481,9 @@ def table(results: list[Result]) -> str:
             "existing",
             "bound",
             "pods/s",
-            "CPU ms/pod",
+            "of floor",
+            "CPU ms/pod window",
+            "CPU ms/pod whole",
             "plane ms/pod",
             "CPU s",
             "peak RSS MiB",
@@ -335,6 +491,7 @@ def table(results: list[Result]) -> str:
             "watch",
         )
     ]
+    floors = {(r.workload, r.run): r.pods_per_s for r in results if r.scheduler == NULL}
     for r in results:
         rows.append(
             (
@@ -344,7 +501,9 @@ def table(results: list[Result]) -> str:
                 str(r.existing),
                 f"{r.bound}/{r.pods}",
                 _f(r.pods_per_s, ".1f"),
+                _f(ratio(r.pods_per_s, floors.get((r.workload, r.run), math.nan)), ".2f"),
                 _f(r.cpu_ms_per_pod, ".2f"),
+                _f(r.cpu_whole_ms_per_pod, ".2f"),
                 _f(r.plane_ms_per_pod, ".2f"),
                 _f(r.cpu_s, ".1f"),
                 _f(r.rss_mib, ".0f"),
@@ -356,7 +515,17 @@ def table(results: list[Result]) -> str:
     rats = ratios(results)
     if rats:
         rrows: list[tuple[str, ...]] = [
-            ("workload", "run", "pods/s L/K", "CPU/pod L/K", "RSS L/K", "p99 L/K")
+            (
+                "workload",
+                "run",
+                "pods/s L/K",
+                "K of floor",
+                "L of floor",
+                "CPU/pod L/K",
+                "whole CPU/pod L/K",
+                "RSS L/K",
+                "p99 L/K",
+            )
         ]
         for q in rats:
             rrows.append(
@@ -364,13 +533,17 @@ def table(results: list[Result]) -> str:
                     q.workload,
                     str(q.run),
                     _f(q.pods_per_s, ".2f", "x"),
+                    _f(q.kube_of_floor, ".2f"),
+                    _f(q.lattice_of_floor, ".2f"),
                     _f(q.cpu_per_pod, ".2f", "x"),
+                    _f(q.cpu_whole_per_pod, ".2f", "x"),
                     _f(q.rss, ".2f", "x"),
                     _f(q.p99, ".2f", "x"),
                 )
             )
         out += ["", *_markdown(rrows)]
     out += spans(rats)
+    out += summary_table(results)
     warnings = [
         f"WARNING: {r.workload} run {r.run} {r.scheduler}: "
         + "; ".join(
@@ -415,7 +588,8 @@ def progress_line(r: Result, summary: str) -> str:
     """One run's figures as soon as it ends (the table comes at the very end)."""
     return (
         f"{r.workload:>18} run {r.run} {r.scheduler:>14}: {_f(r.pods_per_s, '.1f')} pods/s, "
-        f"{_f(r.cpu_ms_per_pod, '.2f')} ms CPU/pod (API server + etcd "
+        f"{_f(r.cpu_ms_per_pod, '.2f')} ms CPU/pod window, "
+        f"{_f(r.cpu_whole_ms_per_pod, '.2f')} whole (API server + etcd "
         f"{_f(r.plane_ms_per_pod, '.2f')}), {summary}, CPU {r.cpu_s:.1f}s, "
         f"peak RSS {_f(r.rss_mib, '.0f')} MiB, stream p50/p99 "
         f"{_f(r.p50_ms, '.0f')}/{_f(r.p99_ms, '.0f')} ms"
@@ -447,6 +621,8 @@ class Bench:
         self.core = client.CoreV1Api(api)
         self.args = args
         self.burst: int = args.burst if args.burst is not None else int(2 * args.qps)
+        self.null_binder: Path | None = None
+        """The floor's binary, set by the caller once built (the floor row needs it)."""
 
     async def configure_lattice(self) -> None:
         """Lattice's client QPS/burst, in the LatticeScheduler object it reads at start."""
@@ -491,6 +667,21 @@ class Bench:
             return math.nan
 
     def start_scheduler(self, which: str) -> int:
+        if which == NULL:
+            if self.null_binder is None:
+                raise RuntimeError("the null binder was not built")
+            return self.cluster.start_process(
+                NULL,
+                [
+                    str(self.null_binder),
+                    f"--kubeconfig={self.cluster.kubeconfig_for(pki.KUBE_SCHEDULER.name)}",
+                    f"--scheduler-name={SCHEDULER_NAMES[NULL]}",
+                    f"--qps={self.args.qps:g}",
+                    f"--burst={self.burst}",
+                    f"--in-flight={self.args.floor_in_flight}",
+                ],
+                marker="--scheduler-name",
+            )
         if which == KUBE:
             return self.cluster.start_kube_scheduler(
                 ClusterConfig(
@@ -560,9 +751,9 @@ class Bench:
         size = sizes(
             workload, nodes=args.nodes, pods=want, stream=args.stream, existing=args.existing
         )
-        ns = f"bench-{workload}-{run}-{'kube' if which == KUBE else 'lattice'}"
+        ns = f"bench-{workload}-{run}-{NAMESPACE_SUFFIX[which]}"
         await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": ns}}))
-        sched_name = "default-scheduler" if which == KUBE else LATTICE
+        sched_name = SCHEDULER_NAMES[which]
         make = WORKLOADS[workload]
 
         try:
@@ -593,7 +784,7 @@ class Bench:
                 result = await self._measure(workload, which, run, size, watcher, pid, marks, make)
             finally:
                 await watcher.stop()
-                self.cluster.stop_component("kube-scheduler" if which == KUBE else LATTICE)
+                self.cluster.stop_component(COMPONENTS[which])
             summary = watcher.summary(backlog)
             print(progress_line(result, summary), flush=True)
             if watcher.relists:
@@ -634,7 +825,7 @@ class Bench:
             if "plane_first" in marks
             else math.nan
         )
-        sched_name = "default-scheduler" if which == KUBE else LATTICE
+        sched_name = SCHEDULER_NAMES[which]
         streamed = [make(f"s-{i}", sched_name) for i in range(size.stream)]
         sent = await _create(self.core, watcher.ns, streamed, rate=args.rate)
         await _wait_all(watcher, set(sent), args.timeout)
@@ -649,6 +840,7 @@ class Bench:
             existing=size.existing,
             pods_per_s=ratio(len(times) - 1, span),
             cpu_ms_per_pod=cpu_per_pod,
+            cpu_whole_ms_per_pod=whole_cpu_ms_per_pod(marks["last"], len(times)),
             cpu_s=cpu_seconds(pid),
             rss_mib=peak_rss_mib(pid),
             plane_ms_per_pod=plane_per_pod,
@@ -668,10 +860,13 @@ async def _bench(cluster: DevCluster, args: argparse.Namespace) -> list[Result]:
     async with api_client(cluster.kubeconfig) as api:
         bench = Bench(cluster, api, args)
         await bench.configure_lattice()
+        sides: tuple[str, ...] = SIDES
+        if args.floor:
+            bench.null_binder = ensure_null_binder(lambda line: print(f"  {line}", flush=True))
+            sides = (*SIDES, NULL)
         for workload in args.workloads:
             for run in range(1, args.repeat + 1):
-                order = SIDES if run % 2 else SIDES[::-1]
-                for which in order:
+                for which in rotation(sides, run):
                     try:
                         results.append(await bench.run_one(workload, which, run))
                     except (client.ApiException, aiohttp.ClientError, OSError) as exc:
@@ -717,12 +912,28 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="Lattice's bindConcurrency (default: Lattice's own default)",
     )
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="leave out the null-binder row (the floor each pods/s is a fraction of)",
+    )
+    parser.add_argument(
+        "--floor-in-flight",
+        type=int,
+        default=64,
+        help="the null binder's bindings outstanding at once (default 64, Lattice's "
+        "default bindConcurrency; unbounded, a parked backlog overflows the API server's "
+        "fairness queue and client-go waits 1 s per 429)",
+    )
     parser.add_argument("--rate", type=float, default=40.0, help="latency stream, pods/s")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.repeat < 1 or args.existing < 0 or args.qps <= 0:
         parser.error("--nodes and --repeat must be >= 1, --existing >= 0, --qps > 0")
+    if args.floor_in_flight < 1:
+        parser.error("--floor-in-flight must be >= 1")
     cluster = DevCluster(Path(tempfile.mkdtemp(prefix="lattice-bench-")) / "state")
     started = time.monotonic()
     try:
@@ -742,7 +953,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"--nodes {args.nodes} --existing {args.existing} --qps {args.qps:g} "
-        f"--repeat {args.repeat}; L/K = Lattice / kube-scheduler "
+        f"--repeat {args.repeat}; Kubernetes {kubernetes_version()}; "
+        "L/K = Lattice / kube-scheduler, of floor = pods/s / the null binder's (same repeat); "
         + (
             "(TUNED peer: every node scored, percentageOfNodesToScore 100)"
             if args.score_all

@@ -15,6 +15,12 @@ interrupted or concurrent build never leaves a half-filled cache.
 helm (for the chart in ``charts/lattice``) is built the same way but on its own,
 by ``go install`` into ``~/.cache/lattice/bin/helm-<version>/``: a new helm pin
 builds helm alone and never the control plane.
+
+The benchmark's null binder (``cmd/nullbinder``, client-go from the same module file) is
+a tool of the benchmark, not of the plane: it builds on its own into
+``~/.cache/lattice/bin/nullbinder-<version>-<hash>/`` keyed by its source and the release's
+module file, and is left out of the control plane's key, so changing it never rebuilds
+the plane (nor the plane's kubelet).
 """
 
 from __future__ import annotations
@@ -66,6 +72,10 @@ CACHED_BINARIES = (*CONTROL_PLANE_BINARIES, "kwok")
 """What one control-plane cache folder holds."""
 ALL_BINARIES = (*CACHED_BINARIES, "helm")
 """What a ``LATTICE_BIN_DIR`` folder must hold."""
+NULL_BINDER = "nullbinder"
+"""The benchmark's floor (``cmd/nullbinder``): built and keyed apart from the plane."""
+BENCH_TOOLS = (NULL_BINDER,)
+"""Folders of ``cmd/`` that are benchmark tools, not part of the control plane's key."""
 
 Progress = Callable[[str], None]
 
@@ -191,15 +201,34 @@ def cache_key(module: Path, version: str | None = None) -> str:
     file and sums): a new pin means a new folder, another release's pin changes nothing."""
     version = version or kubernetes_version()
     mod = modfile(module, version)
-    files = [p for p in (module / "cmd").rglob("*") if p.is_file()]
-    files += [mod, mod.with_suffix(".sum")]
+    files = [
+        p
+        for p in (module / "cmd").rglob("*")
+        if p.is_file() and p.relative_to(module / "cmd").parts[0] not in BENCH_TOOLS
+    ]
+    digest = _digest(module, [*files, mod, mod.with_suffix(".sum")], KWOK_VERSION.encode())
+    versions = f"k8s-{version}-etcd-{etcd_version(module, version)}-kwok-{KWOK_VERSION}"
+    return f"{versions}-{digest[:10]}"
+
+
+def _digest(module: Path, files: list[Path], extra: bytes = b"") -> str:
+    """sha256 over the files' paths (relative to ``module``) and contents, then ``extra``."""
     digest = hashlib.sha256()
     for path in sorted(files, key=lambda p: str(p.relative_to(module))):
         digest.update(str(path.relative_to(module)).encode())
         digest.update(path.read_bytes())
-    digest.update(KWOK_VERSION.encode())
-    versions = f"k8s-{version}-etcd-{etcd_version(module, version)}-kwok-{KWOK_VERSION}"
-    return f"{versions}-{digest.hexdigest()[:10]}"
+    digest.update(extra)
+    return digest.hexdigest()
+
+
+def null_binder_key(module: Path, version: str | None = None) -> str:
+    """The null binder's cache folder name: the release and a hash of its source and the
+    release's module file and sums (nothing of the plane's other commands)."""
+    version = version or kubernetes_version()
+    mod = modfile(module, version)
+    files = [p for p in (module / "cmd" / NULL_BINDER).rglob("*") if p.is_file()]
+    digest = _digest(module, [*files, mod, mod.with_suffix(".sum")])
+    return f"{NULL_BINDER}-{version}-{digest[:10]}"
 
 
 def modfile_flags(module: Path, version: str) -> str:
@@ -328,6 +357,47 @@ def ensure_helm(progress: Progress = _print) -> Path:
     with _build_lock(target.parent):
         if not path.is_file():
             _build_helm(target, progress)
+    return path
+
+
+def ensure_null_binder(progress: Progress = _print) -> Path:
+    """The benchmark's null binder for this release, built first if not cached (seconds
+    with a warm Go build cache: it is client-go alone). ``LATTICE_BIN_DIR`` may hold a
+    prebuilt ``nullbinder``; without one it is built into the cache as usual."""
+    override = os.environ.get("LATTICE_BIN_DIR")
+    if override and (Path(override) / NULL_BINDER).is_file():
+        return Path(override) / NULL_BINDER
+    module = module_dir()
+    version = kubernetes_version()
+    target = cache_root() / "bin" / null_binder_key(module, version)
+    path = target / NULL_BINDER
+    if path.is_file():
+        return path
+    with _build_lock(target.parent):
+        if path.is_file():
+            return path  # another process built it
+        tmp = Path(tempfile.mkdtemp(prefix="build-nullbinder-", dir=target.parent))
+        log = target.parent / f"{target.name}.build.log"
+        log.write_text("")
+        flags = "-mod=readonly -trimpath -buildvcs=false" + modfile_flags(module, version)
+        env = {**os.environ, "GOFLAGS": flags}
+        env.setdefault("GOPROXY", "https://proxy.golang.org,direct")
+        progress(f"building the null binder ({version}) once into {target}, log: {log}")
+        try:
+            _run_go(
+                ["go", "build", "-v", "-ldflags", "-s -w", "-o", f"{tmp}/", f"./cmd/{NULL_BINDER}"],
+                module,
+                env,
+                log,
+                NULL_BINDER,
+                progress,
+            )
+            if target.exists():
+                shutil.rmtree(target)
+            tmp.rename(target)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
     return path
 
 

@@ -11,12 +11,18 @@ import pytest
 from lattice_dev.benchmarks.scheduling import (
     KUBE,
     LATTICE,
+    NULL,
     Result,
     existing_node_index,
+    min_median_max,
     ratio,
     ratios,
+    rotation,
     sizes,
+    summaries,
+    summary_table,
     table,
+    whole_cpu_ms_per_pod,
 )
 
 
@@ -114,6 +120,92 @@ def test_table_prints_every_run_ratios_range_and_warnings() -> None:
     ) in out
     assert "note: anti-affinity: existing pods capped at 10" in out
     assert not any(ln.startswith("WARNING: plain") for ln in out)
+
+
+def test_whole_process_cpu_per_pod() -> None:
+    # 4.8 CPU seconds when the 2000th pod was bound: start-up and sync included.
+    assert whole_cpu_ms_per_pod(4.8, 2000) == pytest.approx(2.4)
+    assert math.isnan(whole_cpu_ms_per_pod(4.8, 0))
+    assert math.isnan(whole_cpu_ms_per_pod(math.nan, 10))
+
+
+def test_min_median_max_leaves_out_missing_runs() -> None:
+    got = min_median_max([424.5, math.nan, 400.0, 430.0])
+    assert (got.low, got.median, got.high, got.n) == (400.0, 424.5, 430.0, 3)
+    even = min_median_max([1.0, 2.0])
+    assert even.median == pytest.approx(1.5)
+    none = min_median_max([math.nan])
+    assert none.n == 0
+    assert math.isnan(none.median)
+
+
+def test_rotation_puts_each_row_once_in_every_position() -> None:
+    sides = (KUBE, LATTICE, NULL)
+    orders = [rotation(sides, run) for run in (1, 2, 3)]
+    assert orders[0] == sides
+    assert orders[1] == (LATTICE, NULL, KUBE)
+    assert rotation(sides, 4) == sides
+    for position in range(3):
+        assert {o[position] for o in orders} == set(sides)
+    # Two rows: alternation, as before the floor.
+    assert rotation((KUBE, LATTICE), 2) == (LATTICE, KUBE)
+
+
+def _three_runs() -> list[Result]:
+    rows = []
+    for run, (k, lat, floor) in enumerate(
+        [(400.0, 360.0, 450.0), (420.0, 380.0, 470.0), (500.0, 300.0, math.nan)], start=1
+    ):
+        rows += [
+            _r("plain", KUBE, run, k, 1.5, cpu_whole_ms_per_pod=1.5 + run / 10),
+            _r("plain", LATTICE, run, lat, 2.0, cpu_whole_ms_per_pod=2.4),
+            _r("plain", NULL, run, floor, 0.5, cpu_whole_ms_per_pod=0.6),
+        ]
+    return rows
+
+
+def test_summaries_pair_each_repeat_with_kube_and_the_floor() -> None:
+    got = {q.scheduler: q for q in summaries(_three_runs())}
+    assert list(got) == [KUBE, LATTICE, NULL]
+    kube, lat, floor = got[KUBE], got[LATTICE], got[NULL]
+    assert (kube.runs, kube.pods_per_s.median, kube.pods_per_s.high) == (3, 420.0, 500.0)
+    assert (kube.vs_kube.low, kube.vs_kube.high) == (1.0, 1.0)
+    # Lattice / kube per repeat: 0.9, 0.905, 0.6.
+    assert lat.vs_kube.low == pytest.approx(0.6)
+    assert lat.vs_kube.median == pytest.approx(0.9)
+    assert lat.vs_kube.high == pytest.approx(380 / 420)
+    # Of the floor: repeat 3 had no floor figure, so two repeats count.
+    assert lat.of_floor.n == 2
+    assert lat.of_floor.low == pytest.approx(0.8)
+    assert lat.of_floor.high == pytest.approx(380 / 470)
+    assert kube.of_floor.median == pytest.approx((400 / 450 + 420 / 470) / 2)
+    assert floor.of_floor.median == pytest.approx(1.0)
+    assert floor.pods_per_s.n == 2
+    assert kube.cpu_whole.low == pytest.approx(1.6)
+    assert kube.cpu_whole.high == pytest.approx(1.8)
+    assert lat.cpu_window.median == pytest.approx(2.0)
+
+
+def test_the_table_prints_the_floor_and_the_summary() -> None:
+    results = _three_runs()
+    out = table(results).splitlines()
+    assert "of floor" in out[0]
+    assert "CPU ms/pod whole" in out[0]
+    run1 = [ln for ln in out if ln.startswith("| plain ") and "| 1 " in ln and LATTICE in ln]
+    assert "| 0.80 " in run1[0]
+    assert "| 2.40 " in run1[0]
+    rats = ratios(results)
+    assert rats[0].kube_of_floor == pytest.approx(400 / 450)
+    assert rats[0].lattice_of_floor == pytest.approx(0.8)
+    assert rats[0].cpu_whole_per_pod == pytest.approx(2.4 / 1.6)
+    assert math.isnan(rats[2].lattice_of_floor)
+    summary = summary_table(results)
+    assert "summary over repeats (min / median / max):" in summary
+    row = next(ln for ln in summary if ln.startswith("| plain ") and LATTICE in ln)
+    assert "| 300.0 / 360.0 / 380.0 " in row
+    assert "| 0.60x / 0.90x / 0.90x " in row
+    assert "| 2.40 / 2.40 / 2.40 " in row
+    assert summary_table([]) == []
 
 
 @pytest.mark.parametrize("nodes", [1, 2, 3, 200, 1000, 2000, 5000])

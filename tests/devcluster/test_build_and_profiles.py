@@ -105,3 +105,19 @@ def test_profiles_look_like_kubelet_registrations(name: str) -> None:
 
 def test_gpu_profile_has_gpus() -> None:
     assert get_profile("gpu-8x").capacity["nvidia.com/gpu"] == "8"
+
+
+def test_null_binder_is_keyed_apart_from_the_control_plane(tmp_path: Path) -> None:
+    """The benchmark's null binder changes its own key, never the plane's (nor its kubelet's)."""
+    a = _module(tmp_path / "a", "package main\n")
+    before = build.cache_key(a, build.DEFAULT_KUBERNETES)
+    tool = a / "cmd" / build.NULL_BINDER
+    tool.mkdir()
+    (tool / "main.go").write_text("package main\n")
+    first = build.null_binder_key(a, build.DEFAULT_KUBERNETES)
+    assert build.cache_key(a, build.DEFAULT_KUBERNETES) == before
+    (tool / "main.go").write_text("package main // changed\n")
+    assert build.cache_key(a, build.DEFAULT_KUBERNETES) == before
+    assert build.null_binder_key(a, build.DEFAULT_KUBERNETES) != first
+    assert first.startswith(f"nullbinder-{build.DEFAULT_KUBERNETES}-")
+    assert build.null_binder_key(a, "v1.35.4").startswith("nullbinder-v1.35.4-")
