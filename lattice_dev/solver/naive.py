@@ -19,7 +19,7 @@ from ortools.sat.python import cp_model
 
 from scheduler.core.snapshot import IntArray
 from scheduler.solver.check import objective
-from scheduler.solver.model import _STATUS, ModelStatus, configure
+from scheduler.solver.model import ModelStatus, configure, status_of
 from scheduler.solver.problem import GangProblem, outside_groups
 
 
@@ -171,7 +171,7 @@ def solve_naive(
     code = solver.solve(model)
     if code == cp_model.MODEL_INVALID:
         raise RuntimeError(f"CP-SAT rejected the naive model: {model.validate()}")
-    status = _STATUS.get(code, ModelStatus.UNKNOWN)
+    status = status_of(solver, code)
     counts: IntArray | None = None
     value: int | None = None
     if status is not ModelStatus.UNKNOWN:
