@@ -531,14 +531,15 @@ def kinds(release: str | None = None) -> tuple[tuple[str, int], ...]:
     return tuple((k, w) for k, w in KINDS if k not in NEW_IN_136)
 
 
-def _taint(r: random.Random, key: str) -> dict[str, str]:
-    taint = {"key": key, "effect": r.choice(TAINT_EFFECTS)}
+def _taint(r: random.Random, key: str, no_execute: bool) -> dict[str, str]:
+    effects = TAINT_EFFECTS if no_execute else tuple(e for e in TAINT_EFFECTS if e != "NoExecute")
+    taint = {"key": key, "effect": r.choice(effects)}
     if r.random() < 0.5:
         taint["value"] = r.choice(TAINT_VALUES)
     return taint
 
 
-def _toleration(r: random.Random) -> dict[str, str]:
+def _toleration(r: random.Random, effect: bool) -> dict[str, str]:
     form = r.choice(("exists-any", "exists-key", "exists-key", "equal", "equal", "equal"))
     out: dict[str, str] = {}
     if form != "exists-any":
@@ -550,13 +551,15 @@ def _toleration(r: random.Random) -> dict[str, str]:
             out["value"] = value
     else:
         out["operator"] = "Exists"
-    if r.random() < 0.4:
+    if effect or r.random() < 0.4:
         out["effect"] = r.choice(BLOCKING_EFFECTS)
     return out
 
 
-def _tolerations(r: random.Random) -> list[dict[str, str]]:
-    return [_toleration(r) for _ in range(r.choice((0, 1, 1, 2, 3)))]
+def _tolerations(r: random.Random, effect: bool = False) -> list[dict[str, str]]:
+    """A request's tolerations; each with an ``effect`` when ``effect`` (see
+    :meth:`_Gen.taint`)."""
+    return [_toleration(r, effect) for _ in range(r.choice((0, 1, 1, 2, 3)))]
 
 
 PROFILES: Final = ("full", "half", "quarter", "small")
@@ -751,7 +754,8 @@ class _Gen:
                 claim.constraints.append(Constraint([], r.choice(constraint_attrs)))
             claims.append(claim)
         elif kind == "tainted":
-            self.taint(d)
+            no_execute = self.taint(d)
+
             variant = r.choice(("exact", "exact", "first-available", "two-claims", "all"))
             if variant == "first-available":
                 subs = [
@@ -760,7 +764,7 @@ class _Gen:
                         d.cls,
                         _sels(r, 1),
                         count=self.count(n),
-                        tolerations=_tolerations(r),
+                        tolerations=_tolerations(r, no_execute),
                     )
                     for i in range(r.randint(2, 3))
                 ]
@@ -768,12 +772,12 @@ class _Gen:
             elif variant == "two-claims":
                 for suffix in ("", "-b"):
                     sub = Sub("", d.cls, _sels(r, 1), count=r.randint(1, max(1, n // 2 + 1)))
-                    sub.tolerations = _tolerations(r)
+                    sub.tolerations = _tolerations(r, no_execute)
                     claims.append(Claim(suffix, [Request("gpu", [sub])]))
             else:
                 mode = "All" if variant == "all" else "ExactCount"
                 sub = Sub("", d.cls, _sels(r, 1), mode=mode, count=self.count(n))
-                sub.tolerations = _tolerations(r)
+                sub.tolerations = _tolerations(r, no_execute)
                 claims.append(one(sub))
         elif kind == "partitioned":
             d = self.partitioned(name)
@@ -810,14 +814,22 @@ class _Gen:
             pods_per_node=pods if kind == "shared" else 1,
         )
 
-    def taint(self, d: Driver) -> None:
-        """Taint some of ``d``'s devices (distinct keys per device)."""
+    def taint(self, d: Driver) -> bool:
+        """Taint some of ``d``'s devices (distinct keys per device); whether ``NoExecute``
+        is among the effects. kube-controller-manager's device taint eviction spares a pod
+        on a NoExecute device only for a toleration that names ``effect: NoExecute`` (an
+        effect-less one lets the allocator take the device, then the pod is evicted and
+        deleted: no verdict to compare), so where NoExecute taints are drawn every
+        toleration names its effect; effect-less tolerations come with NoSchedule and
+        None taints only."""
         r = self.r
         p = r.choice((0.3, 0.6, 1.0))
+        no_execute = r.random() < 0.5
         for x in d.devices:
             if r.random() < p:
                 keys = r.sample(TAINT_KEYS, r.choice((1, 1, 2)))
-                x["taints"] = [_taint(r, k) for k in keys]
+                x["taints"] = [_taint(r, k, no_execute) for k in keys]
+        return no_execute
 
     def partitioned(self, case: str) -> Driver:
         """A driver whose pool shares one counter set (memory and compute) among a full
