@@ -757,13 +757,17 @@ class _Gen:
             no_execute = self.taint(d)
 
             variant = r.choice(("exact", "exact", "first-available", "two-claims", "all"))
+
+            def few() -> int:
+                return r.choice((1, 1, 2, 2, 3, max(1, n // 2), n, self.count(n)))
+
             if variant == "first-available":
                 subs = [
                     Sub(
                         f"s{i}",
                         d.cls,
                         _sels(r, 1),
-                        count=self.count(n),
+                        count=few(),
                         tolerations=_tolerations(r, no_execute),
                     )
                     for i in range(r.randint(2, 3))
@@ -776,7 +780,7 @@ class _Gen:
                     claims.append(Claim(suffix, [Request("gpu", [sub])]))
             else:
                 mode = "All" if variant == "all" else "ExactCount"
-                sub = Sub("", d.cls, _sels(r, 1), mode=mode, count=self.count(n))
+                sub = Sub("", d.cls, _sels(r, 1), mode=mode, count=few())
                 sub.tolerations = _tolerations(r, no_execute)
                 claims.append(one(sub))
         elif kind == "partitioned":
