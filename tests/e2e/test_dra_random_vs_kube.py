@@ -443,6 +443,7 @@ def test_the_generator_is_a_pure_function_of_the_seed_and_covers_every_kind() ->
             subs = [s for cl in c.claims for q in cl.requests for s in q.alternatives]
             assert all("effect" in t for s in subs for t in s.tolerations), c.describe()
     partitioned = [c for c in new if c.kind == "partitioned"]
+    assert not any(PCIE_ROOT in x["attributes"] for x in devices)
     assert all(
         d.counters and all(x.get("consumesCounters") for x in d.devices)
         for c in partitioned
