@@ -7,7 +7,8 @@ and sometimes-missing attributes, scoped constraints, a GPU+NIC pair over two dr
 kube's runtime errors, 33 devices, an older pool generation, a missing class, claims shared
 by several pods, claims already allocated when the pod comes (used, only taking devices, or
 pinned elsewhere so PostFilter frees them), claims generated from templates, pools of two
-slices) run on one plane in one go, each on disjoint devices as in ``test_dra_vs_kube.py``:
+slices; from 1.36 tainted devices against tolerations and pools with shared counters) run
+on one plane in one go, each on disjoint devices as in ``test_dra_vs_kube.py``:
 kube-scheduler's pods pinned to one node, Lattice's to the other. Once every pod's verdict
 (bound, or the reason of PodScheduled=False) has held still for :data:`STABLE` seconds:
 
