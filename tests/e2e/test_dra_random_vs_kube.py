@@ -7,7 +7,8 @@ and sometimes-missing attributes, scoped constraints, a GPU+NIC pair over two dr
 kube's runtime errors, 33 devices, an older pool generation, a missing class, claims shared
 by several pods, claims already allocated when the pod comes (used, only taking devices, or
 pinned elsewhere so PostFilter frees them), claims generated from templates, pools of two
-slices) run on one plane in one go, each on disjoint devices as in ``test_dra_vs_kube.py``:
+slices; from 1.36 tainted devices against tolerations and pools with shared counters) run
+on one plane in one go, each on disjoint devices as in ``test_dra_vs_kube.py``:
 kube-scheduler's pods pinned to one node, Lattice's to the other. Once every pod's verdict
 (bound, or the reason of PodScheduled=False) has held still for :data:`STABLE` seconds:
 
@@ -53,9 +54,16 @@ from tests.e2e.differential.dra_cases import (
     unstamped,
     verdict,
 )
-from tests.e2e.differential.dra_check import check_pod, check_reserved, expected_config
+from tests.e2e.differential.dra_check import (
+    check_pod,
+    check_reserved,
+    expected_config,
+    tolerates,
+)
 from tests.e2e.differential.dra_gen import (
+    COUNTER_SET,
     KINDS,
+    NEW_IN_136,
     NODE_PAIRS,
     PCIE_ROOT,
     Case,
@@ -68,6 +76,7 @@ from tests.e2e.differential.dra_gen import (
     Sub,
     generate,
     held_status,
+    kinds,
     objects,
     reproducer,
 )
@@ -400,7 +409,54 @@ def test_the_generator_is_a_pure_function_of_the_seed_and_covers_every_kind() ->
     a, b = generate(5, DEFAULT_CASES), generate(5, DEFAULT_CASES)
     assert [objects(c, "ns") for c in a] == [objects(c, "ns") for c in b]
     assert [objects(c, "ns") for c in generate(6, 20)] != [objects(c, "ns") for c in a[:20]]
-    assert {c.kind for c in a} == {k for k, _ in KINDS}
+    assert {c.kind for c in a} == {k for k, _ in kinds()}
+    assert {k for k, _ in kinds("v1.37.2")} == {k for k, _ in KINDS}
+    assert not {k for k, _ in kinds("v1.35.4")} & set(NEW_IN_136)
+    assert not {c.kind for c in generate(5, DEFAULT_CASES, "v1.35.4")} & set(NEW_IN_136)
+    new = [c for c in generate(5, DEFAULT_CASES, "v1.37.2") if c.kind in NEW_IN_136]
+    devices = [x for c in new for d in c.drivers for x in d.devices]
+    effects = {t["effect"] for x in devices for t in x.get("taints") or []}
+    assert effects == {"NoSchedule", "NoExecute", "None"}
+    tolerations = [
+        t
+        for c in new
+        for cl in c.claims
+        for q in cl.requests
+        for s in q.alternatives
+        for t in s.tolerations
+    ]
+    assert {(t["operator"], "key" in t, "effect" in t) for t in tolerations} >= {
+        ("Exists", False, False),
+        ("Exists", True, True),
+        ("Equal", True, False),
+        ("Equal", True, True),
+    }
+    assert any(c.claims[0].requests[0].first_available and c.kind == "tainted" for c in new)
+    for c in new:
+        # kube-controller-manager evicts a pod whose NoExecute device is tolerated only by
+        # an effect-less toleration: such cases would leave no pod to compare.
+        if any(
+            t["effect"] == "NoExecute"
+            for d in c.drivers
+            for x in d.devices
+            for t in x.get("taints") or []
+        ):
+            subs = [s for cl in c.claims for q in cl.requests for s in q.alternatives]
+            assert all("effect" in t for s in subs for t in s.tolerations), c.describe()
+    partitioned = [c for c in new if c.kind == "partitioned"]
+    assert not any(PCIE_ROOT in x["attributes"] for x in devices)
+    assert all(
+        d.counters and all(x.get("consumesCounters") for x in d.devices)
+        for c in partitioned
+        for d in c.drivers
+    )
+    assert any(len(c.claims) == 2 for c in partitioned)
+    slices = [o for o in objects(partitioned[0], "ns") if o["kind"] == "ResourceSlice"]
+    assert [("sharedCounters" in o["spec"], "devices" in o["spec"]) for o in slices] == [
+        (True, False),
+        (False, True),
+    ] * 2
+    assert {o["spec"]["pool"]["resourceSliceCount"] for o in slices} == {2}
     assert all(len(d.devices) <= 16 for c in a for d in c.drivers)
     assert any(c.side for c in a)
     assert all(c.side for c in a if any(d.slice_count > 1 and not d.split for d in c.drivers))
@@ -530,6 +586,114 @@ def test_the_checker_accepts_a_valid_allocation_and_rejects_each_kind_of_invalid
     assert broken(lambda d: d.pop("config")), "config copied"
     assert check_pod(case, node, [None]), "bound without an allocation"
     assert check_pod(case, node, [{**good, "nodeSelector": None}])
+
+
+def test_toleration_matching_follows_kube() -> None:
+    taint = {"key": "k", "value": "a", "effect": "NoSchedule"}
+    assert tolerates({"operator": "Exists"}, taint)
+    assert tolerates({"operator": "Exists", "key": "k"}, taint)
+    assert not tolerates({"operator": "Exists", "key": "j"}, taint)
+    assert not tolerates({"operator": "Exists", "effect": "NoExecute"}, taint)
+    assert tolerates({"operator": "Exists", "effect": "NoSchedule"}, taint)
+    assert tolerates({"operator": "Equal", "key": "k", "value": "a"}, taint)
+    assert tolerates({"key": "k", "value": "a"}, taint), "Equal is the default"
+    assert not tolerates({"operator": "Equal", "key": "k", "value": "b"}, taint)
+    assert not tolerates({"operator": "Equal", "key": "k"}, taint), "absent value is empty"
+    assert tolerates({"operator": "Equal", "key": "k"}, {"key": "k", "effect": "NoExecute"})
+    assert not tolerates({"operator": "Lt", "key": "k", "value": "a"}, taint)
+
+
+def _tainted_and_partitioned() -> tuple[Case, dict[str, Any], dict[str, Any]]:
+    """Two claims over a pool of four devices sharing 8 counters: dev-0 (needs 8, NoSchedule
+    k=a), dev-1 (4, NoExecute j), dev-2 (4, None k=b) and dev-3 (4, untainted); claim 0
+    tolerates k=a and takes dev-0 alone; claim 1 takes one more device."""
+
+    def dev(i: int, used: int, taints: list[dict[str, str]]) -> dict[str, Any]:
+        return {
+            "name": f"dev-{i}",
+            "attributes": {"model": {"string": "A100"}},
+            "taints": taints,
+            "consumesCounters": [
+                {"counterSet": COUNTER_SET, "counters": {"compute": {"value": str(used)}}}
+            ],
+        }
+
+    driver = Driver(
+        name="p.dra.lattice.dev",
+        cls="p-gpu",
+        devices=[
+            dev(0, 8, [{"key": "k", "value": "a", "effect": "NoSchedule"}]),
+            dev(1, 4, [{"key": "j", "effect": "NoExecute"}]),
+            dev(2, 4, [{"key": "k", "value": "b", "effect": "None"}]),
+            dev(3, 4, []),
+        ],
+        counters={"compute": "8"},
+    )
+    tol = [{"key": "k", "operator": "Equal", "value": "a"}]
+    first = Sub("", "p-gpu", count=1, tolerations=tol)
+    second = Sub("", "p-gpu", count=1)
+    claims = [Claim("", [Request("gpu", [first])]), Claim("-b", [Request("gpu", [second])])]
+    case = Case(1, "tainted", [driver], claims)
+    node = case.nodes[1]
+    selector = {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        ]
+    }
+
+    def alloc(claim: Claim, sub: Sub, device: str) -> dict[str, Any]:
+        result: dict[str, Any] = {"request": "gpu", "driver": driver.name, "device": device}
+        result["pool"] = driver.pool(node)
+        if sub.tolerations:
+            result["tolerations"] = sub.tolerations
+        return {
+            "devices": {
+                "results": [result],
+                "config": expected_config(case, claim, {"gpu": sub}),
+            },
+            "nodeSelector": selector,
+        }
+
+    return case, alloc(claims[0], first, "dev-0"), alloc(claims[1], second, "dev-2")
+
+
+def test_the_checker_enforces_device_taints_tolerations_and_shared_counters() -> None:
+    case, first, second = _tainted_and_partitioned()
+    node = case.nodes[1]
+    assert check_pod(case, node, [first, None]) == [
+        "c1-b-" + node + ": pod bound but claim not allocated"
+    ]
+    alone = Case(1, "tainted", case.drivers, case.claims[:1])
+    assert check_pod(alone, node, [first]) == [], "dev-0's taint is tolerated"
+
+    def with_device(a: dict[str, Any], name: str) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(json.dumps(a))
+        out["devices"]["results"][0]["device"] = name
+        return out
+
+    assert check_pod(alone, node, [with_device(first, "dev-2")]) == [], "None never blocks"
+    assert check_pod(alone, node, [with_device(first, "dev-3")]) == []
+    assert check_pod(alone, node, [with_device(first, "dev-1")]), "NoExecute j not tolerated"
+    second_alone = Case(1, "tainted", case.drivers, case.claims[1:])
+    assert check_pod(second_alone, node, [second]) == []
+    assert check_pod(second_alone, node, [with_device(second, "dev-0")]), "k=a not tolerated"
+    untold = json.loads(json.dumps(first))
+    del untold["devices"]["results"][0]["tolerations"]
+    assert check_pod(alone, node, [untold]), "the result copies the request's tolerations"
+    extra = json.loads(json.dumps(second))
+    extra["devices"]["results"][0]["tolerations"] = [{"operator": "Exists"}]
+    assert check_pod(second_alone, node, [extra]), "no tolerations where the request has none"
+    assert check_pod(case, node, [first, second]), "8 + 4 of 8 compute: over-spent"
+    assert check_pod(case, node, [with_device(first, "dev-3"), second]) == [], "4 + 4 of 8"
+    three = json.loads(json.dumps(second))
+    three["devices"]["results"].append({**three["devices"]["results"][0], "device": "dev-3"})
+    two = Case(
+        1, "tainted", case.drivers, [Claim("", [Request("gpu", [Sub("", "p-gpu", count=2)])])]
+    )
+    assert check_pod(two, node, [three]) == [], "dev-2 + dev-3: 8 of 8"
+    admin = json.loads(json.dumps(first))
+    admin["devices"]["results"][0]["adminAccess"] = True
+    assert check_pod(case, node, [admin, second]), "adminAccess: not an admin request"
 
 
 def test_selector_truth_follows_kube_semantics_for_the_generator_forms() -> None:

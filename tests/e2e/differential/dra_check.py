@@ -18,6 +18,12 @@ guarantees:
   requests that used it (in request order), then each claim config, once when it names no
   request, else once per used request it names (1.35-1.36) or once (1.37, which also drops
   ``requests`` from an entry naming every request of the claim);
+* device taints (kube 1.36+): no result is a device with a ``NoSchedule`` or ``NoExecute``
+  taint its request (or subrequest) does not tolerate (:func:`tolerates`: kube's matching
+  rules), and each result carries a copy of its request's ``tolerations`` (none: absent);
+* shared counters (1.36+): over all the case's claims on the node, the devices allocated
+  from a pool with a counter set (adminAccess results apart) consume no counter beyond its
+  value;
 * ``nodeSelector`` pins the node (every slice here is node-local);
 * (:func:`check_reserved`) each bound pod is in ``status.reservedFor`` of every claim it
   names, and every claim a scheduler allocated carries the delete-protection finalizer.
@@ -29,15 +35,79 @@ from typing import Any
 
 from lattice_dev.devcluster.build import kubernetes_version
 from tests.e2e.differential.dra_gen import (
+    BLOCKING_EFFECTS,
+    COUNTER_SET,
     FINALIZER,
     Case,
     Claim,
     SelectorError,
     Sub,
+    _quantity,
     claim_config,
     class_config,
     lookup,
 )
+
+
+def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    """Whether ``toleration`` matches ``taint``: an effect and a key, where given, must be
+    the taint's; ``Exists`` matches any value, ``Equal`` (the default) only the same one
+    (absent = empty); another operator matches nothing."""
+    if toleration.get("effect", "") not in ("", taint.get("effect", "")):
+        return False
+    if toleration.get("key", "") not in ("", taint.get("key", "")):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    if operator == "Equal":
+        return bool(toleration.get("value", "") == taint.get("value", ""))
+    return False
+
+
+def untolerated(device: dict[str, Any], tolerations: list[dict[str, Any]]) -> list[str]:
+    """The device's taints that keep it from a request with ``tolerations`` (only
+    ``NoSchedule`` and ``NoExecute`` ones block; ``None`` and any other effect do not)."""
+    return [
+        f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}"
+        for t in device.get("taints") or []
+        if t.get("effect") in BLOCKING_EFFECTS and not any(tolerates(x, t) for x in tolerations)
+    ]
+
+
+def over_spent(case: Case, node: str, allocations: list[dict[str, Any] | None]) -> list[str]:
+    """Counters of a pool's set that the case's allocations on ``node`` together spend
+    beyond its value (each non-adminAccess result of a consuming device counts once per
+    claim)."""
+    problems: list[str] = []
+    for d in case.drivers:
+        if d.counters is None:
+            continue
+        spent = dict.fromkeys(d.counters, 0)
+        by_name = {x["name"]: x for x in d.devices}
+        for allocation in allocations:
+            for r in ((allocation or {}).get("devices") or {}).get("results") or []:
+                if r.get("adminAccess") or (r.get("driver"), r.get("pool")) != (
+                    d.name,
+                    d.pool(node),
+                ):
+                    continue
+                device = by_name.get(r.get("device", ""))
+                for use in (device or {}).get("consumesCounters") or []:
+                    if use["counterSet"] != COUNTER_SET:
+                        problems.append(f"{r['device']} consumes from {use['counterSet']}")
+                        continue
+                    for name, value in use["counters"].items():
+                        if name not in spent:
+                            problems.append(f"{r['device']} consumes an unknown counter {name}")
+                            continue
+                        spent[name] += _quantity(value["value"])
+        for name, total in spent.items():
+            if total > _quantity(d.counters[name]):
+                problems.append(
+                    f"pool {d.pool(node)}: counter {name} spent {total} > {d.counters[name]}"
+                )
+    return problems
 
 
 def _matches(case: Case, sub: Sub, device: dict[str, Any]) -> bool:
@@ -57,6 +127,7 @@ def check_pod(case: Case, node: str, allocations: list[dict[str, Any] | None]) -
             problems.append(f"{where}: pod bound but claim not allocated")
             continue
         problems += [f"{where}: {p}" for p in _check_claim(case, claim, node, allocation, held)]
+    problems += over_spent(case, node, allocations)
     return problems
 
 
@@ -132,6 +203,13 @@ def _check_claim(
             continue
         if not ok:
             problems.append(f"{key[2]} does not match request {r['request']}'s selectors")
+        blocking = untolerated(device, sub.tolerations)
+        if blocking:
+            problems.append(f"{key[2]}: untolerated taints {blocking}, yet allocated")
+        if r.get("tolerations", []) != sub.tolerations or r.get("tolerations") == []:
+            problems.append(
+                f"{r}: tolerations should be {sub.tolerations or 'absent'} (the request's)"
+            )
         if bool(r.get("adminAccess")) != sub.admin or (
             "adminAccess" in r and r["adminAccess"] is not True
         ):

@@ -22,7 +22,16 @@ before any pod exists: the pod uses it, or it only takes devices from the pod's 
 or it is pinned to a node no pod can use, so the scheduler's PostFilter frees it and
 allocates it anew), template (claims kube-controller-manager generates from
 ResourceClaimTemplates), multi-slice (a pool published as two slices; kube's first fit then
-follows its informer's slice order, so only verdicts and validity are compared).
+follows its informer's slice order, so only verdicts and validity are compared), tainted
+(device taints NoSchedule/NoExecute/None on some devices, tolerations Exists/Equal with or
+without key and effect on the request or on firstAvailable subrequests; one or two claims,
+sometimes All), partitioned (a pool of two slices: one with a ``sharedCounters`` set of
+memory and compute, one with a full device consuming all of it and partitions consuming
+parts; counts that sometimes over-spend, sometimes two claims or firstAvailable).
+
+The last two need kube 1.36+ (DRADeviceTaints and DRAPartitionableDevices on; a 1.35 API
+server drops the fields): :func:`kinds` leaves them out on an older plane, so there the
+draws are those of the other kinds only.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from lattice_dev.devcluster.build import kubernetes_version
 from tests.e2e.differential.dra_cases import node_pair, pinned
 
 DOMAIN_SUFFIX: Final = ".dra.lattice.dev"
@@ -55,6 +65,11 @@ ELSEWHERE: Final = "kwok-node-elsewhere"
 """The node a held claim's allocation pins when no pod of its case can use it (no such
 node exists)."""
 FINALIZER: Final = "resource.kubernetes.io/delete-protection"
+TAINT_KEYS: Final = ("example.com/flaky", "lattice.dev/maintenance", "gpu-health")
+TAINT_VALUES: Final = ("a", "b")
+TAINT_EFFECTS: Final = ("NoSchedule", "NoExecute", "None")
+BLOCKING_EFFECTS: Final = ("NoSchedule", "NoExecute")
+COUNTER_SET: Final = "gpu-counters"
 
 
 class SelectorError(Exception):
@@ -184,6 +199,8 @@ class Sel:
             return f"{a}.rdma == true"
         if k == "driver":
             return f'device.driver == "{driver}"'
+        if k == "profile":
+            return f'{a}.profile == "{x[0]}"'
         raise AssertionError(k)
 
     def truth(self, device: Device, driver: str) -> bool:
@@ -257,6 +274,8 @@ class Sel:
             return get("rdma") is True
         if k == "driver":
             return True
+        if k == "profile":
+            return bool(get("profile") == x[0])
         raise AssertionError(k)
 
 
@@ -270,6 +289,9 @@ class Sub:
     mode: str = "ExactCount"
     count: int = 1
     admin: bool = False
+    tolerations: list[dict[str, str]] = field(default_factory=list)
+    """Device tolerations as written (``operator`` always explicit), copied by kube into
+    each result of the request."""
 
     def body(self, driver: str) -> dict[str, Any]:
         out: dict[str, Any] = {"deviceClassName": self.cls}
@@ -281,6 +303,8 @@ class Sub:
             out["count"] = self.count
         if self.admin:
             out["adminAccess"] = True
+        if self.tolerations:
+            out["tolerations"] = [dict(t) for t in self.tolerations]
         return out
 
 
@@ -331,6 +355,9 @@ class Driver:
     split: bool = False
     """The pool published whole as ``slice_count`` slices, its devices dealt out in order
     (rather than an incomplete pool, whose one slice of ``slice_count`` is published)."""
+    counters: dict[str, str] | None = None
+    """The pool's one counter set (:data:`COUNTER_SET`: counter -> quantity), published in
+    a slice of its own beside the devices' (which then consume from it)."""
 
     def pool(self, node: str) -> str:
         return f"{self.cls}-{node}"
@@ -489,12 +516,59 @@ KINDS: Final = (
     ("held", 7),
     ("template", 5),
     ("multi-slice", 4),
+    ("tainted", 6),
+    ("partitioned", 6),
 )
+NEW_IN_136: Final = ("tainted", "partitioned")
+"""Kinds whose fields (device taints and tolerations, shared counters) a 1.35 API server
+drops: not generated there."""
+
+
+def kinds(release: str | None = None) -> tuple[tuple[str, int], ...]:
+    """The :data:`KINDS` (with weights) the plane's release (or ``release``) supports."""
+    if (release or kubernetes_version()) >= "v1.36":
+        return KINDS
+    return tuple((k, w) for k, w in KINDS if k not in NEW_IN_136)
+
+
+def _taint(r: random.Random, key: str, no_execute: bool) -> dict[str, str]:
+    effects = TAINT_EFFECTS if no_execute else tuple(e for e in TAINT_EFFECTS if e != "NoExecute")
+    taint = {"key": key, "effect": r.choice(effects)}
+    if r.random() < 0.5:
+        taint["value"] = r.choice(TAINT_VALUES)
+    return taint
+
+
+def _toleration(r: random.Random, effect: bool) -> dict[str, str]:
+    form = r.choice(("exists-any", "exists-key", "exists-key", "equal", "equal", "equal"))
+    out: dict[str, str] = {}
+    if form != "exists-any":
+        out["key"] = r.choice(TAINT_KEYS)
+    if form == "equal":
+        out["operator"] = "Equal"
+        value = r.choice((*TAINT_VALUES, ""))
+        if value:
+            out["value"] = value
+    else:
+        out["operator"] = "Exists"
+    if effect or r.random() < 0.4:
+        out["effect"] = r.choice(BLOCKING_EFFECTS)
+    return out
+
+
+def _tolerations(r: random.Random, effect: bool = False) -> list[dict[str, str]]:
+    """A request's tolerations; each with an ``effect`` when ``effect`` (see
+    :meth:`_Gen.taint`)."""
+    return [_toleration(r, effect) for _ in range(r.choice((0, 1, 1, 2, 3)))]
+
+
+PROFILES: Final = ("full", "half", "quarter", "small")
 
 
 class _Gen:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, release: str | None = None) -> None:
         self.r = random.Random(seed)
+        self.kinds = kinds(release)
 
     def driver(self, case: str, tag: str = "gpu", n: int | None = None, **kw: Any) -> Driver:
         r = self.r
@@ -514,7 +588,7 @@ class _Gen:
 
     def case(self, index: int) -> Case:
         r = self.r
-        kind = r.choices([k for k, _ in KINDS], weights=[w for _, w in KINDS])[0]
+        kind = r.choices([k for k, _ in self.kinds], weights=[w for _, w in self.kinds])[0]
         name = f"c{index}"
         d = self.driver(name)
         n = len(d.devices)
@@ -679,6 +753,61 @@ class _Gen:
             if r.random() < 0.3:
                 claim.constraints.append(Constraint([], r.choice(constraint_attrs)))
             claims.append(claim)
+        elif kind == "tainted":
+            # No PCIe roots: Lattice's root-aware order would make the devices differ from
+            # kube's first fit (allowed, but then only validity is compared).
+            for x in d.devices:
+                x["attributes"].pop(PCIE_ROOT, None)
+            no_execute = self.taint(d)
+
+            variant = r.choice(("exact", "exact", "first-available", "two-claims", "all"))
+
+            def few() -> int:
+                return r.choice((1, 1, 2, 2, 3, max(1, n // 2), n, self.count(n)))
+
+            if variant == "first-available":
+                subs = [
+                    Sub(
+                        f"s{i}",
+                        d.cls,
+                        _sels(r, 1),
+                        count=few(),
+                        tolerations=_tolerations(r, no_execute),
+                    )
+                    for i in range(r.randint(2, 3))
+                ]
+                claims.append(Claim("", [Request("gpu", subs, first_available=True)]))
+            elif variant == "two-claims":
+                for suffix in ("", "-b"):
+                    sub = Sub("", d.cls, _sels(r, 1), count=r.randint(1, max(1, n // 2 + 1)))
+                    sub.tolerations = _tolerations(r, no_execute)
+                    claims.append(Claim(suffix, [Request("gpu", [sub])]))
+            else:
+                mode = "All" if variant == "all" else "ExactCount"
+                sub = Sub("", d.cls, _sels(r, 1), mode=mode, count=few())
+                sub.tolerations = _tolerations(r, no_execute)
+                claims.append(one(sub))
+        elif kind == "partitioned":
+            d = self.partitioned(name)
+            drivers, n = [d], len(d.devices)
+            variant = r.choice(("one", "one", "two-claims", "first-available", "all"))
+
+            def psub(sub_name: str = "") -> Sub:
+                sels = [Sel("profile", (r.choice(PROFILES),))] if r.random() < 0.6 else []
+                if r.random() < 0.2:
+                    sels.append(_sel(r))
+                return Sub(sub_name, d.cls, sels, count=r.choice((1, 1, 2, 2, 3, 4, n)))
+
+            if variant == "two-claims":
+                claims += [Claim(suffix, [Request("gpu", [psub()])]) for suffix in ("", "-b")]
+            elif variant == "first-available":
+                subs = [psub(f"s{i}") for i in range(r.randint(2, 3))]
+                claims.append(Claim("", [Request("gpu", subs, first_available=True)]))
+            else:
+                sub = psub()
+                if variant == "all":
+                    sub.mode = "All"
+                claims.append(one(sub))
         else:
             raise AssertionError(kind)
         incomplete = any(x.slice_count > 1 and not x.split for x in drivers)
@@ -692,6 +821,57 @@ class _Gen:
             side=side,
             pods_per_node=pods if kind == "shared" else 1,
         )
+
+    def taint(self, d: Driver) -> bool:
+        """Taint some of ``d``'s devices (distinct keys per device); whether ``NoExecute``
+        is among the effects. kube-controller-manager's device taint eviction spares a pod
+        on a NoExecute device only for a toleration that names ``effect: NoExecute`` (an
+        effect-less one lets the allocator take the device, then the pod is evicted and
+        deleted: no verdict to compare), so where NoExecute taints are drawn every
+        toleration names its effect; effect-less tolerations come with NoSchedule and
+        None taints only."""
+        r = self.r
+        p = r.choice((0.3, 0.6, 1.0))
+        no_execute = r.random() < 0.5
+        for x in d.devices:
+            if r.random() < p:
+                keys = r.sample(TAINT_KEYS, r.choice((1, 1, 2)))
+                x["taints"] = [_taint(r, k, no_execute) for k in keys]
+        return no_execute
+
+    def partitioned(self, case: str) -> Driver:
+        """A driver whose pool shares one counter set (memory and compute) among a full
+        device consuming all of it and partitions consuming parts (no PCIe roots, so kube's
+        first fit and Lattice's are the same devices)."""
+        r = self.r
+        gib, compute = r.choice((40, 80)), r.choice((7, 8))
+        wanted = {
+            "full": r.choice((0, 1, 1, 2)),
+            "half": r.randint(0, 2),
+            "quarter": r.randint(0, 4),
+            "small": r.randint(0, 8),
+        }
+        if not any(wanted.values()):
+            wanted["small"] = 1
+        use = {
+            "full": (gib, compute),
+            "half": (gib // 2, compute // 2),
+            "quarter": (gib // 4, max(1, compute // 4)),
+            "small": (gib // 8, 1),
+        }
+        profiles = [p for p in PROFILES for _ in range(wanted[p])]
+        if r.random() < 0.5:
+            r.shuffle(profiles)
+        d = self.driver(case, n=len(profiles), root=False)
+        for x, profile in zip(d.devices, profiles, strict=True):
+            x["attributes"]["profile"] = {"string": profile}
+            mem, slices = use[profile]
+            counters = {"memory": {"value": f"{mem}Gi"}, "compute": {"value": str(slices)}}
+            if r.random() < 0.15:
+                del counters[r.choice(("memory", "compute"))]
+            x["consumesCounters"] = [{"counterSet": COUNTER_SET, "counters": counters}]
+        d.counters = {"memory": f"{gib}Gi", "compute": str(compute)}
+        return d
 
     def held(self, d: Driver, pods: int = 1) -> Claim:
         """A claim for k devices of ``d``, allocated by the test (k drawn devices its class
@@ -716,9 +896,10 @@ class _Gen:
         )
 
 
-def generate(seed: int, count: int) -> list[Case]:
-    """``count`` cases from ``seed``: the same seed gives the same cases."""
-    g = _Gen(seed)
+def generate(seed: int, count: int, release: str | None = None) -> list[Case]:
+    """``count`` cases from ``seed``: the same seed (and release: :func:`kinds`) gives the
+    same cases."""
+    g = _Gen(seed, release)
     return [g.case(i) for i in range(count)]
 
 
@@ -756,8 +937,24 @@ def objects(case: Case, ns: str) -> list[dict[str, Any]]:
             pool = {
                 "name": d.pool(node),
                 "generation": generation,
-                "resourceSliceCount": d.slice_count,
+                "resourceSliceCount": d.slice_count + (d.counters is not None),
             }
+            if d.counters is not None:
+                # v1: a slice holds sharedCounters or devices, never both.
+                counters = {k: {"value": v} for k, v in d.counters.items()}
+                out.append(
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceSlice",
+                        "metadata": {"name": f"{d.pool(node)}-counters"},
+                        "spec": {
+                            "driver": d.name,
+                            "nodeName": node,
+                            "pool": pool,
+                            "sharedCounters": [{"name": COUNTER_SET, "counters": counters}],
+                        },
+                    }
+                )
             parts = (
                 [
                     (f"{d.pool(node)}-s{i}", d.devices[i :: d.slice_count])
