@@ -221,3 +221,20 @@ def test_lattice_never_places_fewer_gpu_pods_than_it_can_fit(sizes: list[int], s
         if decision.selected is not None:
             assert decision.selected in check.feasible
             snapshot.add_pod(pod, decision.selected)
+
+
+def test_no_gpu_node_costs_no_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a cluster without feasible GPU nodes the plugin stays out before computing the
+    figures (most of a plain pod's cycle otherwise), and still scores GPU nodes."""
+    import scheduler.core.plugins.gpu_placement as plugin
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("figures computed without a feasible GPU node")
+
+    framework = Framework(DEFAULT_PROFILE)
+    monkeypatch.setattr(plugin, "figures", refuse)
+    plain = make_pod("p", cpu="1", memory="1Gi").build()
+    nodes = [make_node("a", cpu="8", memory="32Gi"), make_node("b", cpu="8", memory="32Gi")]
+    assert framework.schedule(cluster(nodes), plain).selected in {"a", "b"}
+    with pytest.raises(AssertionError, match="figures computed"):
+        framework.schedule(cluster([*nodes, gpu_node("g", 8)]), plain)

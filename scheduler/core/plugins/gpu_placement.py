@@ -46,6 +46,7 @@ request is a prioritized list), so packing alone decides, as before.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 import numpy as np
@@ -92,10 +93,12 @@ class GpuPlacement:
             cycle.pod.resources.requests, self.args.resources
         ):
             return None
+        if not _any_gpu_capacity(cycle, self.args.resources, feasible):
+            # Before the figures, which cost most of a plain pod's cycle on a cluster
+            # without GPUs: no feasible GPU node, nothing to keep placeable.
+            return None
         fig = self.figures(cycle)
         capacity = fig.free.capacity
-        if not (capacity[feasible] > 0).any():
-            return None  # no feasible GPU node: nothing to keep placeable
         raw: IntArray
         if policy is GpuPolicy.FRAGMENTATION:
             # Lexicographic: fragmentation first (in hundredths of a GPU: finer differences
@@ -174,3 +177,14 @@ def _ranked_by(keys: tuple[IntArray, ...], feasible: BoolArray) -> IntArray | No
 
 def new(profile: Profile) -> GpuPlacement:
     return GpuPlacement(profile.gpu_placement)
+
+
+def _any_gpu_capacity(cycle: Cycle, resources: Iterable[str], feasible: BoolArray) -> bool:
+    """Whether a feasible row has allocatable GPUs (the check :func:`figures` would make)."""
+    snapshot = cycle.snapshot
+    alloc = snapshot.allocatable
+    for resource in resources:
+        col = snapshot.resource_column(resource)
+        if col is not None and (alloc[col][feasible] > 0).any():
+            return True
+    return False
