@@ -91,6 +91,7 @@ from scheduler.control.settings import SchedulerSettings
 from scheduler.control.storage import POD_GONE, Kind, Storage
 from scheduler.control.timing import timed
 from scheduler.control.transient import describe, failure_of, is_transient, written_or_failure
+from scheduler.core.batch import Batch
 from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
 from scheduler.core.dra.extended import status_body
 from scheduler.core.dra.objects import ResourceClaim
@@ -190,6 +191,8 @@ class Scheduler:
         self.plugin_timer = PluginTimer(metrics.plugin_execution_duration)
         self._timed_framework = timed(self.framework, self.plugin_timer)
         """The same plugin instances, timed on sampled cycles: what scheduling cycles run."""
+        self.batch = Batch()
+        """Opportunistic batching (:mod:`scheduler.core.batch`): the last cycle's memo."""
         metrics.precreate_profile(settings.scheduler_name)
         self._graph_seq = 0
         self.cache = SchedulerCache(
@@ -279,6 +282,7 @@ class Scheduler:
     # -- settings -----------------------------------------------------------
     def apply_settings(self, settings: SchedulerSettings) -> None:
         """New profile from the next cycle on; in-flight bindings keep their slots."""
+        self.batch.clear()
         if settings.profile != self.settings.profile:
             self.framework = Framework(settings.profile)
             self._timed_framework = timed(self.framework, self.plugin_timer)
@@ -644,6 +648,8 @@ class Scheduler:
         (:func:`~scheduler.core.nominated.schedule_with_nominated`), except those keyed in
         ``ignore_nominated`` (a gang's own members, whose plan replaces their nominations)."""
         nominated = self.nominated() if self.preemptor.nominations else []
+        if self.plugin_timer.on:
+            self.batch.clear()  # a sampled cycle times every plugin: the full cycle
         if ignore_nominated:
             nominated = [(p, n) for p, n in nominated if p.key not in ignore_nominated]
         return schedule_with_nominated(
@@ -659,6 +665,7 @@ class Scheduler:
             restrict_to=restrict_to,
             volumes=self.cache.volumes,
             dra=self.cache.dra,
+            batch=self.batch if restrict_to is None else None,
         )
 
     def preemption_inputs(self) -> Inputs:
@@ -719,6 +726,7 @@ class Scheduler:
         dra = self.cache.dra
         uses_dra = pod.resource_claims or pod.container_requests
         before = (dra.stats.seconds, dra.compiler.evaluations) if uses_dra else None
+        hits = self.batch.hits
         try:
             decision = self.decide(pod)
         except Exception as exc:  # a bug in a plugin must not stop the scheduler
@@ -727,6 +735,8 @@ class Scheduler:
                 info, log, trace_id, f"internal error: {exc}", started, AttemptResult.ERROR
             )
             return
+        if self.batch.hits != hits:
+            self.metrics.batched_cycles.inc()
         if before is not None:
             self.metrics.dra_allocation_duration.observe(dra.stats.seconds - before[0])
             self.metrics.dra_cel_evaluations.observe(dra.compiler.evaluations - before[1])
@@ -777,6 +787,7 @@ class Scheduler:
         # kube forgets the nomination when it assumes the pod
         self.preemptor.end_nomination(pod.key)
         self.cache.assume(pod, node, annotations)
+        self.batch.assumed(self.cache.snapshot, node)
         plan = decision.volume_plan
         if plan is not None:  # kube's Reserve: the next cycle must not offer these PVs again
             self.cache.volumes.assume(plan)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.core.batch import Batch
 from scheduler.core.explain import (
     ABSENT,
     PREFILTER_REJECTED,
@@ -72,9 +73,11 @@ def schedule_with_nominated(
     restrict_to: frozenset[str] | None = None,
     volumes: VolumeState | None = None,
     dra: DraState | None = None,
+    batch: Batch | None = None,
 ) -> Decision:
     """:meth:`Framework.schedule` with ``nominated`` (pending pods and their nominated
-    nodes) counted as described in the module docstring."""
+    nodes) counted as described in the module docstring; ``batch`` only serves a cycle
+    without nominated pods (kube's batching too stops at a nomination)."""
 
     def run(only: frozenset[str] | None) -> Decision:
         return framework.schedule(
@@ -86,6 +89,7 @@ def schedule_with_nominated(
             restrict_to=only,
             volumes=volumes,
             dra=dra,
+            batch=None if nominated else batch,
         )
 
     without = run(restrict_to)

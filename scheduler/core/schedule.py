@@ -33,6 +33,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduler.core.batch import (
+    INACTIVE_SCORES,
+    RERUN_FILTERS,
+    RERUN_SCORES,
+    STABLE_FILTERS,
+    STABLE_SCORES,
+    Batch,
+    Memo,
+    signature,
+)
 from scheduler.core.explain import (
     ABSENT,
     FEASIBLE,
@@ -48,7 +58,7 @@ from scheduler.core.framework import Code, Cycle, PluginSet
 from scheduler.core.load import LoadView
 from scheduler.core.profile import DEFAULT_PROFILE, Profile
 from scheduler.core.registry import Registry, default_registry
-from scheduler.core.snapshot import Snapshot
+from scheduler.core.snapshot import BoolArray, Snapshot
 from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
 
@@ -69,6 +79,11 @@ class Framework:
     ) -> None:
         self.profile = profile
         self.plugins: PluginSet = (registry or default_registry()).build(profile)
+        pre_filters = {id(p) for p in self.plugins.pre_filters}
+        self._rerun_filters = tuple(
+            (p, id(p) in pre_filters) for p in self.plugins.filters if p.name in RERUN_FILTERS
+        )
+        self._rerun_scores = tuple((p, w) for p, w in self.plugins.scores if p.name in RERUN_SCORES)
 
     def schedule(
         self,
@@ -81,12 +96,32 @@ class Framework:
         restrict_to: frozenset[str] | None = None,
         volumes: VolumeState | None = None,
         dra: DraState | None = None,
+        batch: Batch | None = None,
     ) -> Decision:
         """``restrict_to``: consider only these nodes (a gang member re-checked against its
         plan's node or domain); the others are reported as absent, not as rejected.
         ``volumes``: the cluster's storage objects; without them pods with claims are
         refused (the volume plugins cannot judge them); ``dra``: the same for DRA objects
-        and pods with resource claims."""
+        and pods with resource claims. ``batch``: the controller's batching state
+        (:mod:`scheduler.core.batch`): an identical pod after the last one reuses its cycle."""
+        sig = signature(pod) if batch is not None and restrict_to is None else None
+        if (
+            sig is not None
+            and (load is None or not load.may_have_fresh())
+            and (topology is None or not topology.pins_cpus_anywhere())
+        ):
+            assert batch is not None
+            memo = batch.usable(snapshot, sig, seed)
+            if memo is not None:
+                cycle = Cycle(snapshot, pod, topology=topology, load=load, volumes=volumes, dra=dra)
+                reused = self._from_memo(memo, cycle)
+                if reused is not None:
+                    batch.hits += 1
+                    return reused
+                batch.memo = None
+                batch.misses += 1
+        else:
+            sig = None
         names = snapshot.node_names
         n = len(names)
         rejected_by = np.full(n, FEASIBLE, dtype=np.int16)
@@ -158,6 +193,7 @@ class Framework:
                 )
 
         records: list[FilterRecord] = []
+        active_filters: list[str] = []
         skip = set(skipped)
         for filter_plugin in self.plugins.filters:
             if filter_plugin.name in skip:
@@ -176,6 +212,7 @@ class Framework:
                     names, rejected_by, prefilter_rejection=error, skipped_filters=tuple(skipped)
                 )
                 return Decision(pod, None, explanation, seed)
+            active_filters.append(filter_plugin.name)
             newly = candidates & verdict.rejected
             if newly.any():
                 rejected_by[newly] = len(records)
@@ -231,7 +268,110 @@ class Framework:
             skipped_scores=tuple(skipped_scores),
             preferences=tuple(preference_records),
         )
+        if sig is not None:
+            assert batch is not None
+            batch.memo = _memo(
+                sig,
+                explanation,
+                candidates,
+                active_filters,
+                seed,
+                chosen=snapshot.index_of(selected) if selected is not None else None,
+                batchable=(
+                    selected is not None
+                    and allowed is None
+                    and restrict_to is None
+                    and not annotations
+                    and volume_plan is None
+                    and claim_plan is None
+                    and not preference_records
+                ),
+            )
         return Decision(pod, selected, explanation, seed, annotations, volume_plan, claim_plan)
+
+    def _from_memo(self, memo: Memo, cycle: Cycle) -> Decision | None:
+        """The cycle of a pod identical to the last one, from its memo (see
+        :mod:`scheduler.core.batch`); None: the full cycle must run."""
+        candidates = memo.candidates
+        for plugin, has_pre_filter in self._rerun_filters:
+            if plugin.name in memo.skipped_filters:
+                continue
+            if has_pre_filter:
+                pre = plugin.pre_filter(cycle)  # type: ignore[attr-defined]
+                if pre.code is not Code.SUCCESS or pre.node_names is not None:
+                    return None
+            verdict = plugin.filter(cycle, candidates)
+            if verdict is not None and (verdict.rejected & candidates).any():
+                return None  # the node taken is now full (or more changed than we know)
+        totals = memo.totals.copy()
+        records = list(memo.scores)
+        by_name = {r.plugin: i for i, r in enumerate(records)}
+        for scorer, weight in self._rerun_scores:
+            scores = scorer.score(cycle, candidates)
+            at = by_name.get(scorer.name)
+            if scores is None or at is None:
+                if scores is None and at is None:
+                    continue
+                return None
+            old = records[at]
+            totals += (scores - old.scores) * weight
+            records[at] = ScoreRecord(scorer.name, weight, scores)
+        ranked = np.where(candidates, totals, -1)
+        best = np.flatnonzero(ranked == ranked.max())
+        chosen = best[0] if len(best) == 1 else best[random.Random(memo.seed).randrange(len(best))]
+        memo.scores = tuple(records)
+        memo.totals = totals
+        memo.row = int(chosen)
+        memo.generation = None
+        explanation = Explanation(
+            memo.node_names,
+            memo.rejected_by,
+            memo.filters,
+            np.flatnonzero(candidates),
+            memo.scores,
+            totals,
+            skipped_filters=memo.skipped_filters,
+            skipped_scores=memo.skipped_scores,
+        )
+        return Decision(cycle.pod, memo.node_names[int(chosen)], explanation, memo.seed)
+
+
+def _memo(
+    sig: Pod,
+    explanation: Explanation,
+    candidates: BoolArray,
+    active_filters: list[str],
+    seed: int,
+    *,
+    chosen: int | None,
+    batchable: bool,
+) -> Memo | None:
+    """What the next identical pod may reuse of this full cycle (None: nothing, since a
+    plugin whose result the assumed pod could change took part)."""
+    if not batchable or chosen is None:
+        return None
+    if any(name not in STABLE_FILTERS and name not in RERUN_FILTERS for name in active_filters):
+        return None
+    if any(
+        r.plugin not in STABLE_SCORES and r.plugin not in RERUN_SCORES for r in explanation.scores
+    ):
+        return None
+    allowed_out = STABLE_SCORES | RERUN_SCORES | INACTIVE_SCORES
+    if any(name not in allowed_out for name in explanation.skipped_scores):
+        return None
+    return Memo(
+        sig,
+        seed,
+        explanation.node_names,
+        explanation.rejected_by,
+        explanation.filters,
+        candidates,
+        explanation.scores,
+        explanation.totals,
+        explanation.skipped_filters,
+        explanation.skipped_scores,
+        chosen,
+    )
 
 
 def _empty_intersection(plugins: list[str]) -> Rejection:

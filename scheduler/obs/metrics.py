@@ -189,6 +189,8 @@ class Metrics:
     dra_cel_evaluations: Histogram
     """Per attempt of a pod with claims: CEL selector evaluations run (verdicts are cached
     per device, so this stays near zero once the devices have been seen)."""
+    batched_cycles: Counter
+    """Cycles decided from the previous identical pod's memo (opportunistic batching)."""
     reports_dropped: Counter
     """Failed pods/binding calls (each one is a forget, a backoff and a requeue)."""
     graph_patches: Counter
@@ -339,6 +341,13 @@ class Metrics:
                 namespace=NAMESPACE,
                 registry=reg,
                 buckets=(0, 1, 10, 100, 1000, 10_000, 100_000),
+            ),
+            batched_cycles=Counter(
+                "scheduling_batched_cycles",
+                "Scheduling cycles decided from the previous identical pod's cycle "
+                "(opportunistic batching).",
+                namespace=NAMESPACE,
+                registry=reg,
             ),
             reports_dropped=Counter(
                 "reports_dropped",

@@ -368,3 +368,16 @@ async def test_a_node_declaring_a_feature_wakes_only_the_pods_that_need_one() ->
     assert sched.queue.where(big) is QueueName.UNSCHEDULABLE, "no feature helps it"
     await attempt_within_stay()
     assert writer.binds == [("needy", "n0")]
+
+
+async def test_identical_pods_are_batched_and_counted() -> None:
+    """A run of identical pods: the first runs the full cycle, the others reuse it (kube's
+    OpportunisticBatching); a sampled cycle times every plugin, so it runs in full."""
+    sched, _, _ = scheduler()
+    sched.plugin_timer.sample_every = 1_000_000
+    for i in range(6):
+        sched.pod_upserted(ours(make_pod(f"p{i}", "100m").obj()))
+    for _ in range(6):
+        await attempt(sched)
+    assert sample(sched, "lattice_scheduling_batched_cycles_total") == 5
+    assert sched.counters.scheduled == 6

@@ -48,7 +48,7 @@ def _ours(metrics: Metrics) -> dict[str, str]:
 
 def test_every_metric_follows_the_naming_convention() -> None:
     families = _ours(Metrics.create())
-    assert len(families) == 23
+    assert len(families) == 24
     for name, kind in families.items():
         assert NAME.match(name), name
         assert name.endswith(UNIT_BY_TYPE[kind]), (name, kind)
@@ -126,6 +126,7 @@ def test_expected_names() -> None:
         "lattice_gang_invalid_plans_total",
         "lattice_gang_partial_gangs",
         "lattice_gang_admit_duration_seconds",
+        "lattice_scheduling_batched_cycles_total",
         "lattice_reports_dropped_total",
         "lattice_gpu_devices",
     }
