@@ -41,6 +41,8 @@ from scheduler.core.explain import FilterRecord, ScoreRecord
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.model.pod import Pod
 
+Signature = tuple[object, ...]
+
 STABLE_FILTERS: Final = frozenset(
     {
         "Unsupported",
@@ -67,7 +69,7 @@ INACTIVE_SCORES: Final = frozenset(
 )
 
 
-def signature(pod: Pod) -> Pod | None:
+def signature(pod: Pod) -> Signature | None:
     """The pod without its identity, when its kind of pod can be batched at all (None: it
     cannot). Pods that compare equal here are scheduled alike by every plugin."""
     if (
@@ -86,14 +88,21 @@ def signature(pod: Pod) -> Pod | None:
         or pod.exclusive_cpus
     ):
         return None
-    return dataclasses.replace(pod, name="", uid="", node_name="", phase="")
+    return tuple([getattr(pod, name) for name in _SIGNATURE_FIELDS])
+
+
+_SIGNATURE_FIELDS: Final = tuple(
+    f.name for f in dataclasses.fields(Pod) if f.name not in {"name", "uid", "node_name", "phase"}
+)
+"""Every field of a pod but its identity (a tuple of them compares in a few
+microseconds; ``dataclasses.replace`` took ten times as long)."""
 
 
 @dataclass(slots=True)
 class Memo:
     """What the last full (or batched) cycle of a signature left for the next one."""
 
-    signature: Pod
+    signature: Signature
     seed: int
     node_names: tuple[str, ...]
     rejected_by: np.ndarray
@@ -136,7 +145,7 @@ class Batch:
             return
         memo.generation = snapshot.generation
 
-    def usable(self, snapshot: Snapshot, sig: Pod | None, seed: int) -> Memo | None:
+    def usable(self, snapshot: Snapshot, sig: Signature | None, seed: int) -> Memo | None:
         memo = self.memo
         if sig is None:
             return None

@@ -41,6 +41,7 @@ from scheduler.core.batch import (
     STABLE_SCORES,
     Batch,
     Memo,
+    Signature,
     signature,
 )
 from scheduler.core.explain import (
@@ -248,7 +249,7 @@ class Framework:
                     eligible = eligible & ~over
             ranked = np.where(eligible, totals, -1)
             best = np.flatnonzero(ranked == ranked.max())
-            row = best[0] if len(best) == 1 else best[random.Random(seed).randrange(len(best))]
+            row = best[0] if len(best) == 1 else best[tie_break(seed, len(best))]
             selected = names[int(row)]
             for annotator in self.plugins.annotators:
                 annotations.update(annotator.annotate(cycle, int(row)))
@@ -318,7 +319,7 @@ class Framework:
             records[at] = ScoreRecord(scorer.name, weight, scores)
         ranked = np.where(candidates, totals, -1)
         best = np.flatnonzero(ranked == ranked.max())
-        chosen = best[0] if len(best) == 1 else best[random.Random(memo.seed).randrange(len(best))]
+        chosen = best[0] if len(best) == 1 else best[tie_break(memo.seed, len(best))]
         memo.scores = tuple(records)
         memo.totals = totals
         memo.row = int(chosen)
@@ -337,7 +338,7 @@ class Framework:
 
 
 def _memo(
-    sig: Pod,
+    sig: Signature,
     explanation: Explanation,
     candidates: BoolArray,
     active_filters: list[str],
@@ -372,6 +373,13 @@ def _memo(
         explanation.skipped_scores,
         chosen,
     )
+
+
+@lru_cache(maxsize=4096)
+def tie_break(seed: int, ties: int) -> int:
+    """Which of ``ties`` equally scored rows wins: ``random.Random(seed)``'s first draw,
+    remembered (seeding a generator costs more than the rest of a batched cycle)."""
+    return random.Random(seed).randrange(ties)
 
 
 def _empty_intersection(plugins: list[str]) -> Rejection:
