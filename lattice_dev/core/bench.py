@@ -6,6 +6,9 @@ cpu and memory, and compares it with a straightforward per-node Python loop comp
 same filters (NodeUnschedulable, TaintToleration, NodeResourcesFit) and scores
 (LeastAllocated, BalancedAllocation, TaintToleration). Not a test: it prints figures.
 
+A fourth figure is a run of identical plain pods placed one after another, with and
+without opportunistic batching (:mod:`scheduler.core.batch`).
+
 A third figure is the same cycle with every node's load reported (LoadAware filter with a
 CPU threshold and its score active), with one placement noted per cycle as the controller
 does, so the predictor's per-cycle cost shows.
@@ -20,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from scheduler.core.batch import Batch
 from scheduler.core.load import LoadView
 from scheduler.core.profile import LoadAwareArgs, Profile
 from scheduler.core.schedule import Framework
@@ -158,6 +162,24 @@ def load_cycle(snapshot: Snapshot) -> Callable[[Pod], object]:
     return cycle
 
 
+def identical_run(size: int, pods_per_node: int, count: int, *, batched: bool) -> float:
+    """CPU seconds per pod to place ``count`` identical plain pods one after another, each
+    assumed on its node as the controller does, with or without opportunistic batching."""
+    snapshot, _, _ = build_cluster(size, pods_per_node)
+    framework = Framework()
+    pods = [plain_pod(f"run-{i}", cpu="100m", memory="128Mi") for i in range(count)]
+    batch = Batch() if batched else None
+    start = time.process_time()
+    for pod in pods:
+        decision = framework.schedule(snapshot, pod, batch=batch)
+        if decision.selected is None:
+            break
+        snapshot.add_pod(pod, decision.selected)
+        if batch is not None:
+            batch.assumed(snapshot, decision.selected)
+    return (time.process_time() - start) / count
+
+
 def median_seconds(fn: Callable[[], object], repeat: int) -> float:
     samples = []
     for _ in range(repeat):
@@ -172,6 +194,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 5000])
     parser.add_argument("--pods-per-node", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--run-pods", type=int, default=500, help="identical pods in a run")
+    parser.add_argument("--runs", type=int, default=3, help="runs of identical pods, each way")
     args = parser.parse_args()
     framework = Framework()
     pod = plain_pod("incoming", cpu="500m", memory="1Gi")
@@ -188,6 +212,20 @@ def main() -> None:
         )
         loaded = median_seconds(partial(load_cycle(snapshot), pod), args.repeat)
         print(f"{size:>6} nodes: with LoadAware on reported load {loaded * 1e3:7.3f} ms")
+        runs: dict[bool, list[float]] = {
+            flag: [] for flag in (False, True)
+        }  # interleaved: the machine's load moves
+        for _ in range(args.runs):
+            for flag in (False, True):
+                runs[flag].append(
+                    identical_run(size, args.pods_per_node, args.run_pods, batched=flag)
+                )
+        full, batched = (statistics.median(runs[flag]) for flag in (False, True))
+        print(
+            f"{size:>6} nodes: {args.run_pods} identical pods, CPU per pod (cycle + assume), "
+            f"median of {args.runs}: full cycles {full * 1e3:7.3f} ms  batched "
+            f"{batched * 1e3:7.3f} ms  (x{full / batched:4.2f})"
+        )
 
 
 if __name__ == "__main__":
