@@ -166,6 +166,17 @@ def _node_changes(old: Node, new: Node) -> NodeChange:
     return changes
 
 
+def _claim_names(pod: Pod) -> set[str]:
+    """The ResourceClaims a pod's ``spec.resourceClaims`` name (kube's pod-claim index):
+    written names and those generated from templates so far."""
+    out = set()
+    for ref in pod.resource_claims:
+        claim = ref.claim_name or pod.generated_claims.get(ref.name)
+        if claim:
+            out.add(claim)
+    return out
+
+
 def _needs_node_features(queued: QueuedPod) -> bool:
     """Whether a declared-features change can concern the pod (gangs: conservatively yes)."""
     return isinstance(queued, GangEntry) or (
@@ -558,6 +569,7 @@ class Scheduler:
         )
 
     def dra_upserted(self, kind: DraKind, body: Body) -> None:
+        old = self._held_claim(kind, body)
         self.dra.upsert(kind, body)
         if kind is DraKind.CLAIM:
             meta = body.get("metadata") or {}
@@ -583,17 +595,66 @@ class Scheduler:
                         kind="ResourceClaim",
                         api_version="resource.k8s.io/v1",
                     )
-        self._dra_changed(kind, body)
+        self._dra_changed(kind, body, old, deleted=False)
 
     def dra_deleted(self, kind: DraKind, body: Body) -> None:
+        old = self._held_claim(kind, body)
         self.dra.delete(kind, body)
-        self._dra_changed(kind, body)
+        self._dra_changed(kind, body, old, deleted=True)
 
-    def _dra_changed(self, kind: DraKind, body: Body) -> None:
-        """Only pods with resource claims can be helped by a DRA object's change."""
-        name = (body.get("metadata") or {}).get("name", "")
+    def _claim_written(self, body: Body) -> None:
+        """A claim as our own write returned it: applied at once (newer than the watch's),
+        and it wakes the pods it can help here, since its echo will show no change."""
+        old = self._held_claim(DraKind.CLAIM, body)
+        self.dra.claim_written(body)
+        self._dra_changed(DraKind.CLAIM, body, old, deleted=False)
+
+    def _held_claim(self, kind: DraKind, body: Body) -> ResourceClaim | None:
+        if kind is not DraKind.CLAIM:
+            return None
+        meta = body.get("metadata") or {}
+        return self.cache.dra.claims.get(
+            (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        )
+
+    def _dra_changed(
+        self, kind: DraKind, body: Body, old: ResourceClaim | None, *, deleted: bool
+    ) -> None:
+        """Wake the pods a DRA object's change can help, by kube's queueing hints: a
+        claim deallocated, or deleted while allocated, frees devices for every pod with
+        claims; any other claim change only the pods that use that claim, and only when it
+        was created or its status changed; a ResourceSlice or DeviceClass added or updated
+        (not deleted) every pod with claims. Device taint rules wake every pod with claims
+        either way (a rule lifted frees devices)."""
+        meta = body.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        event = ClusterEvent(ClusterEventType.DRA_CHANGED, subject=f"{kind}/{name}")
+        if kind is DraKind.CLAIM:
+            namespace = str(meta.get("namespace") or "default")
+            new = None if deleted else self.cache.dra.claims.get((namespace, name))
+            freed = (
+                old is not None
+                and old.allocation is not None
+                and (new is None or new.allocation is None)
+            )
+            if not freed:
+                if new is None or (
+                    old is not None
+                    and old.allocation == new.allocation
+                    and old.reserved_for == new.reserved_for
+                ):
+                    return  # an unallocated claim gone, or nothing a pod waits for changed
+                self.queue.move_all_on_event(
+                    event,
+                    lambda p: (
+                        isinstance(p, Pod) and p.namespace == namespace and name in _claim_names(p)
+                    ),
+                )
+                return
+        elif deleted and kind in (DraKind.SLICE, DraKind.CLASS):
+            return  # devices or classes gone help no pod
         self.queue.move_all_on_event(
-            ClusterEvent(ClusterEventType.DRA_CHANGED, subject=f"{kind}/{name}"),
+            event,
             lambda p: isinstance(p, Pod) and bool(p.resource_claims or p.container_requests),
         )
 
@@ -1197,7 +1258,7 @@ class Scheduler:
             if written is None:
                 continue
             log.info("claim_deallocated", reason=f"{claim.namespace}/{claim.name}")
-            self.dra.claim_written(written)
+            self._claim_written(written)
             self.queue.move_all_on_event(
                 ClusterEvent(ClusterEventType.DRA_CHANGED, subject=f"{DraKind.CLAIM}/{claim.name}"),
                 lambda p: isinstance(p, Pod) and p.uid == pod.uid,
@@ -1279,7 +1340,7 @@ class Scheduler:
             if failed is not None:
                 return failed
             assert written is not None
-            self.dra.claim_written(written)
+            self._claim_written(written)
             if write.allocation is not None:
                 self.metrics.dra_allocations.inc()
         log.info("claims_written", reason=f"{len(plan.writes)} claim(s)")
@@ -1302,7 +1363,7 @@ class Scheduler:
         meta = created["metadata"]
         name, uid = str(meta["name"]), str(meta["uid"])
         self._extended_claims[plan.pod_uid] = (write.namespace, name, uid)
-        self.dra.claim_written(created)
+        self._claim_written(created)
         real = ClaimWrite(write.namespace, name, uid, write.allocation, stamp=write.stamp)
         written, failed = await written_or_failure(
             self.writer.write_claim(real, pod_name=plan.pod_name, pod_uid=plan.pod_uid),
@@ -1311,7 +1372,7 @@ class Scheduler:
         if failed is not None:
             return failed
         assert written is not None
-        self.dra.claim_written(written)
+        self._claim_written(written)
         # The allocation is the written claim's now: the placeholder's assumption ends.
         self.cache.dra.forget(ClaimPlan(plan.pod_name, plan.pod_uid, (write,)))
         self.metrics.dra_allocations.inc()

@@ -312,3 +312,49 @@ async def test_a_gang_with_claims_allocates_every_member_or_none() -> None:
     assert sorted(node for _, node in writer.binds) == ["n0", "n1", "n2"]
     used = sched.cache.dra.allocated_devices()
     assert len(used) == 3  # one device each, none twice
+
+
+async def test_claim_changes_wake_only_the_pods_they_can_help() -> None:
+    """kube's queueing hints for claims: another pod's claim written or reserved changes
+    nothing for a waiting pod; its own claim's status does; a claim deallocated, or deleted
+    while allocated, frees devices for every pod with claims; slices and classes deleted
+    help nobody."""
+    sched, _ = scheduler()
+    sched.dra_upserted(Kind.CLASS, device_class("gpu"))
+    sched.dra_upserted(Kind.CLAIM, claim("c", request("gpu", exactly("gpu"))))
+    sched.pod_upserted(claim_pod("p", "c"))
+    await run_one(sched)
+    key = pod_key("default", "p")
+
+    def parked() -> bool:
+        return sched.queue.where(key) is QueueName.UNSCHEDULABLE
+
+    def park() -> None:
+        sched.queue.flush(now=10**9)
+        info = sched.queue.try_pop()
+        assert info is not None
+        sched.queue.requeue_after_failure(info, unschedulable=True, reason="test")
+        assert parked()
+
+    assert parked()
+    results = [{"request": "gpu", "driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}]
+    allocated = {"allocation": {"devices": {"results": results}}}
+    other = claim("other", request("gpu", exactly("gpu")))
+    sched.dra_upserted(Kind.CLAIM, other)  # created, not ours
+    assert parked()
+    sched.dra_upserted(Kind.CLAIM, claim("other", request("gpu", exactly("gpu")), status=allocated))
+    assert parked()  # allocated to someone else: takes devices, frees none
+    sched.dra_deleted(Kind.SLICE, resource_slice("s", [device("gpu-0")], node="n1"))
+    sched.dra_deleted(Kind.CLASS, device_class("unused"))
+    assert parked()
+    sched.dra_upserted(Kind.CLAIM, claim("other", request("gpu", exactly("gpu"))))
+    assert not parked()  # deallocated: devices free for every pod with claims
+    park()
+    sched.dra_upserted(Kind.CLAIM, claim("c", request("gpu", exactly("gpu")), status=allocated))
+    assert not parked()  # our own claim's status changed
+    park()
+    sched.dra_deleted(Kind.CLAIM, claim("c", request("gpu", exactly("gpu")), status=allocated))
+    assert not parked()  # deleted while allocated
+    park()
+    sched.dra_deleted(Kind.CLAIM, claim("other", request("gpu", exactly("gpu"))))
+    assert parked()  # an unallocated claim gone frees nothing
