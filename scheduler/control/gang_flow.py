@@ -474,6 +474,7 @@ class GangFlow:
                 volumes=self._cache.volumes,
                 nominated=self._host.nominated(),
                 dra=self._cache.dra,
+                levels=self._host.settings.topology.levels,
             )
         except Exception as exc:  # a bug must cost the gang a retry, not the scheduler
             log.exception("gang_cycle_failed", reason=repr(exc))
@@ -637,6 +638,7 @@ class GangFlow:
                 volumes=self._cache.volumes,
                 nominated=host.nominated(),
                 dra=self._cache.dra,
+                levels=host.settings.topology.levels,
             )
             if not search.needs_solve(trial):
                 await asyncio.sleep(0)  # the plan in hand decided: let the loop run between
