@@ -312,6 +312,7 @@ def build_problem(
     nominated: Sequence[tuple[Pod, str]] = (),
     dra: DraState | None = None,
     levels: Sequence[str] = (),
+    home: str | None = None,
 ) -> GangProblem:
     """Run the framework once per member class and copy out what the solve needs.
     ``volumes``: the cluster's storage, for members with (bound) claims; ``dra``: the
@@ -319,7 +320,9 @@ def build_problem(
     from a template or by name, or an allocated claim they share).
 
     ``need``: members that must be placed now (1..len(members)); the solve places more when
-    they fit. ``merge=False`` gives every member its own class (the naive reference).
+    they fit. ``levels``: ``spec.topology.levels`` (widest first). ``home``: the value of
+    the gang's required key where members are bound already (a partial gang): the rest
+    may go nowhere else. ``merge=False`` gives every member its own class (the naive reference).
 
     ``nominated``: pending pods and their ``status.nominatedNodeName`` (waiting for their
     preemption's victims). As kube's filters count them for a pod of lower or equal priority
@@ -350,6 +353,12 @@ def build_problem(
         nominated,
         dra,
     )
+    if problem.rejection is None and home is not None and problem.topology_key is not None:
+        # Members bound already fix the required domain for the rest.
+        ids = [d for d, value in enumerate(problem.domain_names) if value == home]
+        limit = problem.limit.copy()
+        limit[:, ~np.isin(problem.domain, ids)] = 0
+        problem = dataclasses.replace(problem, limit=limit)
     if problem.rejection is None:
         problem = _with_levels(problem, snapshot, gang, levels)
     return dataclasses.replace(problem, build_time_s=time.perf_counter() - started)

@@ -717,3 +717,18 @@ async def test_preferred_rack_reads_the_levels_from_the_spec(levels: bool) -> No
     assert len(dict(writer.binds)) == 4
     assert len(racks) == 2
     assert (racks == {"r11", "r12"}) is levels
+
+
+async def test_a_partial_gang_joins_the_required_domain_of_its_bound_member() -> None:
+    """Member "a" is bound in zone a (a new leader finds it so); "b" is left. Zone b's node
+    is emptier (kube's scores) and tighter (BestFit), but "b" must join "a" in zone a."""
+    sched, writer = scheduler(nodes=0)
+    sched.node_upserted(make_node("a1", cpu="16", memory="16Gi").label("zone", "a").obj())
+    sched.node_upserted(make_node("b1", cpu="4", memory="16Gi").label("zone", "b").obj())
+    sched.podgroup_upserted(podgroup("g", 2, **{"lattice.dev/topology-required": "zone"}))
+    bound = member("a", "g")
+    bound["spec"]["nodeName"] = "a1"
+    sched.pod_upserted(bound)
+    sched.pod_upserted(member("b", "g"))
+    await run_one(sched)
+    assert dict(writer.binds) == {"b": "a1"}
