@@ -1,14 +1,15 @@
 """Gang solver scaling (``python -m lattice_dev.solver.bench``): pure, no cluster.
 
-Builds GPU clusters of 1000 and 5000 nodes (8 GPUs, 96 CPUs each; racks of 20 nodes; about
-a third of the nodes partly used by earlier pods) and times, for each gang:
-``build_problem`` (the framework once per member class, plus the joint rules), greedy alone,
-and the full solve (greedy + CP-SAT per-node counts, per domain when the gang has a
+Builds GPU clusters of 1000 and 5000 nodes (8 GPUs, 96 CPUs each; racks of 20 nodes, blocks
+of 10 racks; about a third of the nodes partly used by earlier pods) and times, for each
+gang: ``build_problem`` (the framework once per member class, plus the joint rules), greedy
+alone, and the full solve (greedy + CP-SAT per-node counts, per domain when the gang has a
 topology key) under the time limit. Gangs: 64 members of 8 GPUs, 64 members of 1 GPU, the
-1-GPU gang in one rack, and a mixed gang (8-GPU workers, 2-GPU workers, CPU-only parameter
-servers with hostname anti-affinity). With ``--naive`` the boolean member x node model
-(no merging) runs on the smallest cluster for comparison. Not a test: it prints figures,
-and the figures depend on the machine.
+1-GPU gang in one rack, a mixed gang (8-GPU workers, 2-GPU workers, CPU-only parameter
+servers with hostname anti-affinity), and two gangs preferring racks (blocks the wider
+level): for those it also prints the (blocks, racks) greedy's and the solve's plans span.
+With ``--naive`` the boolean member x node model (no merging) runs on the smallest cluster
+for comparison. Not a test: it prints figures, and the figures depend on the machine.
 """
 
 from __future__ import annotations
@@ -30,12 +31,16 @@ from scheduler.model.names import LABEL_HOSTNAME
 from scheduler.model.node import Node
 from scheduler.model.pod import Pod
 from scheduler.model.topology import GPU_RESOURCE
+from scheduler.solver.check import spans
 from scheduler.solver.greedy import greedy
 from scheduler.solver.model import model_size
 from scheduler.solver.problem import GangProblem, build_problem
 from scheduler.solver.solve import solve
 
 RACK_LABEL = "lattice.dev/rack"
+BLOCK_LABEL = "lattice.dev/block"
+LEVELS = (BLOCK_LABEL, RACK_LABEL)
+"""Racks of 20 nodes, blocks of 10 racks: ``spec.topology.levels`` for preferred gangs."""
 
 
 def build_cluster(num_nodes: int, *, seed: int = 0) -> Snapshot:
@@ -49,7 +54,11 @@ def build_cluster(num_nodes: int, *, seed: int = 0) -> Snapshot:
                 {
                     "metadata": {
                         "name": name,
-                        "labels": {LABEL_HOSTNAME: name, RACK_LABEL: f"rack-{i // 20:03d}"},
+                        "labels": {
+                            LABEL_HOSTNAME: name,
+                            RACK_LABEL: f"rack-{i // 20:03d}",
+                            BLOCK_LABEL: f"block-{i // 200:02d}",
+                        },
                     },
                     "status": {
                         "allocatable": {
@@ -163,18 +172,34 @@ def run_case(
     members: Sequence[Pod],
     *,
     topology_key: str | None = None,
+    preferred: str | None = None,
     time_limit_s: float,
     seed: int,
     workers: int,
 ) -> tuple[Row, GangProblem]:
     spec = GangSpec(
-        namespace="bench", name=case, min_member=len(members), topology_key=topology_key
+        namespace="bench",
+        name=case,
+        min_member=len(members),
+        topology_key=topology_key,
+        topology_preferred=preferred,
     )
-    problem = build_problem(framework, snapshot, spec, members, need=len(members), seed=seed)
+    problem = build_problem(
+        framework, snapshot, spec, members, need=len(members), seed=seed, levels=LEVELS
+    )
     started = time.perf_counter()
     greedy_plan = solve(problem, use_solver=False, seed=seed)
     greedy_s = time.perf_counter() - started
     plan = solve(problem, time_limit_s=time_limit_s, seed=seed, workers=workers)
+    if problem.compact:
+        index = {name: n for n, name in enumerate(problem.node_names)}
+        spanned = []
+        for answer in (greedy_plan, plan):
+            counts = np.zeros_like(problem.limit)
+            for i, node in answer.placements:
+                counts[problem.member_class[i], index[node]] += 1
+            spanned.append(spans(problem, counts))
+        print(f"  {case}: (blocks, racks) spanned: greedy {spanned[0]}, solve {spanned[1]}")
     nodes = np.flatnonzero((problem.limit > 0).any(axis=0))
     if plan.domain is not None:
         nodes = nodes[problem.domain[nodes] == problem.domain_names.index(plan.domain)]
@@ -213,19 +238,37 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(HEADER)
     for num_nodes in args.nodes:
         snapshot = build_cluster(num_nodes, seed=args.seed)
-        cases: list[tuple[str, list[Pod], str | None]] = [
-            (f"{args.members} x 8 GPU", uniform_gang(args.members, 8), None),
-            (f"{args.members} x 1 GPU", uniform_gang(args.members, 1), None),
-            (f"{args.members} x 1 GPU, one rack", uniform_gang(args.members, 1), RACK_LABEL),
-            ("mixed 8x8+40x2+16 ps", mixed_gang(), None),
+        cases: list[tuple[str, list[Pod], str | None, str | None]] = [
+            (f"{args.members} x 8 GPU", uniform_gang(args.members, 8), None, None),
+            (f"{args.members} x 1 GPU", uniform_gang(args.members, 1), None, None),
+            (
+                f"{args.members} x 1 GPU, one rack",
+                uniform_gang(args.members, 1),
+                RACK_LABEL,
+                None,
+            ),
+            ("mixed 8x8+40x2+16 ps", mixed_gang(), None, None),
+            (
+                f"{args.members} x 8 GPU, pref rack",
+                uniform_gang(args.members, 8),
+                None,
+                RACK_LABEL,
+            ),
+            (
+                f"{args.members // 4} x 4 GPU, pref rack",
+                uniform_gang(args.members // 4, 4),
+                None,
+                RACK_LABEL,
+            ),
         ]
-        for case, members, key in cases:
+        for case, members, key, preferred in cases:
             row, _ = run_case(
                 case,
                 framework,
                 snapshot,
                 members,
                 topology_key=key,
+                preferred=preferred,
                 time_limit_s=args.time_limit,
                 seed=args.seed,
                 workers=args.workers,

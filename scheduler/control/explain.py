@@ -23,6 +23,7 @@ import dataclasses
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -261,6 +262,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
             reports = {"items": []}
         profile = dataclasses.replace(DEFAULT_PROFILE, kube_minor=release.kube_minor)
         gang_settings = GangSettings()
+        levels: tuple[str, ...] = ()
         try:
             obj: dict[str, Any] = await custom.get_cluster_custom_object(
                 API_GROUP, API_VERSION, PLURAL, args.scheduler_name
@@ -273,6 +275,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
                 obj.get("spec") or {}, args.scheduler_name, kube_minor=release.kube_minor
             )
             profile, gang_settings = settings.profile, settings.gang
+            levels = settings.topology.levels
         group_body: dict[str, Any] | None = None
         if gang_ref is not None:
             try:
@@ -361,6 +364,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
             volumes=volumes,
             partial_boost_s=gang_settings.partial_boost_s,
             dra=dra,
+            levels=levels,
         )
     breakdowns = load_breakdowns(predictor, built.snapshot, now)
     warning = None if release.warning is None else f"{release.warning}; {release.describe()}"
@@ -628,6 +632,7 @@ def explain_gang(
     volumes: VolumeState | None = None,
     partial_boost_s: int = GangSettings.partial_boost_s,
     dra: DraState | None = None,
+    levels: Sequence[str] = (),
 ) -> GangExplained:
     """The plan the scheduler would make for the gang's pending members now: members
     bound already count toward minMember, as in the running scheduler (finished ones do
@@ -675,6 +680,7 @@ def explain_gang(
         seed=seed,
         volumes=volumes,
         dra=dra,
+        levels=levels,
     )
     plan = solve(problem, time_limit_s=time_limit_s, seed=seed, use_solver=use_solver)
     return GangExplained(spec, placed, len(pending), plan, boost)

@@ -474,6 +474,8 @@ class GangFlow:
                 volumes=self._cache.volumes,
                 nominated=self._host.nominated(),
                 dra=self._cache.dra,
+                levels=self._host.settings.topology.levels,
+                home=self._bound_domain(gang),
             )
         except Exception as exc:  # a bug must cost the gang a retry, not the scheduler
             log.exception("gang_cycle_failed", reason=repr(exc))
@@ -637,6 +639,8 @@ class GangFlow:
                 volumes=self._cache.volumes,
                 nominated=host.nominated(),
                 dra=self._cache.dra,
+                levels=host.settings.topology.levels,
+                home=self._bound_domain(gang),
             )
             if not search.needs_solve(trial):
                 await asyncio.sleep(0)  # the plan in hand decided: let the loop run between
@@ -714,6 +718,19 @@ class GangFlow:
         )
         nominated = {pod_key(m.namespace, m.name): node for m, node in nominations}
         self._failed(info, gang, message, log, started, unschedulable=True, nominated=nominated)
+
+    def _bound_domain(self, gang: Gang) -> str | None:
+        """The required key's value on the node of a member bound already (None: no
+        required key, or no member bound): a partial gang's rest must join it there."""
+        key = gang.spec.topology_key if gang.spec is not None else None
+        if not key:
+            return None
+        for member in sorted(gang.placed):
+            cached = self._cache.cached_pod(member)
+            node = self._cache.snapshot.get_node(cached.node) if cached is not None else None
+            if node is not None and (value := node.labels.get(key)) is not None:
+                return value
+        return None
 
     def _domain_nodes(self, gang: Gang, node: str) -> frozenset[str] | None:
         """The nodes of ``node``'s domain of the gang's topology key (None: no constraint)."""

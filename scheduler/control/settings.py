@@ -25,6 +25,7 @@ from scheduler.core.profile import (
 )
 from scheduler.core.registry import UnknownPluginError, default_registry
 from scheduler.model.errors import InvalidObjectError
+from scheduler.model.names import qualified_name_error
 from scheduler.model.selectors import LabelSelector
 from scheduler.predict import ConfigError, PredictConfig
 
@@ -59,6 +60,54 @@ class SchedulerSettings:
     """One ``Scheduled`` Event per binding, as kube-scheduler writes; off halves the writes
     per pod (the binding itself and PodScheduled=True still say where it went)."""
     gang: GangSettings = field(default_factory=lambda: GangSettings())
+    topology: TopologySettings = field(default_factory=lambda: TopologySettings())
+
+
+@dataclass(frozen=True)
+class TopologySettings:
+    """spec.topology: the cluster's network hierarchy, for gangs placed in it."""
+
+    levels: tuple[str, ...] = ()
+    """Node label keys, widest first (block, rack, host). A gang that prefers one level
+    is also kept compact at every wider one; keys not listed still work as one level."""
+
+
+MAX_TOPOLOGY_LEVELS = 8
+"""Kueue's Topology allows 16 levels and uses 3-5; each level is a tier of the gang's
+objective, so a bound keeps it within int64."""
+
+
+def parse_topology(raw: object) -> TopologySettings:
+    """spec.topology.levels: distinct node label keys, widest first."""
+    if raw is None:
+        return TopologySettings()
+    if not isinstance(raw, Mapping):
+        raise SettingsError("spec.topology must be an object")
+    problems = [f"spec.topology: unknown key {k!r}" for k in raw if k != "levels"]
+    levels: object = raw.get("levels", [])
+    if levels is None:
+        levels = []
+    if not isinstance(levels, list):
+        problems.append(f"spec.topology.levels: {levels!r} is not a list of node label keys")
+        levels = []
+    elif len(levels) > MAX_TOPOLOGY_LEVELS:
+        problems.append(
+            f"spec.topology.levels: {len(levels)} levels, at most {MAX_TOPOLOGY_LEVELS}"
+        )
+    seen: set[str] = set()
+    for i, key in enumerate(levels):
+        if not isinstance(key, str):
+            problems.append(f"spec.topology.levels[{i}]: {key!r} is not a node label key")
+            continue
+        problem = qualified_name_error(key)
+        if problem is not None:
+            problems.append(f"spec.topology.levels[{i}]: {key!r} is not a label key: {problem}")
+        elif key in seen:
+            problems.append(f"spec.topology.levels[{i}]: {key!r} is listed twice")
+        seen.add(key)
+    if problems:
+        raise SettingsError("; ".join(problems))
+    return TopologySettings(levels=tuple(str(k) for k in levels))
 
 
 @dataclass(frozen=True)
@@ -189,6 +238,7 @@ def default_spec(scheduler_name: str) -> dict[str, Any]:
             "resources": list(s.profile.gpu_placement.resources),
         },
         "dra": {"nodeSelector": {}},
+        "topology": {"levels": list(s.topology.levels)},
     }
 
 
@@ -367,4 +417,5 @@ def parse_spec(
         seed=_int(spec, "seed", 0, -(2**63), 2**63 - 1),
         scheduled_events=_bool(spec, "scheduledEvents", True),
         gang=parse_gang(spec.get("gang")),
+        topology=parse_topology(spec.get("topology")),
     )

@@ -19,8 +19,15 @@ from typing import Final
 POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
 """The label a pod joins a PodGroup with (scheduler-plugins' coscheduling)."""
 
+TOPOLOGY_REQUIRED_ANNOTATION: Final = "lattice.dev/topology-required"
+"""PodGroup annotation: a node label key; all members go to one domain of that key, or
+none is placed."""
 GANG_TOPOLOGY_ANNOTATION: Final = "lattice.dev/gang-topology"
-"""PodGroup annotation: a node label key; all members go to one domain of that key."""
+"""The older name of :data:`TOPOLOGY_REQUIRED_ANNOTATION`, still read."""
+TOPOLOGY_PREFERRED_ANNOTATION: Final = "lattice.dev/topology-preferred"
+"""PodGroup annotation: a node label key; members in the fewest domains of that key the
+free capacity allows (one where possible), compact at every wider level of
+``spec.topology.levels`` too, the fullest domains that still hold them first."""
 
 
 def gang_key(namespace: str, name: str) -> str:
@@ -42,7 +49,9 @@ class GangSpec:
     schedule_timeout_s: int | None = None
     """Seconds from :attr:`schedule_start_time` after which an unadmitted gang is Failed."""
     topology_key: str | None = None
-    """All members in one domain of this node label key (None: anywhere)."""
+    """Required: all members in one domain of this node label key (None: anywhere)."""
+    topology_preferred: str | None = None
+    """Preferred: the fewest domains of this node label key (None: no preference)."""
     schedule_start_time: float | None = None
     """Unix time the gang first reached quorum, from the source object's status, so that a
     restart does not reset the timeout."""

@@ -43,7 +43,12 @@ from typing import Any, Final, NotRequired, TypedDict
 
 from scheduler.model._fields import integer, mapping, string, string_map
 from scheduler.model.errors import InvalidObjectError
-from scheduler.model.gang import GANG_TOPOLOGY_ANNOTATION, GangSpec
+from scheduler.model.gang import (
+    GANG_TOPOLOGY_ANNOTATION,
+    TOPOLOGY_PREFERRED_ANNOTATION,
+    TOPOLOGY_REQUIRED_ANNOTATION,
+    GangSpec,
+)
 from scheduler.model.names import qualified_name_error
 from scheduler.model.resources import parse_resource_list, round_resources
 
@@ -165,16 +170,22 @@ def gang_from_podgroup(body: Mapping[str, Any]) -> GangSpec:
             maximum=_INT32_MAX,
         )
 
-    topology_key: str | None = None
-    if GANG_TOPOLOGY_ANNOTATION in annotations:
-        topology_key = annotations[GANG_TOPOLOGY_ANNOTATION]
-        problem = qualified_name_error(topology_key)
-        if problem is not None:
-            raise InvalidObjectError(
-                f"metadata.annotations[{GANG_TOPOLOGY_ANNOTATION}]",
-                topology_key,
-                f"must be a node label key: {problem}",
-            )
+    required = {
+        a: _label_key(annotations, a)
+        for a in (TOPOLOGY_REQUIRED_ANNOTATION, GANG_TOPOLOGY_ANNOTATION)
+        if a in annotations
+    }
+    if len(set(required.values())) > 1:
+        raise InvalidObjectError(
+            f"metadata.annotations[{TOPOLOGY_REQUIRED_ANNOTATION}]",
+            required[TOPOLOGY_REQUIRED_ANNOTATION],
+            f"differs from {GANG_TOPOLOGY_ANNOTATION} "
+            f"({required[GANG_TOPOLOGY_ANNOTATION]!r}), its older name; set one",
+        )
+    topology_key = next(iter(required.values()), None)
+    preferred: str | None = None
+    if TOPOLOGY_PREFERRED_ANNOTATION in annotations:
+        preferred = _label_key(annotations, TOPOLOGY_PREFERRED_ANNOTATION)
 
     return GangSpec(
         namespace=namespace,
@@ -184,11 +195,23 @@ def gang_from_podgroup(body: Mapping[str, Any]) -> GangSpec:
         min_resources=min_resources,
         schedule_timeout_s=timeout,
         topology_key=topology_key,
+        topology_preferred=preferred,
         schedule_start_time=parse_rfc3339(
             status.get("scheduleStartTime"), field="status.scheduleStartTime"
         ),
         generation=generation,
     )
+
+
+def _label_key(annotations: Mapping[str, str], annotation: str) -> str:
+    """The node label key an annotation names; :class:`InvalidObjectError` if it is none."""
+    key = annotations[annotation]
+    problem = qualified_name_error(key)
+    if problem is not None:
+        raise InvalidObjectError(
+            f"metadata.annotations[{annotation}]", key, f"must be a node label key: {problem}"
+        )
+    return key
 
 
 def parse_rfc3339(raw: object, *, field: str) -> float | None:

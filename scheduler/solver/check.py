@@ -39,17 +39,45 @@ def kept(problem: GangProblem, counts: IntArray) -> int:
     return int(problem.keep[np.arange(problem.num_nodes), used][problem.frag_nodes].sum())
 
 
+def used_domains(domain: IntArray, counts: IntArray) -> IntArray:
+    """The domain ids (of a per-node ``domain`` array) where ``counts`` places members."""
+    out: IntArray = np.unique(domain[counts.sum(axis=0) > 0])
+    return out[out >= 0]
+
+
+def spans(problem: GangProblem, counts: IntArray) -> tuple[int, ...]:
+    """Per level of the preferred chain (widest first), the domains the members span."""
+    return tuple(len(used_domains(level.domain, counts)) for level in problem.compact)
+
+
+def tight_used(problem: GangProblem, counts: IntArray) -> int:
+    """The tight ranks of the domains used (lower: fuller domains, BestFit)."""
+    if problem.tight is None:
+        return 0
+    return int(problem.tight_rank[used_domains(problem.tight.domain, counts)].sum())
+
+
 def objective(problem: GangProblem, counts: IntArray) -> int:
-    """Placed members, then preferred placements, then score, then GPUs kept usable."""
-    w = problem.weights
+    """Placed members, then domains left unused at the preferred level and each wider one,
+    then the tight ranks left unused, then preferred placements, then score, then GPUs kept
+    usable (every tier non-negative, so a placement of ``need`` members is worth at least
+    ``need`` placed units)."""
+    p, w = problem, problem.weights
     placed = int(counts.sum())
-    preferred = int((counts * problem.preferred).sum())
-    score = int((counts * problem.score).sum())
+    preferred = int((counts * p.preferred).sum())
+    score = int((counts * p.score).sum())
+    domains = sum(
+        (level.size - used) * weight
+        for level, used, weight in zip(p.compact, spans(p, counts), w.spans, strict=True)
+    )
+    tight = (int(p.tight_rank.sum()) - tight_used(p, counts)) * w.tight
     return (
         placed * w.placed
+        + domains
+        + tight
         + preferred * w.preferred
         + score * w.score
-        + kept(problem, counts) * w.whole
+        + kept(p, counts) * w.whole
     )
 
 

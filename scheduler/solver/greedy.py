@@ -49,8 +49,16 @@ def _size(domain: IntArray) -> int:
     return int(domain.max(initial=-1)) + 1
 
 
-def greedy(problem: GangProblem, nodes: IndexArray | None = None, *, seed: int = 0) -> GreedyResult:
-    """Place members in arrival order on ``nodes`` (local indices; all when None)."""
+def greedy(
+    problem: GangProblem,
+    nodes: IndexArray | None = None,
+    *,
+    seed: int = 0,
+    node_rank: IntArray | None = None,
+) -> GreedyResult:
+    """Place members in arrival order on ``nodes`` (local indices; all when None).
+    ``node_rank`` (per local node, lower first) ranks nodes before everything else: the
+    network domains :func:`~scheduler.solver.domains.domain_rank` chose, in fill order."""
     p = problem
     num_c, k = p.num_classes, p.num_nodes
     counts = np.zeros((num_c, k), dtype=np.int64)
@@ -67,7 +75,14 @@ def greedy(problem: GangProblem, nodes: IndexArray | None = None, *, seed: int =
         # Equal scores: the node with the fewest free GPUs first (best fit, less
         # fragmentation), then the seeded permutation.
         fit = p.gpu_free[cand] if p.gpus[c] > 0 else np.zeros(len(cand), dtype=np.int64)
-        keys = (rank[cand], fit, -p.score[c, cand], -p.preferred[c, cand].astype(np.int64))
+        keys: list[IntArray] = [
+            rank[cand],
+            fit,
+            -p.score[c, cand],
+            -p.preferred[c, cand].astype(np.int64),
+        ]
+        if node_rank is not None:
+            keys.append(node_rank[cand])
         order.append(cand[np.lexsort(keys)])
 
     free = p.free.copy()

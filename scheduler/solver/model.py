@@ -130,6 +130,8 @@ class _Builder:
         self.by_class: dict[int, list[int]] = defaultdict(list)
         self.magnitude = 0
         """Largest objective value the variables allow (CP-SAT refuses 2**63 and above)."""
+        self.domain_terms: list[tuple[cp_model.LinearExprT, int]] = []
+        """(expression, weight) of the topology tiers: domains and tight ranks left unused."""
 
     def var(self, ub: int, hint: int) -> cp_model.IntVar:
         v = self.model.new_int_var(0, ub, "")
@@ -159,6 +161,7 @@ class _Builder:
         self._anti_affinity()
         self._together()
         self._spreads()
+        self._domains()
         return self._objective()
 
     def _sum(self, pairs: Sequence[tuple[int, int]]) -> cp_model.LinearExpr:
@@ -294,6 +297,34 @@ class _Builder:
                 count = final[d] if d in final else int(s.existing[d])
                 self.model.add(count - low <= s.max_skew).only_enforce_if(has)
 
+    def _used(self, level_domain: IntArray) -> dict[int, cp_model.IntVar]:
+        """One boolean per domain the sub-model's variables reach, set when it has members."""
+        out: dict[int, cp_model.IntVar] = {}
+        for d, pairs in sorted(self._by_domain(level_domain, range(self.p.num_classes)).items()):
+            u = self.flag(self._hint_of(pairs) > 0)
+            self.model.add(self._sum(pairs) <= self._ubs(pairs) * u)
+            out[d] = u
+        return out
+
+    def _domains(self) -> None:
+        """The topology tiers: per level of the preferred chain, ``size - domains used``;
+        for the tight level, ``sum of ranks - ranks of the domains used`` (domains out of
+        the sub-model count as unused: constants)."""
+        p, w = self.p, self.p.weights
+        used_at: dict[int, dict[int, cp_model.IntVar]] = {}
+        for i, level in enumerate(p.compact):
+            used = used_at[id(level)] = self._used(level.domain)
+            expr = level.size - cp_model.LinearExpr.sum(list(used.values()))
+            self.domain_terms.append((expr, w.spans[i]))
+            self.magnitude += level.size * w.spans[i]
+        if p.tight is not None and w.tight:
+            used = used_at.get(id(p.tight)) or self._used(p.tight.domain)
+            ranks = [int(p.tight_rank[d]) for d in used]
+            total = int(p.tight_rank.sum())
+            expr = total - cp_model.LinearExpr.weighted_sum(list(used.values()), ranks)
+            self.domain_terms.append((expr, w.tight))
+            self.magnitude += total * w.tight
+
     def _objective(self) -> int:
         p, w = self.p, self.p.weights
         keys = list(self.x)
@@ -326,6 +357,7 @@ class _Builder:
             self.model.add_element(index, row, value)
             self.model.add_hint(value, row[used_hint])
             terms.append(value * w.whole)
+        terms.extend(expr * weight for expr, weight in self.domain_terms)
         self.model.maximize(cp_model.LinearExpr.sum(terms) + constant * w.whole)
         return constant * w.whole
 
@@ -374,6 +406,11 @@ def distinct_nodes(problem: GangProblem, nodes: IndexArray, keep_first: IndexArr
 
     for domain in [r.domain for r in p.anti] + [g.domain for g in p.together]:
         rows.append(token(domain)[None, :])
+    for level in p.compact:
+        rows.append(token(level.domain)[None, :])
+    if p.tight is not None:
+        rows.append(token(p.tight.domain)[None, :])
+        rows.append(p.tight_rank[p.tight.domain[nodes]][None, :])
     for s in p.spreads:
         tok = token(s.domain)
         ids = np.maximum(s.domain[nodes], 0)

@@ -254,6 +254,8 @@ def problem_without(
     volumes: VolumeState | None = None,
     nominated: Sequence[tuple[Pod, str]] = (),
     dra: DraState | None = None,
+    levels: Sequence[str] = (),
+    home: str | None = None,
 ) -> GangProblem:
     """The gang's problem on the snapshot with ``removed`` gone (restored on return);
     ``nominated`` counted as :func:`~scheduler.solver.problem.build_problem` counts them."""
@@ -271,6 +273,8 @@ def problem_without(
             volumes=volumes,
             nominated=[(p, n) for p, n in nominated if p.key not in gone],
             dra=dra,
+            levels=levels,
+            home=home,
         )
 
 

@@ -184,6 +184,27 @@ class Spread:
     """Fewer eligible domains than minDomains: the minimum is 0."""
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Level:
+    """The domains of one node label key over the local nodes, numbered densely.
+
+    A node without the label is a domain of its own (ids after the labelled ones): a
+    preference counts it as one more domain spanned rather than ruling it out."""
+
+    key: str
+    domain: IntArray
+    """Per local node, its domain id (every node has one)."""
+    names: tuple[str, ...]
+    """The label value per labelled domain id."""
+
+    @property
+    def size(self) -> int:
+        return int(self.domain.max(initial=-1)) + 1
+
+    def name(self, d: int) -> str:
+        return f"{self.key}={self.names[d]}" if d < len(self.names) else f"{self.key} (unset)"
+
+
 @dataclass(frozen=True, slots=True)
 class Weights:
     """Coefficients of the lexicographic objective (each tier outweighs all below it)."""
@@ -192,6 +213,10 @@ class Weights:
     preferred: int
     score: int
     whole: int = 1
+    spans: tuple[int, ...] = ()
+    """Per level of :attr:`GangProblem.compact`: each domain of it left unused."""
+    tight: int = 0
+    """Per unit of :attr:`GangProblem.tight_rank` of the tight domains left unused."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -246,6 +271,18 @@ class GangProblem:
     rank: tuple[int, ...] = ()
     """Per class, its commit rank: 0, or one more than an anchor's (followers after the
     members they need, see :class:`Together`). Empty: every class 0."""
+    compact: tuple[Level, ...] = ()
+    """The preferred level's chain: the wider levels of ``spec.topology.levels`` (within
+    the required one), widest first, then the preferred level. The objective counts the
+    domains each one spans, the preferred level's first, then from the widest down."""
+    tight: Level | None = None
+    """The level whose chosen domains should be the fullest that still fit (BestFit): the
+    preferred one, else the required one."""
+    tight_rank: IntArray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    """Per domain of :attr:`tight`, the dense rank of the members it can hold (1: fewest)."""
+    capacity: IntArray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    """Per local node, members of the gang it can hold on its own (capped at the gang's
+    size): the per-domain capacity the tight ranks and the domain choice read."""
 
     @property
     def num_nodes(self) -> int:
@@ -274,6 +311,8 @@ def build_problem(
     volumes: VolumeState | None = None,
     nominated: Sequence[tuple[Pod, str]] = (),
     dra: DraState | None = None,
+    levels: Sequence[str] = (),
+    home: str | None = None,
 ) -> GangProblem:
     """Run the framework once per member class and copy out what the solve needs.
     ``volumes``: the cluster's storage, for members with (bound) claims; ``dra``: the
@@ -281,7 +320,9 @@ def build_problem(
     from a template or by name, or an allocated claim they share).
 
     ``need``: members that must be placed now (1..len(members)); the solve places more when
-    they fit. ``merge=False`` gives every member its own class (the naive reference).
+    they fit. ``levels``: ``spec.topology.levels`` (widest first). ``home``: the value of
+    the gang's required key where members are bound already (a partial gang): the rest
+    may go nowhere else. ``merge=False`` gives every member its own class (the naive reference).
 
     ``nominated``: pending pods and their ``status.nominatedNodeName`` (waiting for their
     preemption's victims). As kube's filters count them for a pod of lower or equal priority
@@ -298,6 +339,46 @@ def build_problem(
     started = time.perf_counter()
     if not 1 <= need <= len(members):
         raise ValueError(f"need must be within 1..{len(members)}, got {need}")
+    problem = _nominated_build(
+        framework,
+        snapshot,
+        gang,
+        members,
+        need,
+        topology,
+        load,
+        seed,
+        merge,
+        volumes,
+        nominated,
+        dra,
+    )
+    if problem.rejection is None and home is not None and problem.topology_key is not None:
+        # Members bound already fix the required domain for the rest.
+        ids = [d for d, value in enumerate(problem.domain_names) if value == home]
+        limit = problem.limit.copy()
+        limit[:, ~np.isin(problem.domain, ids)] = 0
+        problem = dataclasses.replace(problem, limit=limit)
+    if problem.rejection is None:
+        problem = _with_levels(problem, snapshot, gang, levels)
+    return dataclasses.replace(problem, build_time_s=time.perf_counter() - started)
+
+
+def _nominated_build(
+    framework: Framework,
+    snapshot: Snapshot,
+    gang: GangSpec,
+    members: Sequence[Pod],
+    need: int,
+    topology: TopologyState | None,
+    load: LoadView | None,
+    seed: int,
+    merge: bool,
+    volumes: VolumeState | None,
+    nominated: Sequence[tuple[Pod, str]],
+    dra: DraState | None,
+) -> GangProblem:
+    """:func:`_build` with the counted nominations placed (see :func:`build_problem`)."""
     counted = counted_nominations(snapshot, members, nominated)
     if not counted:
         return _build(
@@ -340,7 +421,93 @@ def build_problem(
     finally:
         for pod in added:
             snapshot.remove_pod(pod)
-    return dataclasses.replace(problem, build_time_s=time.perf_counter() - started)
+    return problem
+
+
+def compact_keys(
+    levels: Sequence[str], required: str | None, preferred: str | None
+) -> tuple[str, ...]:
+    """The preferred level's chain, widest first: the levels wider than ``preferred`` (and
+    narrower than ``required`` when both are levels), then ``preferred``. Empty when there
+    is no preference or the required level already implies it (it is the same or wider);
+    a preferred key that is not a level is a chain of its own."""
+    if preferred is None or preferred == required:
+        return ()
+    if preferred not in levels:
+        return (preferred,)
+    i = list(levels).index(preferred)
+    start = 0
+    if required is not None and required in levels:
+        j = list(levels).index(required)
+        if j >= i:
+            return ()
+        start = j + 1
+    return (*levels[start:i], preferred)
+
+
+def _level(snapshot: Snapshot, key: str, union: IndexArray) -> Level:
+    """Dense domain ids of ``key`` over the local nodes; unlabelled nodes alone."""
+    ids = _domain_ids(snapshot, key, union)
+    labelled = ids >= 0
+    values, dense = np.unique(ids[labelled], return_inverse=True)
+    out = np.empty(len(ids), dtype=np.int64)
+    out[labelled] = dense.reshape(-1)
+    out[~labelled] = len(values) + np.arange(int((~labelled).sum()), dtype=np.int64)
+    column = snapshot.label_column(key)
+    names = tuple(column.values[int(v)] for v in values.tolist()) if column is not None else ()
+    return Level(key, out, names)
+
+
+def _capacity(p: GangProblem) -> IntArray:
+    """Per local node, the most members of one class it holds by free resources and pod
+    slots, capped at the gang's size: the same however members are merged into classes."""
+    size = len(p.members)
+    fits = np.full((p.num_classes, p.num_nodes), size, dtype=np.int64)
+    for j in range(len(p.resources)):
+        for c in np.flatnonzero(p.request[:, j] > 0).tolist():
+            room = np.maximum(p.free[j], 0) // int(p.request[c, j])
+            fits[c] = np.minimum(fits[c], room)
+    fits = np.minimum(fits, np.maximum(p.free_pods, 0)[None, :])
+    fits[p.limit == 0] = 0
+    out: IntArray = fits.max(axis=0, initial=0)
+    return out
+
+
+def _with_levels(
+    problem: GangProblem, snapshot: Snapshot, gang: GangSpec, levels: Sequence[str]
+) -> GangProblem:
+    """The gang's preferred-level chain and tight level, their tables and the weights
+    with their tiers."""
+    p = problem
+    keys = compact_keys(levels, gang.topology_key, gang.topology_preferred)
+    tight_key = keys[-1] if keys else gang.topology_key
+    if tight_key is None or not p.num_nodes:
+        return p
+    index = np.array([snapshot.index_of(n) for n in p.node_names], dtype=np.intp)
+    compact = tuple(_level(snapshot, key, index) for key in keys)
+    tight = compact[-1] if compact else _level(snapshot, tight_key, index)
+    capacity = _capacity(p)
+    per_domain = np.bincount(tight.domain, weights=capacity, minlength=tight.size)
+    _, inverse = np.unique(per_domain.astype(np.int64), return_inverse=True)
+    tight_rank = inverse.reshape(-1).astype(np.int64) + 1
+    groups = [k.members for k in p.classes]
+    weights = _weights(
+        members_best(p.score, p.limit, groups),
+        len(p.members),
+        p.keep,
+        p.preferred,
+        p.limit,
+        spans=tuple(level.size for level in compact),
+        tight=int(tight_rank.sum()),
+    )
+    return dataclasses.replace(
+        p,
+        compact=compact,
+        tight=tight,
+        tight_rank=tight_rank,
+        capacity=capacity,
+        weights=weights,
+    )
 
 
 def counted_nominations(
@@ -771,14 +938,38 @@ def keep_table(gpu_free: IntArray, frag_nodes: BoolArray, mix: Sequence[SizeClas
 
 
 def _weights(
-    best_score: int, members: int, keep: IntArray, preferred: BoolArray, limit: IntArray
+    best_score: int,
+    members: int,
+    keep: IntArray,
+    preferred: BoolArray,
+    limit: IntArray,
+    *,
+    spans: Sequence[int] = (),
+    tight: int = 0,
 ) -> Weights:
-    """Tier weights: each tier's largest possible value stays below the next tier's unit."""
+    """Tier weights: each tier's largest possible value stays below the next tier's unit.
+
+    From the top: placed members; domains left unused at the preferred level
+    (``spans[-1]``), then at each wider level from the widest (``spans[0]``) down; the
+    tight ranks left unused; members on preferred nodes; score; GPUs kept usable."""
     score = int(keep.max(axis=1).sum()) + 1 if keep.size else 1
-    above_score = score * (best_score + 1)
+    above = score * (best_score + 1)
+    preferred_w = 0
     if bool(((limit > 0) & ~preferred).any()):
-        return Weights(placed=above_score * (members + 1), preferred=above_score, score=score)
-    return Weights(placed=above_score, preferred=0, score=score)
+        preferred_w, above = above, above * (members + 1)
+    tight_w = 0
+    if tight:
+        tight_w, above = above, above * (tight + 1)
+    span_w = [0] * len(spans)
+    for i in [*range(len(spans) - 2, -1, -1), len(spans) - 1][: len(spans)]:
+        span_w[i], above = above, above * (spans[i] + 1)
+    return Weights(
+        placed=above,
+        preferred=preferred_w,
+        score=score,
+        spans=tuple(span_w),
+        tight=tight_w,
+    )
 
 
 # ------------------------------------------------------------------ topology
@@ -1132,6 +1323,7 @@ __all__ = [
     "UNLIMITED",
     "AntiAffinity",
     "GangProblem",
+    "Level",
     "MemberClass",
     "MemberReport",
     "Spread",
@@ -1139,6 +1331,7 @@ __all__ = [
     "Weights",
     "build_problem",
     "class_ranks",
+    "compact_keys",
     "counted_nominations",
     "member_signature",
     "outside_groups",

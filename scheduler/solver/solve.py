@@ -55,7 +55,8 @@ from typing import Final
 import numpy as np
 
 from scheduler.core.snapshot import IndexArray, IntArray
-from scheduler.solver.check import objective, violations, whole_nodes
+from scheduler.solver.check import objective, spans, violations, whole_nodes
+from scheduler.solver.domains import domain_rank
 from scheduler.solver.greedy import GreedyResult, greedy
 from scheduler.solver.model import ModelStatus, solve_counts
 from scheduler.solver.order import commit_order
@@ -181,7 +182,7 @@ def solve(
         out_of_time = time.perf_counter() >= deadline
         if out_of_time and best is not None and best.placed >= p.need:
             break  # keep the admitted answer; the rest stays unresolved
-        s.greedy = greedy(p, s.nodes, seed=seed)
+        s.greedy = _greedy(p, s.nodes, seed)
         value = objective(p, s.greedy.counts)
         greedy_best = max(greedy_best, value)
         if best_greedy is None or value > best_greedy.value:
@@ -252,6 +253,7 @@ def solve(
         placements = _placements(p, best)
         used = len({n for _, n in placements})
         where = f" in {p.topology_key}={domain}" if domain is not None else ""
+        where += _spans_text(p, best.counts)
         message = (
             f"gang {p.gang}: {placed}/{len(p.members)} members placed (need {p.need}) "
             f"on {used} node{'s' if used != 1 else ''}{where} [{status.value}]"
@@ -286,6 +288,17 @@ def solve(
         domain=domain if admitted else None,
         rejected=rejected,
     )
+
+
+def _greedy(p: GangProblem, nodes: IndexArray, seed: int) -> GreedyResult:
+    """Greedy on the sub-model's nodes; with a preferred level also filling the domains
+    :func:`~scheduler.solver.domains.domain_rank` chose first, the better of the two."""
+    plain = greedy(p, nodes, seed=seed)
+    rank = domain_rank(p, nodes, plain.placed)
+    if rank is None:
+        return plain
+    ranked = greedy(p, nodes, seed=seed, node_rank=rank)
+    return ranked if objective(p, ranked.counts) >= objective(p, plain.counts) else plain
 
 
 def _subs(p: GangProblem) -> list[_Sub]:
@@ -323,7 +336,16 @@ def _upper_bound(p: GangProblem, nodes: IndexArray) -> tuple[int, int]:
     untouched = p.keep[:, 0] * p.frag_nodes
     best = p.keep.max(axis=1) * p.frag_nodes
     kept = int(untouched.sum() - untouched[nodes].sum() + best[nodes].sum())
-    return placed, placed * (w.placed + w.preferred) + score * w.score + kept * w.whole
+    # A placement uses at least one domain of every level, of tight rank at least the
+    # smallest among the sub-model's domains.
+    used = 1 if placed else 0
+    domains = sum((level.size - used) * wt for level, wt in zip(p.compact, w.spans, strict=True))
+    tight = 0
+    if p.tight is not None:
+        least = int(p.tight_rank[p.tight.domain[nodes]].min(initial=0)) if placed else 0
+        tight = (int(p.tight_rank.sum()) - least) * w.tight
+    value = placed * (w.placed + w.preferred) + score * w.score + kept * w.whole
+    return placed, value + domains + tight
 
 
 def _placements(p: GangProblem, best: _Best) -> tuple[tuple[int, str], ...]:
@@ -334,6 +356,21 @@ def _placements(p: GangProblem, best: _Best) -> tuple[tuple[int, str], ...]:
         nodes = best.assignment
         return tuple((i, names[n]) for i in best.order if (n := nodes[i]) is not None)
     return tuple((i, names[n]) for i, n in commit_order(p, best.counts))
+
+
+def _spans_text(p: GangProblem, counts: IntArray) -> str:
+    """``, over 2 racks (example.com/rack=r1, r2) of 1 example.com/block``: the domains
+    the plan spans at each level of the preferred chain, preferred level first."""
+    if not p.compact:
+        return ""
+    used = spans(p, counts)
+    level = p.compact[-1]
+    names = sorted({level.name(int(d)) for d in set(level.domain[counts.sum(axis=0) > 0])})
+    text = f", over {used[-1]} {level.key} domain{'s' if used[-1] != 1 else ''}"
+    text += f" ({', '.join(names)})"
+    for wider, n in zip(p.compact[:-1], used[:-1], strict=True):
+        text += f" in {n} {wider.key}"
+    return text
 
 
 def _domain_name(p: GangProblem, domain: int | None) -> str | None:
@@ -373,10 +410,26 @@ def _why(p: GangProblem, subs: list[_Sub], best: _Best | None, *, proven: bool) 
                 f"no domain of {p.topology_key} holds {p.need} members together "
                 f"(best {p.topology_key}={name}: {int(best.counts.sum())})"
             )
+            parts.extend(_gpus_short(p, subs))
     placeable = sum(k.size for c, k in enumerate(p.classes) if (p.limit[c] > 0).any())
     if placeable >= p.need and p.topology_key is None:
         parts.append("not enough room for all members together" + _shortfall(p))
     return "; ".join(parts) if parts else "no feasible node"
+
+
+def _gpus_short(p: GangProblem, subs: list[_Sub]) -> list[str]:
+    """For a GPU gang that fits no required domain: the GPUs it needs in one domain
+    against the most any domain has free (on the nodes its members may use)."""
+    if not p.gpus.any() or not subs:
+        return []
+    # The ``need`` members asking for the fewest GPUs: exact when members are alike.
+    needed = int(np.sort(p.gpus[list(p.member_class)])[: p.need].sum())
+    free = {s.domain: int(np.maximum(p.gpu_free[s.nodes], 0).sum()) for s in subs}
+    top = max(free, key=lambda d: (free[d], -(d or 0)))
+    return [
+        f"needs {needed} GPUs in one {p.topology_key}; the most free in one is {free[top]} "
+        f"({p.topology_key}={_domain_name(p, top)})"
+    ]
 
 
 def _shortfall(p: GangProblem) -> str:

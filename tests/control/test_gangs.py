@@ -693,3 +693,42 @@ async def test_members_whose_claims_do_not_exist_are_not_placed_without_their_de
     failed = [e for e in writer.events if e[2] == "FailedScheduling" and "quorum" not in e[3]]
     assert {e[1] for e in failed} == {"a", "b"}
     assert all('resourceclaim "a-gpu" not found' in e[3] for e in failed), failed[0][3]
+
+
+@pytest.mark.parametrize("levels", [True, False], ids=["levels", "no-levels"])
+async def test_preferred_rack_reads_the_levels_from_the_spec(levels: bool) -> None:
+    """Four 4-CPU members, racks holding 2 and 3 (block b1), 2 and 1 (block b2): with
+    ``spec.topology.levels`` the gang takes the two racks of one block; without them the
+    tightest pair of racks, which crosses the blocks."""
+    spec = {"topology": {"levels": ["example.com/block", "example.com/rack"]}} if levels else {}
+    sched, writer = scheduler(nodes=0, spec=spec)
+    for block, rack, cpu in (("b1", "r11", "8"), ("b1", "r12", "12"), ("b2", "r21", "8")):
+        node = make_node(rack, cpu=cpu, memory="16Gi").label("example.com/block", block)
+        sched.node_upserted(node.label("example.com/rack", rack).obj())
+    node = make_node("r22", cpu="4", memory="16Gi").label("example.com/block", "b2")
+    sched.node_upserted(node.label("example.com/rack", "r22").obj())
+    sched.podgroup_upserted(
+        podgroup("g", 4, **{"lattice.dev/topology-preferred": "example.com/rack"})
+    )
+    for i in range(4):
+        sched.pod_upserted(member(f"m{i}", "g", cpu="4"))
+    await run_one(sched)
+    racks = set(dict(writer.binds).values())
+    assert len(dict(writer.binds)) == 4
+    assert len(racks) == 2
+    assert (racks == {"r11", "r12"}) is levels
+
+
+async def test_a_partial_gang_joins_the_required_domain_of_its_bound_member() -> None:
+    """Member "a" is bound in zone a (a new leader finds it so); "b" is left. Zone b's node
+    is emptier (kube's scores) and tighter (BestFit), but "b" must join "a" in zone a."""
+    sched, writer = scheduler(nodes=0)
+    sched.node_upserted(make_node("a1", cpu="16", memory="16Gi").label("zone", "a").obj())
+    sched.node_upserted(make_node("b1", cpu="4", memory="16Gi").label("zone", "b").obj())
+    sched.podgroup_upserted(podgroup("g", 2, **{"lattice.dev/topology-required": "zone"}))
+    bound = member("a", "g")
+    bound["spec"]["nodeName"] = "a1"
+    sched.pod_upserted(bound)
+    sched.pod_upserted(member("b", "g"))
+    await run_one(sched)
+    assert dict(writer.binds) == {"b": "a1"}

@@ -30,6 +30,15 @@ def test_gang_settings_round_trip() -> None:
     assert parse_spec(default, "lattice").gang.partial_boost_s == 60
 
 
+def test_topology_levels_round_trip() -> None:
+    levels = ["example.com/block", "example.com/rack", "kubernetes.io/hostname"]
+    assert parse_spec({"topology": {"levels": levels}}, "lattice").topology.levels == tuple(levels)
+    default = default_spec("lattice")
+    assert default["topology"] == {"levels": []}
+    assert parse_spec(default, "lattice").topology.levels == ()
+    assert parse_spec({"topology": {}}, "lattice").topology.levels == ()
+
+
 def test_plugins_are_applied() -> None:
     spec = {
         "plugins": [
@@ -103,6 +112,15 @@ def test_pending_gpu_pods_feed_the_request_mix() -> None:
         pytest.param({"gang": {"partialBoostSeconds": -1}}, "partialBoostSeconds", id="boost"),
         pytest.param({"gang": {"partialBoostSeconds": 1.5}}, "partialBoostSeconds", id="boost-f"),
         pytest.param({"clientQPS": "fast"}, "clientQPS", id="qps"),
+        pytest.param({"topology": ["rack"]}, "spec.topology must be", id="topo-list"),
+        pytest.param({"topology": {"levels": "rack"}}, "levels: 'rack' is not a list", id="lv"),
+        pytest.param(
+            {"topology": {"levels": ["rack", "bad key"]}}, r"levels\[1\]: 'bad key'", id="key"
+        ),
+        pytest.param({"topology": {"levels": ["a", "a"]}}, "listed twice", id="twice"),
+        pytest.param({"topology": {"levels": [3]}}, "not a node label key", id="int"),
+        pytest.param({"topology": {"levels": [f"l{i}" for i in range(9)]}}, "at most", id="many"),
+        pytest.param({"topology": {"fromKueue": "t"}}, "unknown key 'fromKueue'", id="kueue"),
         pytest.param({"schedulerName": "other"}, "differs", id="name"),
         pytest.param(
             {"plugins": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": "Random"}}]},

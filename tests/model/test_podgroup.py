@@ -16,7 +16,12 @@ import pytest
 import yaml
 
 from scheduler.model.errors import InvalidObjectError
-from scheduler.model.gang import GANG_TOPOLOGY_ANNOTATION, GangSpec
+from scheduler.model.gang import (
+    GANG_TOPOLOGY_ANNOTATION,
+    TOPOLOGY_PREFERRED_ANNOTATION,
+    TOPOLOGY_REQUIRED_ANNOTATION,
+    GangSpec,
+)
 from scheduler.model.podgroup import (
     API_VERSION,
     GROUP,
@@ -100,6 +105,22 @@ def test_training_operator_podgroup() -> None:
         schedule_start_time=None,
         generation=3,
     )
+
+
+def test_topology_annotations_required_alias_and_preferred() -> None:
+    body = _with(
+        "metadata.annotations",
+        {
+            TOPOLOGY_REQUIRED_ANNOTATION: "example.com/block",
+            GANG_TOPOLOGY_ANNOTATION: "example.com/block",  # the older name, same key
+            TOPOLOGY_PREFERRED_ANNOTATION: "example.com/rack",
+        },
+    )
+    gang = gang_from_podgroup(body)
+    assert (gang.topology_key, gang.topology_preferred) == ("example.com/block", "example.com/rack")
+    only_preferred = _with("metadata.annotations", {TOPOLOGY_PREFERRED_ANNOTATION: "rack"})
+    gang = gang_from_podgroup(only_preferred)
+    assert (gang.topology_key, gang.topology_preferred) == (None, "rack")
 
 
 def test_minimal_podgroup_takes_upstream_defaults() -> None:
@@ -213,6 +234,20 @@ def test_schedule_start_time(text: str | None, expected: float | None) -> None:
             f"metadata.annotations[{GANG_TOPOLOGY_ANNOTATION}]",
             "lowercase",
             id="topology-uppercase-prefix",
+        ),
+        pytest.param(
+            "metadata.annotations",
+            {TOPOLOGY_PREFERRED_ANNOTATION: "a rack"},
+            f"metadata.annotations[{TOPOLOGY_PREFERRED_ANNOTATION}]",
+            "node label key",
+            id="preferred-not-label-key",
+        ),
+        pytest.param(
+            "metadata.annotations",
+            {TOPOLOGY_REQUIRED_ANNOTATION: "rack", GANG_TOPOLOGY_ANNOTATION: "zone"},
+            f"metadata.annotations[{TOPOLOGY_REQUIRED_ANNOTATION}]",
+            "differs from lattice.dev/gang-topology",
+            id="required-and-alias-differ",
         ),
         pytest.param(
             "metadata.annotations",

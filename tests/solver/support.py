@@ -39,12 +39,14 @@ def gang(
     min_member: int = 1,
     topology_key: str | None = None,
     min_resources: Mapping[str, int] | None = None,
+    preferred: str | None = None,
 ) -> GangSpec:
     return GangSpec(
         namespace="default",
         name="g",
         min_member=min_member,
         topology_key=topology_key,
+        topology_preferred=preferred,
         min_resources=dict(min_resources or {}),
     )
 
@@ -63,6 +65,7 @@ def problem_for(
     load: LoadView | None = None,
     fw: Framework | None = None,
     merge: bool = True,
+    levels: Sequence[str] = (),
 ) -> GangProblem:
     pods = built(members)
     return build_problem(
@@ -74,6 +77,7 @@ def problem_for(
         topology=topology,
         load=load,
         merge=merge,
+        levels=levels,
     )
 
 
@@ -121,10 +125,13 @@ def plan_for(
     use_solver: bool = True,
     seed: int = 0,
     fw: Framework | None = None,
+    levels: Sequence[str] = (),
 ) -> tuple[GangProblem, GangPlan]:
     """Build, solve with a generous limit (tests must not depend on speed), validate."""
     pods = built(members)
-    problem = problem_for(snapshot, pods, need=need, spec=spec, topology=topology, fw=fw)
+    problem = problem_for(
+        snapshot, pods, need=need, spec=spec, topology=topology, fw=fw, levels=levels
+    )
     plan = solve(problem, time_limit_s=time_limit_s, use_solver=use_solver, seed=seed)
     assert_valid(snapshot, pods, problem, plan)
     return problem, plan

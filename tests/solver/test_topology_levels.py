@@ -1,0 +1,206 @@
+"""Gangs placed in the network: required and preferred levels, wider-level compactness,
+tightest fit, in greedy and in CP-SAT (checked against the naive boolean model and a
+brute force over domains written here from the node figures alone)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pytest
+
+from lattice_dev.solver.naive import solve_naive
+from scheduler.core.snapshot import Snapshot
+from scheduler.model.pod import Pod
+from scheduler.solver import SolveStatus, solve, violations
+from scheduler.solver.check import spans, tight_used
+from scheduler.solver.domains import fewest, tightest
+from scheduler.solver.problem import compact_keys
+from tests.builders import cluster
+from tests.solver.support import built, counts_of, gang, gpu_node, member, plan_for, problem_for
+
+BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
+LEVELS = (BLOCK, RACK, HOST)
+
+
+def racks(layout: Mapping[str, Mapping[str, Sequence[int]]]) -> tuple[Snapshot, dict[str, str]]:
+    """``{block: {rack: [GPUs per node]}}`` -> the snapshot and each node's rack."""
+    nodes, rack_of = [], {}
+    for block, rs in layout.items():
+        for rack, gpus in rs.items():
+            for i, g in enumerate(gpus):
+                name = f"{rack}-n{i}"
+                rack_of[name] = rack
+                nodes.append(gpu_node(name, g).label(BLOCK, block).label(RACK, rack))
+    return cluster(nodes), rack_of
+
+
+def gpu_members(n: int, gpus: int = 2) -> list[Pod]:
+    return built([member(f"m{i}", gpus) for i in range(n)])
+
+
+def fewest_racks(layout: Mapping[str, Mapping[str, Sequence[int]]], n: int, gpus: int) -> int:
+    """Brute force from the layout alone: the fewest racks whose nodes hold ``n`` members."""
+    caps = [sum(g // gpus for g in ns) for rs in layout.values() for ns in rs.values()]
+    for k in range(1, len(caps) + 1):
+        if any(sum(c) >= n for c in itertools.combinations(caps, k)):
+            return k
+    raise AssertionError("does not fit")
+
+
+def test_compact_chain_from_levels() -> None:
+    assert compact_keys(LEVELS, None, RACK) == (BLOCK, RACK)
+    assert compact_keys(LEVELS, None, HOST) == LEVELS
+    assert compact_keys(LEVELS, BLOCK, HOST) == (RACK, HOST)
+    assert compact_keys(LEVELS, RACK, BLOCK) == ()  # one rack is one block
+    assert compact_keys(LEVELS, RACK, RACK) == ()
+    assert compact_keys((), None, "zone") == ("zone",)  # a key that is no level
+    assert compact_keys(LEVELS, None, None) == ()
+
+
+def test_fewest_and_tightest_domains() -> None:
+    caps = {0: 3, 1: 3, 2: 2, 3: 1}  # Kueue's BestFit example: 7 pods -> 3 + 3 + 1
+    assert fewest(caps, 7) == 3
+    assert sorted(caps[d] for d in tightest(caps, 7)) == [1, 3, 3]
+    # Equally few: the smallest domains that still hold the gang, the big ones stay whole.
+    assert sorted(tightest({0: 5, 1: 5, 2: 4, 3: 4}, 8)) == [2, 3]
+    assert fewest({0: 2, 1: 2}, 5) is None
+    assert tightest({0: 2, 1: 3}, 6) == [1, 0]  # nothing holds it: largest first
+
+
+LAYOUT_ONE = {"b1": {"rA": [8, 8], "rB": [4, 4]}, "b2": {"rC": [4]}}
+
+
+@pytest.mark.parametrize("use_solver", [True, False], ids=["cpsat", "greedy"])
+def test_preferred_one_rack_the_tightest_that_fits(use_solver: bool) -> None:
+    # 4 members x 2 GPUs = 8 GPUs: rack A (16 free) or rack B (8 free) holds it whole;
+    # rack B, exactly full afterwards, keeps rack A whole for a 16-GPU gang.
+    snapshot, rack_of = racks(LAYOUT_ONE)
+    members = gpu_members(4)
+    problem, plan = plan_for(
+        snapshot,
+        members,
+        spec=gang(min_member=4, preferred=RACK),
+        levels=LEVELS,
+        use_solver=use_solver,
+    )
+    assert plan.admitted
+    assert {rack_of[n] for _, n in plan.placements} == {"rB"}
+    assert fewest_racks(LAYOUT_ONE, 4, 2) == 1
+    assert spans(problem, counts_of(problem, plan)) == (1, 1)
+    assert f"over 1 {RACK} domain ({RACK}=rB) in 1 {BLOCK}" in plan.message
+
+
+# Racks hold (2 GPUs a member): r11 2, r12 3 (block b1); r21 2, r22 1 (block b2). Four
+# members need two racks; the tightest pairs (r11+r21, r12+r22) cross blocks, the only
+# pair inside one block is r11+r12: compactness at the wider level comes first.
+LAYOUT_TWO = {"b1": {"r11": [4], "r12": [6]}, "b2": {"r21": [4], "r22": [2]}}
+
+
+@pytest.mark.parametrize("use_solver", [True, False], ids=["cpsat", "greedy"])
+def test_preferred_two_racks_of_one_block(use_solver: bool) -> None:
+    snapshot, rack_of = racks(LAYOUT_TWO)
+    members = gpu_members(4)
+    problem, plan = plan_for(
+        snapshot,
+        members,
+        spec=gang(min_member=4, preferred=RACK),
+        levels=LEVELS,
+        use_solver=use_solver,
+    )
+    assert plan.admitted
+    assert fewest_racks(LAYOUT_TWO, 4, 2) == 2
+    assert {rack_of[n] for _, n in plan.placements} == {"r11", "r12"}
+    assert spans(problem, counts_of(problem, plan)) == (1, 2)  # (blocks, racks)
+    # Without the levels there is no block to keep: the tightest pair of racks wins.
+    _, loose = plan_for(
+        snapshot, members, spec=gang(min_member=4, preferred=RACK), use_solver=use_solver
+    )
+    used = {rack_of[n] for _, n in loose.placements}
+    assert len(used) == 2
+    assert used != {"r11", "r12"}
+
+
+def test_required_block_preferred_rack() -> None:
+    # Block b1's racks hold 2 + 2 members, block b2 one rack of 4: required block, preferred
+    # rack -> b2's one rack, although b1 is the fuller block.
+    layout = {"b1": {"r11": [4], "r12": [4]}, "b2": {"r21": [8, 8]}}
+    snapshot, rack_of = racks(layout)
+    spec = gang(min_member=4, topology_key=BLOCK, preferred=RACK)
+    problem, plan = plan_for(snapshot, gpu_members(4), spec=spec, levels=LEVELS)
+    assert plan.admitted
+    assert {rack_of[n] for _, n in plan.placements} == {"r21"}
+    assert plan.domain == "b2"
+    assert [level.key for level in problem.compact] == [RACK]
+
+
+def test_required_only_takes_the_fullest_block_that_fits() -> None:
+    # Either block holds the gang; b1 has exactly the room (tight), b2 has twice as much.
+    layout = {"b1": {"r11": [4], "r12": [4]}, "b2": {"r21": [8], "r22": [8]}}
+    snapshot, rack_of = racks(layout)
+    spec = gang(min_member=4, topology_key=BLOCK)
+    for use_solver in (True, False):
+        _, plan = plan_for(snapshot, gpu_members(4), spec=spec, use_solver=use_solver)
+        assert plan.domain == "b1"
+        assert {rack_of[n][:2] for _, n in plan.placements} == {"r1"}
+
+
+def test_required_that_fits_nowhere_binds_nothing_and_says_why() -> None:
+    layout = {"b1": {"r11": [8], "r12": [8]}, "b2": {"r21": [8]}}
+    snapshot, _ = racks(layout)
+    spec = gang(min_member=5, topology_key=RACK)
+    _, plan = plan_for(snapshot, gpu_members(5, gpus=4), spec=spec, levels=LEVELS)
+    assert plan.status is SolveStatus.INFEASIBLE
+    assert plan.placements == ()
+    assert f"no domain of {RACK} holds 5 members together" in plan.message
+    assert f"needs 20 GPUs in one {RACK}; the most free in one is 8" in plan.message
+
+
+def test_no_preference_keeps_the_old_objective() -> None:
+    snapshot, _ = racks(LAYOUT_TWO)
+    problem = problem_for(snapshot, gpu_members(4), spec=gang(min_member=4), levels=LEVELS)
+    assert problem.compact == ()
+    assert problem.tight is None
+    assert problem.weights.spans == ()
+    assert problem.weights.tight == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cpsat_matches_the_naive_model_and_the_fewest_racks(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    layout = {
+        f"b{b}": {f"r{b}{r}": [int(g) for g in rng.choice([0, 2, 4, 8], size=2)] for r in range(3)}
+        for b in range(2)
+    }
+    snapshot, rack_of = racks(layout)
+    total = sum(g // 2 for rs in layout.values() for gs in rs.values() for g in gs)
+    n = int(min(max(total - int(rng.integers(0, 3)), 1), 8))
+    members = gpu_members(n)
+    spec = gang(min_member=n, preferred=RACK)
+    merged = problem_for(snapshot, members, spec=spec, levels=LEVELS)
+    plan = solve(merged, time_limit_s=30.0, workers=1)
+    assert plan.status is SolveStatus.OPTIMAL
+    counts = counts_of(merged, plan)
+    assert violations(merged, counts) == []
+    assert spans(merged, counts)[-1] == fewest_racks(layout, n, 2)
+    naive = solve_naive(
+        problem_for(snapshot, members, spec=spec, levels=LEVELS, merge=False),
+        time_limit_s=30.0,
+        workers=1,
+    )
+    assert naive.objective == plan.objective
+    # Greedy never beats the optimum; placing as many, it spans at least as many racks.
+    greedy_plan = solve(merged, use_solver=False)
+    assert greedy_plan.objective is not None
+    assert plan.objective is not None
+    assert greedy_plan.objective <= plan.objective
+    if greedy_plan.placed == plan.placed:
+        assert spans(merged, counts_of(merged, greedy_plan)) >= spans(merged, counts)
+    # The tight tier counts the ranks of exactly the racks the plan uses.
+    used = {rack_of[node] for _, node in plan.placements}
+    assert merged.tight is not None
+    ranks = {
+        merged.tight.names[d]: int(merged.tight_rank[d]) for d in range(len(merged.tight.names))
+    }
+    assert tight_used(merged, counts) == sum(ranks[r] for r in used)
