@@ -40,6 +40,7 @@ from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
 
 if TYPE_CHECKING:
+    from scheduler.core.dra.search import DeviceSearch
     from scheduler.core.dra.state import DraState
     from scheduler.core.volumes import VolumeState
 
@@ -72,6 +73,7 @@ def schedule_with_nominated(
     restrict_to: frozenset[str] | None = None,
     volumes: VolumeState | None = None,
     dra: DraState | None = None,
+    search: DeviceSearch | None = None,
 ) -> Decision:
     """:meth:`Framework.schedule` with ``nominated`` (pending pods and their nominated
     nodes) counted as described in the module docstring."""
@@ -86,6 +88,7 @@ def schedule_with_nominated(
             restrict_to=only,
             volumes=volumes,
             dra=dra,
+            search=search,
         )
 
     without = run(restrict_to)

@@ -53,6 +53,7 @@ from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
 
 if TYPE_CHECKING:
+    from scheduler.core.dra.search import DeviceSearch
     from scheduler.core.dra.state import ClaimPlan, DraState
     from scheduler.core.volumes import VolumePlan, VolumeState
 
@@ -81,6 +82,7 @@ class Framework:
         restrict_to: frozenset[str] | None = None,
         volumes: VolumeState | None = None,
         dra: DraState | None = None,
+        search: DeviceSearch | None = None,
     ) -> Decision:
         """``restrict_to``: consider only these nodes (a gang member re-checked against its
         plan's node or domain); the others are reported as absent, not as rejected.
@@ -101,7 +103,9 @@ class Framework:
         if n == 0:
             return Decision(pod, None, Explanation(names, rejected_by), seed)
 
-        cycle = Cycle(snapshot, pod, topology=topology, load=load, volumes=volumes, dra=dra)
+        cycle = Cycle(
+            snapshot, pod, topology=topology, load=load, volumes=volumes, dra=dra, search=search
+        )
         skipped: list[str] = []
         rejection: Rejection | None = None
         allowed: frozenset[str] | None = None
