@@ -60,6 +60,7 @@ import collections
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,7 @@ from scheduler.control.transient import describe, failure_of, is_transient, writ
 from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
 from scheduler.core.dra.extended import status_body
 from scheduler.core.dra.objects import ResourceClaim
+from scheduler.core.dra.search import DeviceSearch, Job, feasible_to_find, run_jobs
 from scheduler.core.dra.state import ClaimPlan, ClaimWrite
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code
@@ -101,7 +103,11 @@ from scheduler.core.from_api import scheduled_at
 from scheduler.core.gpus import Free, stranded
 from scheduler.core.load import LoadView
 from scheduler.core.nominated import schedule_with_nominated
-from scheduler.core.plugins.dynamic_resources import stale_allocations, stale_extended_claim
+from scheduler.core.plugins.dynamic_resources import (
+    remember,
+    stale_allocations,
+    stale_extended_claim,
+)
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
@@ -219,6 +225,9 @@ class Scheduler:
         """Told of each assumed pod whose binding never showed up in the watch (the feed
         queues it again if the pending stream still shows it)."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._search_pool = ThreadPoolExecutor(1, thread_name_prefix="lattice-device-search")
+        """The worker of deferred device searches (one: attempts run one at a time, and
+        Python threads do not search in parallel); its thread starts on first use."""
         self.reporter: Reporter | None = None
         """Events and PodScheduled, through one bounded queue (None: nothing is written)."""
         if writer is not None:
@@ -623,7 +632,7 @@ class Scheduler:
                 if isinstance(info.pod, GangEntry):
                     self.gang_flow.schedule(info)
                 else:
-                    self.schedule_one(info)
+                    await self.attempt(info)
             except Exception as exc:  # a bug must cost one pod a retry, not the scheduler
                 self.log.exception(
                     "cycle_crashed", pod=f"{info.pod.namespace}/{info.pod.name}", reason=repr(exc)
@@ -631,12 +640,66 @@ class Scheduler:
                 self.queue.requeue_after_failure(info, unschedulable=False, reason=repr(exc))
             await asyncio.sleep(0)  # let watch events in between cycles
 
+    async def attempt(self, info: QueuedPodInfo[QueuedPod]) -> None:
+        """One pod's attempt. A pod with DRA claims is decided with a deferred device
+        search: a decision that leaves nodes to search hands them to the worker thread
+        and the loop goes on (watches, bindings, lease, ``/healthz``); the memo then holds
+        their verdicts and the pod is decided again, on the snapshot as it is by then.
+        The decision that leaves nothing to search (or finds the budget spent) is acted
+        on, with no await between it and the assumption (:mod:`scheduler.core.dra.search`
+        says why this and not the whole decision in a thread)."""
+        pod = info.pod
+        if not isinstance(pod, Pod) or not (pod.resource_claims or pod.container_requests):
+            self.schedule_one(info)
+            return
+        search = DeviceSearch(
+            self.settings.profile.dynamic_resources.search_budget,
+            deferred=True,
+            enough=self._feasible_to_find(),
+        )
+        started = time.perf_counter()
+        dra = self.cache.dra
+        loop = asyncio.get_running_loop()
+        while jobs := self.schedule_one(info, search=search, started=started):
+            generation = dra.generation
+            try:
+                await loop.run_in_executor(self._search_pool, run_jobs, search, jobs, search.enough)
+            except asyncio.CancelledError:
+                search.abandon()
+                raise
+            if dra.generation != generation:
+                # A class, slice or taint rule changed (or the spec numbering restarted)
+                # while the worker searched: its verdicts may be wrong; search again.
+                search.outcomes.clear()
+            else:
+                for job in jobs:
+                    outcome = search.outcomes.get(job.key)
+                    if outcome is not None:
+                        remember(dra, job.key, outcome)
+            if not self.queue.in_flight(info):
+                self.log.info(
+                    "attempt_dropped",
+                    pod=f"{pod.namespace}/{pod.name}",
+                    reason="the pod was deleted during its device search",
+                )
+                return
+
+    def _feasible_to_find(self) -> int | None:
+        """kube's stop for the device search where ``percentageOfNodesToScore`` is set;
+        unset (0), Lattice searches every node within the budget, as it filters every
+        node (:mod:`scheduler.core.schedule`)."""
+        percentage = self.settings.percentage_of_nodes_to_score
+        if percentage <= 0:
+            return None
+        return feasible_to_find(self.cache.snapshot.num_nodes, percentage)
+
     def decide(
         self,
         pod: Pod,
         *,
         restrict_to: frozenset[str] | None = None,
         ignore_nominated: frozenset[str] = frozenset(),
+        search: DeviceSearch | None = None,
     ) -> Decision:
         """``pod`` on the snapshot as it is now, plugins timed on sampled cycles: a single
         pod's cycle, and a gang member re-checked against its plan (``restrict_to``).
@@ -659,6 +722,7 @@ class Scheduler:
             restrict_to=restrict_to,
             volumes=self.cache.volumes,
             dra=self.cache.dra,
+            search=search,
         )
 
     def preemption_inputs(self) -> Inputs:
@@ -699,7 +763,16 @@ class Scheduler:
             log.exception("preemption_failed", reason=repr(exc))
             return None, f"internal error: {exc}"
 
-    def schedule_one(self, info: QueuedPodInfo[QueuedPod]) -> None:
+    def schedule_one(
+        self,
+        info: QueuedPodInfo[QueuedPod],
+        *,
+        search: DeviceSearch | None = None,
+        started: float | None = None,
+    ) -> list[Job]:
+        """One decision for the pod, acted on; or, with a deferred ``search`` that left
+        nodes to search, nothing done and those nodes returned (:meth:`attempt`).
+        ``started``: when the attempt began (the first of its decisions)."""
         pod = info.pod
         key = f"{pod.namespace}/{pod.name}"
         trace_id = new_trace_id()
@@ -710,35 +783,41 @@ class Scheduler:
             cycle=self.queue.scheduling_cycle,
             trace_id=trace_id,
         )
-        started = time.perf_counter()
+        if started is None:
+            started = time.perf_counter()
         if isinstance(pod, BrokenPod):
             self._failed(info, log, trace_id, pod.error, started, AttemptResult.ERROR)
-            return
+            return []
         assert isinstance(pod, Pod)
         self.plugin_timer.start_cycle(self.queue.scheduling_cycle)
         dra = self.cache.dra
         uses_dra = pod.resource_claims or pod.container_requests
         before = (dra.stats.seconds, dra.compiler.evaluations) if uses_dra else None
         try:
-            decision = self.decide(pod)
+            decision = self.decide(pod, search=search)
         except Exception as exc:  # a bug in a plugin must not stop the scheduler
             log.exception("cycle_failed", reason=str(exc))
             self._failed(
                 info, log, trace_id, f"internal error: {exc}", started, AttemptResult.ERROR
             )
-            return
+            return []
+        if search is not None:
+            jobs = search.take_jobs()
+            if jobs and decision.code is not Code.ERROR:  # an error ends it as in kube
+                return jobs
         if before is not None:
-            self.metrics.dra_allocation_duration.observe(dra.stats.seconds - before[0])
+            worker = search.seconds if search is not None else 0.0
+            self.metrics.dra_allocation_duration.observe(dra.stats.seconds - before[0] + worker)
             self.metrics.dra_cel_evaluations.observe(dra.compiler.evaluations - before[1])
         if decision.selected is None:
             if decision.code is Code.ERROR:  # an allocator error: backoff, no preemption
                 self._failed(info, log, trace_id, decision.summary, started, AttemptResult.ERROR)
-                return
+                return []
             if decision.explanation.gated_message is not None:
                 self._failed(
                     info, log, trace_id, decision.summary, started, AttemptResult.UNSCHEDULABLE
                 )
-                return
+                return []
             if pod.resource_claims:
                 stale = stale_allocations(pod, self.cache.dra, self.cache.snapshot)
                 if stale and self.writer is not None:
@@ -771,7 +850,7 @@ class Scheduler:
                 AttemptResult.UNSCHEDULABLE,
                 nominated=nominated,
             )
-            return
+            return []
         node = decision.selected
         annotations = dict(decision.annotations)
         # kube forgets the nomination when it assumes the pod
@@ -795,6 +874,7 @@ class Scheduler:
                 info, pod, node, annotations, log, trace_id, volume_plan=plan, claim_plan=claims
             )
         )
+        return []
 
     def _failed(
         self,
@@ -1327,6 +1407,7 @@ class Scheduler:
         """Drain for at most ``within`` seconds, then cancel what is left (a solve, a report
         to an API server that stopped answering): no task outlives the scheduler."""
         await self.drain(within)
+        self._search_pool.shutdown(wait=False, cancel_futures=True)
         left = set(self._tasks)
         for task in left:
             task.cancel()

@@ -210,8 +210,13 @@ class DeviceSearch:
         self.abandoned = True
 
     def take_jobs(self) -> list[Job]:
-        jobs, self.jobs = self.jobs, []
-        return jobs
+        """The nodes left to search, once each (a decision with nominated pods runs the
+        filter more than once)."""
+        once: dict[tuple[object, ...], Job] = {}
+        for job in self.jobs:
+            once.setdefault(job.key, job)
+        self.jobs = []
+        return list(once.values())
 
     def over_budget(self) -> str:
         """The reason of the nodes left unsearched."""
