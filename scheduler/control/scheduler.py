@@ -13,7 +13,8 @@ left here is the
 state they share (cache, queue, framework), the pod, node and budget handlers, and the
 cycle and binding of a single pod.
 
-Theory of operation (one asyncio loop, no threads, no locks):
+Theory of operation (one asyncio loop, no locks; threads only for searches that can blow
+up, on immutable inputs: the gang solver and the DRA device search):
 
 * The feed calls ``pod_upserted`` / ``pod_deleted`` / ``node_upserted`` ...
   synchronously. A bound pod (anyone's) goes to the cache; a pending pod with
@@ -22,7 +23,10 @@ Theory of operation (one asyncio loop, no threads, no locks):
   (synchronous and cheap: no awaits inside a cycle, so the snapshot cannot
   change under it), assumes the pod on the chosen node, and hands the binding
   to a bounded pool of tasks. The next cycle starts at once and already sees
-  the assumed pod.
+  the assumed pod. A pod with DRA claims whose nodes the memo cannot answer first has
+  them searched in a worker thread within its budget (:meth:`Scheduler.attempt`,
+  :mod:`scheduler.core.dra.search`), the loop running meanwhile; then it is decided
+  again, and that decision is the cycle above.
 * A binding that fails forgets the assumption and requeues with backoff; a
   409 for a pod already bound is resolved by reading the pod, never by a
   second binding.

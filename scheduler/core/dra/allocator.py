@@ -65,8 +65,9 @@ pool, too many devices, an invalid pool reached). The search is bounded as kube 
 1.34): a search still running after
 :data:`FILTER_TIMEOUT` gives up and the node does not fit (kube 1.34: Unschedulable, "timed
 out trying to allocate devices"). Without it a claim asking for more devices than a node has
-walks every permutation of the node's devices (16 devices: 16! orders) and holds the
-scheduling loop for hours.
+walks every permutation of the node's devices (16 devices: 16! orders) for hours. Over
+a whole attempt the search is bounded further by its budget (``stop_at``,
+:mod:`scheduler.core.dra.search`), and the controller runs it off the event loop.
 """
 
 from __future__ import annotations

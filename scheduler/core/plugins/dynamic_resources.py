@@ -23,6 +23,9 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
   appends ``(untolerated device taint: key=value:Effect)``, :func:`cannot_allocate`). An
   allocator error (a CEL runtime error, All over an incomplete pool, ...) is an Error
   status, which ends the pod's whole attempt (SchedulerError and backoff), as in kube.
+  The search over the nodes has a budget per attempt and, in the controller, runs off
+  the event loop (:mod:`scheduler.core.dra.search`: the attempt's
+  :class:`~scheduler.core.dra.search.DeviceSearch`, or one of the cycle's own).
 * **PostFilter** (:func:`stale_allocations`, run by the controller when no node fits):
   the pod's allocated claims that nobody else holds and that no node can use any more
   are deallocated, so the next attempt can allocate anew.
