@@ -744,6 +744,7 @@ class Scheduler:
             gang_members=gang_members,
             volumes=self.cache.volumes,
             dra=self.cache.dra,
+            search=DeviceSearch(self.settings.profile.dynamic_resources.search_budget),
         )
 
     def _post_filter(self, decision: Decision, log: Any) -> tuple[Preemption | None, str]:

@@ -364,8 +364,9 @@ class DynamicResources:
                     codes[row] = Code.ERROR
                     break
                 if search.expired():
+                    # Preemption's dry run could not search it within the budget either.
                     unsearched[row] = True
-                    codes[row] = Code.UNSCHEDULABLE
+                    codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
                     continue
                 if search.deferred and key is not None:
                     search.jobs.append(
@@ -387,7 +388,7 @@ class DynamicResources:
                         codes[row] = Code.ERROR
                         break
                     unsearched[row] = True
-                    codes[row] = Code.UNSCHEDULABLE
+                    codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
                     continue
                 if key is not None and dra is not None:
                     remember(dra, key, outcome)

@@ -85,7 +85,8 @@ def test_on_1_35_the_budget_ends_the_attempt_as_unschedulable_naming_it() -> Non
     decision, took = decide(framework(35), devices, dra_state(devices))
     assert took < BUDGET + 1.0
     assert decision.selected is None
-    assert decision.code is Code.UNSCHEDULABLE
+    # Unresolvable: preemption's dry runs could not search these nodes either.
+    assert decision.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
     assert decision.summary.startswith(
         "0/6 nodes are available: 6 node(s) not searched: the device search budget "
         "(0.3s per attempt) ran out after 1 node(s)."
