@@ -230,8 +230,12 @@ class Scheduler:
         queues it again if the pending stream still shows it)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._search_pool = ThreadPoolExecutor(1, thread_name_prefix="lattice-device-search")
-        """The worker of deferred device searches (one: attempts run one at a time, and
-        Python threads do not search in parallel); its thread starts on first use."""
+        """The worker of deferred device searches (one: Python threads do not search in
+        parallel, and the budget, not parallelism, bounds an attempt); its thread starts
+        on first use."""
+        self._search_slot = asyncio.Semaphore(1)
+        """Held by the one attempt whose search the worker runs; others wait for it (FIFO),
+        and their budgets start when they get it."""
         self.reporter: Reporter | None = None
         """Events and PodScheduled, through one bounded queue (None: nothing is written)."""
         if writer is not None:
@@ -646,47 +650,66 @@ class Scheduler:
 
     async def attempt(self, info: QueuedPodInfo[QueuedPod]) -> None:
         """One pod's attempt. A pod with DRA claims is decided with a deferred device
-        search: a decision that leaves nodes to search hands them to the worker thread
-        and the loop goes on (watches, bindings, lease, ``/healthz``); the memo then holds
-        their verdicts and the pod is decided again, on the snapshot as it is by then.
-        The decision that leaves nothing to search (or finds the budget spent) is acted
-        on, with no await between it and the assumption (:mod:`scheduler.core.dra.search`
-        says why this and not the whole decision in a thread)."""
+        search: when the memo answers every node, that decision is acted on at once, as
+        any pod's. When it leaves nodes to search, the attempt goes on in a task of its
+        own (:meth:`_search_then_decide`) and the loop goes on scheduling other pods
+        meanwhile (:mod:`scheduler.core.dra.search` says why the search, not the whole
+        decision, leaves the loop)."""
         pod = info.pod
         if not isinstance(pod, Pod) or not (pod.resource_claims or pod.container_requests):
             self.schedule_one(info)
             return
-        search = DeviceSearch(
+        started = time.perf_counter()
+        if self.schedule_one(info, search=self._device_search(), started=started):
+            self._spawn(self._search_then_decide(info, started))
+
+    def _device_search(self) -> DeviceSearch:
+        return DeviceSearch(
             self.settings.profile.dynamic_resources.search_budget,
             deferred=True,
             enough=self._feasible_to_find(),
         )
-        started = time.perf_counter()
+
+    async def _search_then_decide(self, info: QueuedPodInfo[QueuedPod], started: float) -> None:
+        """The rest of a DRA pod's attempt: once the worker is free (one search at a time),
+        decide again on the snapshot as it is then, with the budget starting now; hand
+        the nodes it leaves to the worker, write their verdicts into the memo, and decide
+        again, until a decision leaves nothing to search (or finds the budget spent). That
+        decision is acted on with no await between it and the assumption. The worker
+        reads only immutable inputs, so watch events, bindings and other pods' cycles go
+        on meanwhile; a class, slice or taint rule changed meanwhile drops its verdicts
+        (:attr:`~scheduler.core.dra.state.DraState.generation`)."""
+        pod = info.pod
+        key = f"{pod.namespace}/{pod.name}"
         dra = self.cache.dra
         loop = asyncio.get_running_loop()
-        while jobs := self.schedule_one(info, search=search, started=started):
-            generation = dra.generation
+        async with self._search_slot:
+            search = self._device_search()
             try:
-                await loop.run_in_executor(self._search_pool, run_jobs, search, jobs, search.enough)
-            except asyncio.CancelledError:
-                search.abandon()
-                raise
-            if dra.generation != generation:
-                # A class, slice or taint rule changed (or the spec numbering restarted)
-                # while the worker searched: its verdicts may be wrong; search again.
-                search.outcomes.clear()
-            else:
-                for job in jobs:
-                    outcome = search.outcomes.get(job.key)
-                    if outcome is not None:
-                        remember(dra, job.key, outcome)
-            if not self.queue.in_flight(info):
-                self.log.info(
-                    "attempt_dropped",
-                    pod=f"{pod.namespace}/{pod.name}",
-                    reason="the pod was deleted during its device search",
-                )
+                while self.queue.in_flight(info):
+                    jobs = self.schedule_one(info, search=search, started=started)
+                    if not jobs:
+                        return
+                    generation = dra.generation
+                    try:
+                        await loop.run_in_executor(
+                            self._search_pool, run_jobs, search, jobs, search.enough
+                        )
+                    except asyncio.CancelledError:
+                        search.abandon()
+                        raise
+                    if dra.generation != generation:
+                        search.outcomes.clear()
+                        continue
+                    for job in jobs:
+                        outcome = search.outcomes.get(job.key)
+                        if outcome is not None:
+                            remember(dra, job.key, outcome)
+            except Exception as exc:  # a bug must cost one pod a retry, not the scheduler
+                self.log.exception("cycle_crashed", pod=key, reason=repr(exc))
+                self.queue.requeue_after_failure(info, unschedulable=False, reason=repr(exc))
                 return
+        self.log.info("attempt_dropped", pod=key, reason="the pod left the queue during its search")
 
     def _feasible_to_find(self) -> int | None:
         """kube's stop for the device search where ``percentageOfNodesToScore`` is set;

@@ -32,24 +32,28 @@ Where it runs. Two modes, one filter (DynamicResources):
   simulate``): nodes are searched in the filter, under a budget of their own;
 * **deferred** (the controller's single-pod cycles): the filter searches nothing. Nodes the
   memo cannot answer become :class:`Job`\\ s and their rows are left out of that decision;
-  the controller then runs the jobs in a worker thread (:func:`run_jobs`) while the loop
-  goes on, writes the outcomes into the memo (unless a class or slice changed meanwhile:
-  :attr:`~scheduler.core.dra.state.DraState.generation`), and decides again. The decision
-  with no jobs left is the one acted on; it is taken on the loop, on the snapshot as it is
-  then, with no await inside, so no event lands in the middle of a decision.
+  the attempt then continues in a task of its own: it waits for the worker thread (one
+  search at a time; its budget starts then), runs the jobs there (:func:`run_jobs`),
+  writes the outcomes into the memo (unless a class or slice changed meanwhile:
+  :attr:`~scheduler.core.dra.state.DraState.generation`), and decides again. Other pods
+  are scheduled meanwhile. The decision with no jobs left is the one acted on; it is
+  taken on the loop, on the snapshot as it is then, with no await inside, so no event
+  lands in the middle of a decision.
 
 Why not the whole decision in a thread: the snapshot, the DRA ledger and the nominations
 are changed on the loop by watch events and by binding outcomes (forget, confirm, expire),
 and deferring every one of those while a decision runs would touch every write site of the
-control side. The allocator is the only part that can blow up, and its inputs are already
-immutable values (the slice index and the devices in use are rebuilt, never changed in
-place; :meth:`~scheduler.core.dra.allocator.Allocator.detached` copies the classes), so
-only it leaves the loop. Searching in a thread costs a second decision for a pod whose
-nodes the memo did not know; a pod whose nodes it knows (the common case once one pod with
-its claims was filtered) is decided at once, as before. The worker holds the GIL while it
+control side, and would stop every other pod's cycle for the search. The allocator is the
+only part that can blow up, and its inputs are already immutable values (the slice index
+and the devices in use are rebuilt, never changed in place;
+:meth:`~scheduler.core.dra.allocator.Allocator.detached` copies the classes), so only it
+leaves the loop. Searching in a thread costs a second decision for a pod whose nodes the
+memo did not know; a pod whose nodes it knows (the common case once one pod with its
+claims was filtered) is decided at once, as before. The worker holds the GIL while it
 searches; it lets it go at each of the allocator's looks at its clock (every 256 steps),
-so the loop, when it has work, runs within about a millisecond: slower, never stopped. One worker: threads give Python no parallel speed-up on pure-Python search,
-and the budget, not parallelism, is what bounds an attempt.
+so the loop shares the interpreter with it: slower, never stopped. One worker: threads
+give Python no parallel speed-up on pure-Python search, and the budget, not parallelism,
+is what bounds an attempt.
 """
 
 from __future__ import annotations
