@@ -74,6 +74,10 @@ bench-frag *ARGS:
 bench-dra *ARGS:
     python -m lattice_dev.benchmarks.dra {{ARGS}}
 
+# A hostile DRA pod (2 claims x 9 devices on 16-device kwok nodes) beside a stream of plain pods: their p50/p99 alone and beside it, and whether the lease was lost (--nodes 1000 for the issue's size).
+bench-hostile-dra *ARGS:
+    python -m lattice_dev.benchmarks.hostile_dra {{ARGS}}
+
 # Render manifests/ from charts/lattice (default values) and copy crds/ into the chart.
 manifests:
     python -m tests.charts.render --write

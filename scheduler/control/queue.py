@@ -553,6 +553,14 @@ class SchedulingQueue(Generic[P]):
             await self._wake.wait()
         return None
 
+    def in_flight(self, attempt: QueuedPodInfo[P]) -> bool:
+        """Whether ``attempt`` is still the pod's current attempt (not deleted, nor
+        replaced by a pod of another uid, since it was popped)."""
+        entry = self._in_flight.get(attempt.key)
+        if entry is None:
+            return False
+        return entry.pod.uid == attempt.pod.uid and entry.cycle == attempt.cycle
+
     def done(self, attempt: QueuedPodInfo[P]) -> bool:
         """The attempt placed the pod: it leaves the queue. False for a stale handle."""
         return self._end_attempt(attempt) is not None

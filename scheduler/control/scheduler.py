@@ -13,7 +13,8 @@ left here is the
 state they share (cache, queue, framework), the pod, node and budget handlers, and the
 cycle and binding of a single pod.
 
-Theory of operation (one asyncio loop, no threads, no locks):
+Theory of operation (one asyncio loop, no locks; threads only for searches that can blow
+up, on immutable inputs: the gang solver and the DRA device search):
 
 * The feed calls ``pod_upserted`` / ``pod_deleted`` / ``node_upserted`` ...
   synchronously. A bound pod (anyone's) goes to the cache; a pending pod with
@@ -22,7 +23,10 @@ Theory of operation (one asyncio loop, no threads, no locks):
   (synchronous and cheap: no awaits inside a cycle, so the snapshot cannot
   change under it), assumes the pod on the chosen node, and hands the binding
   to a bounded pool of tasks. The next cycle starts at once and already sees
-  the assumed pod.
+  the assumed pod. A pod with DRA claims whose nodes the memo cannot answer first has
+  them searched in a worker thread within its budget (:meth:`Scheduler.attempt`,
+  :mod:`scheduler.core.dra.search`), the loop running meanwhile; then it is decided
+  again, and that decision is the cycle above.
 * A binding that fails forgets the assumption and requeues with backoff; a
   409 for a pod already bound is resolved by reading the pod, never by a
   second binding.
@@ -60,6 +64,7 @@ import collections
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +100,7 @@ from scheduler.core.batch import Batch
 from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
 from scheduler.core.dra.extended import status_body
 from scheduler.core.dra.objects import ResourceClaim
+from scheduler.core.dra.search import DeviceSearch, Job, feasible_to_find, run_jobs
 from scheduler.core.dra.state import ClaimPlan, ClaimWrite
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code
@@ -102,7 +108,11 @@ from scheduler.core.from_api import scheduled_at
 from scheduler.core.gpus import Free, stranded
 from scheduler.core.load import LoadView
 from scheduler.core.nominated import schedule_with_nominated
-from scheduler.core.plugins.dynamic_resources import stale_allocations, stale_extended_claim
+from scheduler.core.plugins.dynamic_resources import (
+    remember,
+    stale_allocations,
+    stale_extended_claim,
+)
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
@@ -233,6 +243,13 @@ class Scheduler:
         """Told of each assumed pod whose binding never showed up in the watch (the feed
         queues it again if the pending stream still shows it)."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._search_pool = ThreadPoolExecutor(1, thread_name_prefix="lattice-device-search")
+        """The worker of deferred device searches (one: Python threads do not search in
+        parallel, and the budget, not parallelism, bounds an attempt); its thread starts
+        on first use."""
+        self._search_slot = asyncio.Semaphore(1)
+        """Held by the one attempt whose search the worker runs; others wait for it (FIFO),
+        and their budgets start when they get it."""
         self.reporter: Reporter | None = None
         """Events and PodScheduled, through one bounded queue (None: nothing is written)."""
         if writer is not None:
@@ -688,7 +705,7 @@ class Scheduler:
                 if isinstance(info.pod, GangEntry):
                     self.gang_flow.schedule(info)
                 else:
-                    self.schedule_one(info)
+                    await self.attempt(info)
             except Exception as exc:  # a bug must cost one pod a retry, not the scheduler
                 self.log.exception(
                     "cycle_crashed", pod=f"{info.pod.namespace}/{info.pod.name}", reason=repr(exc)
@@ -696,12 +713,85 @@ class Scheduler:
                 self.queue.requeue_after_failure(info, unschedulable=False, reason=repr(exc))
             await asyncio.sleep(0)  # let watch events in between cycles
 
+    async def attempt(self, info: QueuedPodInfo[QueuedPod]) -> None:
+        """One pod's attempt. A pod with DRA claims is decided with a deferred device
+        search: when the memo answers every node, that decision is acted on at once, as
+        any pod's. When it leaves nodes to search, the attempt goes on in a task of its
+        own (:meth:`_search_then_decide`) and the loop goes on scheduling other pods
+        meanwhile (:mod:`scheduler.core.dra.search` says why the search, not the whole
+        decision, leaves the loop)."""
+        pod = info.pod
+        if not isinstance(pod, Pod) or not (pod.resource_claims or pod.container_requests):
+            self.schedule_one(info)
+            return
+        started = time.perf_counter()
+        if self.schedule_one(info, search=self._device_search(), started=started):
+            self._spawn(self._search_then_decide(info, started))
+
+    def _device_search(self) -> DeviceSearch:
+        return DeviceSearch(
+            self.settings.profile.dynamic_resources.search_budget,
+            deferred=True,
+            enough=self._feasible_to_find(),
+        )
+
+    async def _search_then_decide(self, info: QueuedPodInfo[QueuedPod], started: float) -> None:
+        """The rest of a DRA pod's attempt: once the worker is free (one search at a time),
+        decide again on the snapshot as it is then, with the budget starting now; hand
+        the nodes it leaves to the worker, write their verdicts into the memo, and decide
+        again, until a decision leaves nothing to search (or finds the budget spent). That
+        decision is acted on with no await between it and the assumption. The worker
+        reads only immutable inputs, so watch events, bindings and other pods' cycles go
+        on meanwhile; a class, slice or taint rule changed meanwhile drops its verdicts
+        (:attr:`~scheduler.core.dra.state.DraState.generation`)."""
+        pod = info.pod
+        key = f"{pod.namespace}/{pod.name}"
+        dra = self.cache.dra
+        loop = asyncio.get_running_loop()
+        async with self._search_slot:
+            search = self._device_search()
+            try:
+                while self.queue.in_flight(info):
+                    jobs = self.schedule_one(info, search=search, started=started)
+                    if not jobs:
+                        return
+                    generation = dra.generation
+                    try:
+                        await loop.run_in_executor(
+                            self._search_pool, run_jobs, search, jobs, search.enough
+                        )
+                    except asyncio.CancelledError:
+                        search.abandon()
+                        raise
+                    if dra.generation != generation:
+                        search.outcomes.clear()
+                        continue
+                    for job in jobs:
+                        outcome = search.outcomes.get(job.key)
+                        if outcome is not None:
+                            remember(dra, job.key, outcome)
+            except Exception as exc:  # a bug must cost one pod a retry, not the scheduler
+                self.log.exception("cycle_crashed", pod=key, reason=repr(exc))
+                self.queue.requeue_after_failure(info, unschedulable=False, reason=repr(exc))
+                return
+        self.log.info("attempt_dropped", pod=key, reason="the pod left the queue during its search")
+
+    def _feasible_to_find(self) -> int | None:
+        """kube's stop for the device search where ``percentageOfNodesToScore`` is set;
+        unset (0), Lattice searches every node within the budget, as it filters every
+        node (:mod:`scheduler.core.schedule`)."""
+        percentage = self.settings.percentage_of_nodes_to_score
+        if percentage <= 0:
+            return None
+        return feasible_to_find(self.cache.snapshot.num_nodes, percentage)
+
     def decide(
         self,
         pod: Pod,
         *,
         restrict_to: frozenset[str] | None = None,
         ignore_nominated: frozenset[str] = frozenset(),
+        search: DeviceSearch | None = None,
     ) -> Decision:
         """``pod`` on the snapshot as it is now, plugins timed on sampled cycles: a single
         pod's cycle, and a gang member re-checked against its plan (``restrict_to``).
@@ -727,6 +817,7 @@ class Scheduler:
             volumes=self.cache.volumes,
             dra=self.cache.dra,
             batch=self.batch if restrict_to is None else None,
+            search=search,
         )
 
     def preemption_inputs(self) -> Inputs:
@@ -744,6 +835,7 @@ class Scheduler:
             gang_members=gang_members,
             volumes=self.cache.volumes,
             dra=self.cache.dra,
+            search=DeviceSearch(self.settings.profile.dynamic_resources.search_budget),
         )
 
     def _post_filter(self, decision: Decision, log: Any) -> tuple[Preemption | None, str]:
@@ -767,7 +859,16 @@ class Scheduler:
             log.exception("preemption_failed", reason=repr(exc))
             return None, f"internal error: {exc}"
 
-    def schedule_one(self, info: QueuedPodInfo[QueuedPod]) -> None:
+    def schedule_one(
+        self,
+        info: QueuedPodInfo[QueuedPod],
+        *,
+        search: DeviceSearch | None = None,
+        started: float | None = None,
+    ) -> list[Job]:
+        """One decision for the pod, acted on; or, with a deferred ``search`` that left
+        nodes to search, nothing done and those nodes returned (:meth:`attempt`).
+        ``started``: when the attempt began (the first of its decisions)."""
         pod = info.pod
         key = f"{pod.namespace}/{pod.name}"
         trace_id = new_trace_id()
@@ -778,10 +879,11 @@ class Scheduler:
             cycle=self.queue.scheduling_cycle,
             trace_id=trace_id,
         )
-        started = time.perf_counter()
+        if started is None:
+            started = time.perf_counter()
         if isinstance(pod, BrokenPod):
             self._failed(info, log, trace_id, pod.error, started, AttemptResult.ERROR)
-            return
+            return []
         assert isinstance(pod, Pod)
         self.plugin_timer.start_cycle(self.queue.scheduling_cycle)
         dra = self.cache.dra
@@ -789,27 +891,32 @@ class Scheduler:
         before = (dra.stats.seconds, dra.compiler.evaluations) if uses_dra else None
         hits = self.batch.hits
         try:
-            decision = self.decide(pod)
+            decision = self.decide(pod, search=search)
         except Exception as exc:  # a bug in a plugin must not stop the scheduler
             log.exception("cycle_failed", reason=str(exc))
             self._failed(
                 info, log, trace_id, f"internal error: {exc}", started, AttemptResult.ERROR
             )
-            return
+            return []
         if self.batch.hits != hits:
             self.metrics.batched_cycles.inc()
+        if search is not None:
+            jobs = search.take_jobs()
+            if jobs and decision.code is not Code.ERROR:  # an error ends it as in kube
+                return jobs
         if before is not None:
-            self.metrics.dra_allocation_duration.observe(dra.stats.seconds - before[0])
+            worker = search.seconds if search is not None else 0.0
+            self.metrics.dra_allocation_duration.observe(dra.stats.seconds - before[0] + worker)
             self.metrics.dra_cel_evaluations.observe(dra.compiler.evaluations - before[1])
         if decision.selected is None:
             if decision.code is Code.ERROR:  # an allocator error: backoff, no preemption
                 self._failed(info, log, trace_id, decision.summary, started, AttemptResult.ERROR)
-                return
+                return []
             if decision.explanation.gated_message is not None:
                 self._failed(
                     info, log, trace_id, decision.summary, started, AttemptResult.UNSCHEDULABLE
                 )
-                return
+                return []
             if pod.resource_claims:
                 stale = stale_allocations(pod, self.cache.dra, self.cache.snapshot)
                 if stale and self.writer is not None:
@@ -842,7 +949,7 @@ class Scheduler:
                 AttemptResult.UNSCHEDULABLE,
                 nominated=nominated,
             )
-            return
+            return []
         node = decision.selected
         annotations = dict(decision.annotations)
         # kube forgets the nomination when it assumes the pod
@@ -867,6 +974,7 @@ class Scheduler:
                 info, pod, node, annotations, log, trace_id, volume_plan=plan, claim_plan=claims
             )
         )
+        return []
 
     def _failed(
         self,
@@ -1399,6 +1507,7 @@ class Scheduler:
         """Drain for at most ``within`` seconds, then cancel what is left (a solve, a report
         to an API server that stopped answering): no task outlives the scheduler."""
         await self.drain(within)
+        self._search_pool.shutdown(wait=False, cancel_futures=True)
         left = set(self._tasks)
         for task in left:
             task.cancel()

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.core.dra.search import SEARCH_BUDGET
 from scheduler.core.profile import (
     DEFAULT_KUBE_MINOR,
     DEFAULT_PROFILE,
@@ -187,23 +188,38 @@ def parse_gpu_placement(raw: object) -> GpuPlacementArgs:
     return GpuPlacementArgs(policy=policy, resources=resources)
 
 
+SEARCH_BUDGET_MAX = 60.0
+"""The largest ``spec.dra.searchBudgetSeconds``: past kube's 10 s per node, a minute of
+search per attempt serves no one."""
+
+
 def parse_dra(raw: object) -> DynamicResourcesArgs:
     """spec.dra into DynamicResources' arguments (a bad selector is a clear error)."""
     if raw is None:
         return DynamicResourcesArgs()
     if not isinstance(raw, Mapping):
         raise SettingsError("spec.dra must be an object")
-    unknown = sorted(set(raw) - {"nodeSelector"})
+    unknown = sorted(set(raw) - {"nodeSelector", "searchBudgetSeconds"})
     if unknown:
         raise SettingsError(f"spec.dra: unknown key {unknown[0]!r}")
+    budget: object = raw.get("searchBudgetSeconds", SEARCH_BUDGET)
+    if (
+        isinstance(budget, bool)
+        or not isinstance(budget, int | float)
+        or not 0 < budget <= SEARCH_BUDGET_MAX
+    ):
+        raise SettingsError(
+            f"spec.dra.searchBudgetSeconds: {budget!r} is not a number within "
+            f"(0, {SEARCH_BUDGET_MAX:g}]"
+        )
     body = raw.get("nodeSelector")
     if body is None:
-        return DynamicResourcesArgs()
+        return DynamicResourcesArgs(search_budget=float(budget))
     try:
         selector = LabelSelector.from_api(body, field="spec.dra.nodeSelector")
     except InvalidObjectError as exc:
         raise SettingsError(str(exc)) from exc
-    return DynamicResourcesArgs(node_selector=selector)
+    return DynamicResourcesArgs(node_selector=selector, search_budget=float(budget))
 
 
 def default_spec(scheduler_name: str) -> dict[str, Any]:
@@ -237,7 +253,10 @@ def default_spec(scheduler_name: str) -> dict[str, Any]:
             "policy": s.profile.gpu_placement.policy.value,
             "resources": list(s.profile.gpu_placement.resources),
         },
-        "dra": {"nodeSelector": {}},
+        "dra": {
+            "nodeSelector": {},
+            "searchBudgetSeconds": s.profile.dynamic_resources.search_budget,
+        },
         "topology": {"levels": list(s.topology.levels)},
     }
 

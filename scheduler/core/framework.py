@@ -44,6 +44,7 @@ from scheduler.model.node import Taint, TaintEffect
 from scheduler.model.pod import UNSCHEDULABLE_TAINT_KEY, Pod, tolerates
 
 if TYPE_CHECKING:
+    from scheduler.core.dra.search import DeviceSearch
     from scheduler.core.dra.state import ClaimPlan, DraState
     from scheduler.core.load import LoadView
     from scheduler.core.topology.state import TopologyState
@@ -116,7 +117,17 @@ class Cycle:
     memoised here so several plugins can reuse them.
     """
 
-    __slots__ = ("_memo", "dra", "load", "pod", "snapshot", "state", "topology", "volumes")
+    __slots__ = (
+        "_memo",
+        "dra",
+        "load",
+        "pod",
+        "search",
+        "snapshot",
+        "state",
+        "topology",
+        "volumes",
+    )
 
     def __init__(
         self,
@@ -127,6 +138,7 @@ class Cycle:
         load: LoadView | None = None,
         volumes: VolumeState | None = None,
         dra: DraState | None = None,
+        search: DeviceSearch | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.pod = pod
@@ -140,6 +152,9 @@ class Cycle:
         # DeviceClasses, ResourceClaims, ResourceSlices and assumed allocations (None:
         # DynamicResources stays out, and Unsupported refuses pods with resource claims).
         self.dra = dra
+        # The attempt's device search (None: DynamicResources searches inline, with a
+        # budget of its own; see scheduler.core.dra.search).
+        self.search = search
         self.state: dict[str, Any] = {}
         self._memo: dict[str, Any] = {}
 

@@ -41,6 +41,7 @@ from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
 
 if TYPE_CHECKING:
+    from scheduler.core.dra.search import DeviceSearch
     from scheduler.core.dra.state import DraState
     from scheduler.core.volumes import VolumeState
 
@@ -74,6 +75,7 @@ def schedule_with_nominated(
     volumes: VolumeState | None = None,
     dra: DraState | None = None,
     batch: Batch | None = None,
+    search: DeviceSearch | None = None,
 ) -> Decision:
     """:meth:`Framework.schedule` with ``nominated`` (pending pods and their nominated
     nodes) counted as described in the module docstring; ``batch`` only serves a cycle
@@ -90,6 +92,7 @@ def schedule_with_nominated(
             volumes=volumes,
             dra=dra,
             batch=None if nominated else batch,
+            search=search,
         )
 
     without = run(restrict_to)

@@ -63,6 +63,7 @@ import numpy as np
 
 from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
 from scheduler.core.dra.objects import DeviceId
+from scheduler.core.dra.search import DeviceSearch
 from scheduler.core.dra.state import DraState
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code, Cycle
@@ -137,6 +138,9 @@ class Inputs:
     """The DRA objects (None: pods with resource claims fail the dry run, as in the cycle).
     Not in kube 1.34, whose DRA rejections are all UnschedulableAndUnresolvable: here a
     victim's devices count as free once it is gone, so a claim can preempt for devices."""
+    search: DeviceSearch | None = None
+    """One device search budget for every dry run of this PostFilter (None: each dry run
+    has its own): the dry runs run on the event loop."""
 
     def facts_of(self, pod: Pod) -> PodFacts:
         return self.facts.get(pod.key, NO_FACTS)
@@ -493,6 +497,7 @@ def filter_failure(
         load=inputs.load,
         volumes=inputs.volumes,
         dra=inputs.dra,
+        search=inputs.search,
     )
     skipped: set[str] = set()
     for plugin in framework.plugins.pre_filters:
@@ -539,6 +544,7 @@ def counted_path(framework: Framework, snapshot: Snapshot, pod: Pod, inputs: Inp
         load=inputs.load,
         volumes=inputs.volumes,
         dra=inputs.dra,
+        search=inputs.search,
     )
     with_pre_filter: set[str] = set()
     for plugin in framework.plugins.pre_filters:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
+from scheduler.core.dra.search import SEARCH_BUDGET
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.release import DEFAULT_KUBE_MINOR as DEFAULT_KUBE_MINOR
 from scheduler.model.release import NEWEST_KUBE_MINOR as NEWEST_KUBE_MINOR
@@ -268,6 +269,9 @@ class DynamicResourcesArgs:
     does not stop two schedulers taking one device, and neither sees the other's in-flight
     allocations, so an operator running kube-scheduler's DRA pods beside Lattice's gives
     each its own nodes. Claims allocated already are honoured on any node."""
+    search_budget: float = SEARCH_BUDGET
+    """Seconds of device search one attempt may take over all its nodes
+    (``spec.dra.searchBudgetSeconds``; :mod:`scheduler.core.dra.search`)."""
 
 
 @dataclass(frozen=True, slots=True)

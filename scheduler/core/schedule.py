@@ -64,6 +64,7 @@ from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
 
 if TYPE_CHECKING:
+    from scheduler.core.dra.search import DeviceSearch
     from scheduler.core.dra.state import ClaimPlan, DraState
     from scheduler.core.volumes import VolumePlan, VolumeState
 
@@ -98,6 +99,7 @@ class Framework:
         volumes: VolumeState | None = None,
         dra: DraState | None = None,
         batch: Batch | None = None,
+        search: DeviceSearch | None = None,
     ) -> Decision:
         """``restrict_to``: consider only these nodes (a gang member re-checked against its
         plan's node or domain); the others are reported as absent, not as rejected.
@@ -137,7 +139,9 @@ class Framework:
         if n == 0:
             return Decision(pod, None, Explanation(names, rejected_by), seed)
 
-        cycle = Cycle(snapshot, pod, topology=topology, load=load, volumes=volumes, dra=dra)
+        cycle = Cycle(
+            snapshot, pod, topology=topology, load=load, volumes=volumes, dra=dra, search=search
+        )
         skipped: list[str] = []
         rejection: Rejection | None = None
         allowed: frozenset[str] | None = None

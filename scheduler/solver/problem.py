@@ -57,8 +57,14 @@ from typing import Final
 
 import numpy as np
 
-from scheduler.core.dra.allocator import AllocationError, Allocator, NodeAllocationError
+from scheduler.core.dra.allocator import (
+    AllocationError,
+    Allocator,
+    BudgetExhausted,
+    NodeAllocationError,
+)
 from scheduler.core.dra.objects import DeviceId, ResourceClaim
+from scheduler.core.dra.search import SEARCH_BUDGET
 from scheduler.core.dra.state import DraState
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Cycle
@@ -1066,7 +1072,12 @@ def _claim_caps(
     """Per feasible row, how many members with ``pod``'s claims the node's free devices
     take one after another, with the allocator DynamicResources uses and each simulated
     member's devices counted as used: what the commit's member-by-member allocation does.
-    Returns (caps, claiming: the class allocates devices)."""
+    Returns (caps, claiming: the class allocates devices).
+
+    The search over all rows shares the DRA budget of one attempt
+    (:mod:`scheduler.core.dra.search`), since it runs on the event loop: once spent, a row
+    keeps what was counted, at least 1 (each row passed the member's filter, so one
+    member's claims fit there), and the rows after it get 1."""
     caps = np.full(len(rows), UNLIMITED, dtype=np.int64)
     if dra is None or not pod.resource_claims:
         return caps, False
@@ -1079,7 +1090,13 @@ def _claim_caps(
     aligned = plugin.aligned if plugin is not None else False
     compact = plugin.compact_config if plugin is not None else True
     minor = plugin.kube_minor if plugin is not None else DEFAULT_KUBE_MINOR
+    budget = plugin.args.search_budget if plugin is not None else SEARCH_BUDGET
+    stop_at = time.monotonic() + budget
+    spent = False
     for i, row in enumerate(rows.tolist()):
+        if spent:
+            caps[i] = 1
+            continue
         node = snapshot.node(row)
         used: set[DeviceId] = set(base)
         count = 0
@@ -1094,8 +1111,12 @@ def _claim_caps(
                 kube_minor=minor,
             )
             try:
-                found = allocator.allocate(node.name, node.labels, claims)
+                found = allocator.allocate(node.name, node.labels, claims, stop_at=stop_at)
             except (AllocationError, NodeAllocationError):
+                break
+            except BudgetExhausted:
+                spent = True
+                count = max(count, 1)
                 break
             if found is None:
                 break

@@ -918,3 +918,84 @@ async def test_an_extended_resource_is_served_from_a_device_class_by_a_claim_of_
         sched.stop()
     assert sched.proc is not None
     assert sched.proc.returncode == 0
+
+
+async def test_a_hostile_claim_pod_never_holds_up_plain_pods(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """Two claims of 9 devices each on nodes of 16: each alone fits, so only the search
+    can tell, and it runs past kube's 10 s per node. The search runs in Lattice's worker
+    within its budget (2 s): plain pods created beside it bind at once, and the hostile
+    pod gets a FailedScheduling that names the budget (1.36+: an error, which backs off)."""
+    driver = f"{ns}.hostile.lattice.dev"
+    nodes = [node_name(0), node_name(1)]
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{ns}-hostile"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        }
+    ]
+    for node in nodes:
+        objects.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{ns}-hostile-{node}"},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": f"gpu-{i}"} for i in range(16)],
+                },
+            }
+        )
+    nine = {"deviceClassName": f"{ns}-hostile", "count": 9}
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": nine}]}}
+    objects.append(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "nine", "namespace": ns},
+            "spec": {"spec": spec},
+        }
+    )
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    claims = [
+        {"name": "a", "resourceClaimTemplateName": "nine"},
+        {"name": "b", "resourceClaimTemplateName": "nine"},
+    ]
+    sched = plane.lattice().start()
+    try:
+        await create_pods(api, ns, [pod("hostile", resourceClaims=claims)])
+
+        async def failed() -> list[Any] | None:
+            found = [
+                e
+                for e in await events_of(api, ns, "FailedScheduling")
+                if e.involved_object.name == "hostile"
+            ]
+            return found or None
+
+        (first, *_) = await poll(failed, within=60, interval=0.5)
+        assert "device search budget (2s per attempt) ran out" in first.message
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await create_pods(api, ns, [pod(f"plain-{i}") for i in range(10)])
+        await wait_bound(api, ns, 10, within=30)
+        took = loop.time() - started
+        core = client.CoreV1Api(api)
+        hostile = await core.read_namespaced_pod("hostile", ns)
+        assert not hostile.spec.node_name
+        assert sched.proc is not None
+        assert sched.proc.poll() is None
+        assert not [x for x in sched.lines() if x.get("event") == "leadership_lost"]
+        assert took < 15, f"plain pods took {took:.1f}s beside the hostile search"
+    finally:
+        sched.stop()
+        core = client.CoreV1Api(api)
+        for p in await list_pods(api, ns):
+            await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        plane.run("delete", "resourceslices", *(f"{ns}-hostile-{n}" for n in nodes), check=False)
+        plane.run("delete", "deviceclass", f"{ns}-hostile", check=False)

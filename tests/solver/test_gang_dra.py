@@ -4,6 +4,7 @@ commit's member-by-member allocation would, and one claim-using class per node."
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,8 @@ from scheduler.control.gang_flow import shared_unallocated_claim
 from scheduler.core.dra.allocator import PCIE_ROOT
 from scheduler.core.dra.objects import DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.core.dra.state import DraState
+from scheduler.core.profile import DynamicResourcesArgs
+from scheduler.core.schedule import Framework
 from scheduler.model.pod import Pod
 from scheduler.solver import build_problem, solve, violations
 from scheduler.solver.problem import unallocated_claims
@@ -151,3 +154,37 @@ def test_a_claim_two_members_share_must_be_allocated_first() -> None:
     assert shared_unallocated_claim([a, b], dra) == "default/a-gpu"
     assert shared_unallocated_claim([a], dra) is None
     assert [c.name for c in unallocated_claims(a, dra) or []] == ["a-gpu"]
+
+
+def test_counting_members_per_node_stops_at_the_search_budget() -> None:
+    """Members with two claims of 9 on nodes of 34 devices: one member fits at once; the
+    second's 9 + 9 in the 16 left fit neither together nor is that seen without a search
+    that runs to kube's 10 s per node. The count over all nodes shares the attempt's
+    budget (0.3 s here), and each node keeps at least the one member its filter found."""
+    members: list[Pod] = []
+    claims: list[dict[str, Any]] = []
+    for i in range(3):
+        names = [f"w{i}-a", f"w{i}-b"]
+        claims += [claim(n, request("gpu", exactly("gpu", count=9))) for n in names]
+        p = make_pod(f"w{i}", cpu="1").uid(f"u-w{i}").label("app", "train")
+        p.body["spec"]["resourceClaims"] = [
+            {"name": n.rsplit("-", 1)[1], "resourceClaimName": n} for n in names
+        ]
+        members.append(p.build())
+    dra = DraState()
+    dra.set_class(DeviceClass.from_api(device_class("gpu")))
+    for node in NODES:
+        body = resource_slice(f"{node}-gpus", [device(f"gpu-{i}") for i in range(34)], node=node)
+        dra.set_slice(ResourceSlice.from_api(body))
+    for body in claims:
+        dra.set_claim(ResourceClaim.from_api(body))
+    profile = dataclasses.replace(
+        framework().profile, dynamic_resources=DynamicResourcesArgs(search_budget=0.3)
+    )
+    snapshot = cluster([make_node(n, cpu="64", memory="256Gi") for n in NODES])
+    started = time.monotonic()
+    fw = Framework(profile)
+    problem = build_problem(fw, snapshot, gang(min_member=3), members, need=3, dra=dra)
+    assert time.monotonic() - started < 3.0
+    assert problem.limit.min() >= 1
+    assert problem.limit.max() == 1

@@ -65,8 +65,9 @@ pool, too many devices, an invalid pool reached). The search is bounded as kube 
 1.34): a search still running after
 :data:`FILTER_TIMEOUT` gives up and the node does not fit (kube 1.34: Unschedulable, "timed
 out trying to allocate devices"). Without it a claim asking for more devices than a node has
-walks every permutation of the node's devices (16 devices: 16! orders) and holds the
-scheduling loop for hours.
+walks every permutation of the node's devices (16 devices: 16! orders) for hours. Over
+a whole attempt the search is bounded further by its budget (``stop_at``,
+:mod:`scheduler.core.dra.search`), and the controller runs it off the event loop.
 """
 
 from __future__ import annotations
@@ -119,6 +120,12 @@ class NodeAllocationError(Exception):
 class _TimedOut(Exception):
     """The search ran past its deadline: the node does not fit (1.35: Unschedulable), or,
     from 1.36, the attempt fails as SchedulerError and retries after its backoff."""
+
+
+class BudgetExhausted(Exception):
+    """The attempt's device search budget (``stop_at``) ran out before this node's search
+    ended, and before kube's own per-node timeout would have: no verdict for the node
+    (:mod:`scheduler.core.dra.search` decides what the attempt then is)."""
 
 
 TIMEOUT_IS_ERROR_FROM: Final = 36
@@ -401,24 +408,55 @@ class Allocator:
         self.aligned = aligned
         """Lattice's device order (see the module docstring, step 2); False: kube's."""
 
+    def detached(self, clock: Callable[[], float] | None = None) -> Allocator:
+        """The same view for a worker thread: the classes copied (the loop may change the
+        live mapping meanwhile), no shared stats. The slice index and the devices in use
+        are immutable already (a change builds new ones); the CEL compiler is shared.
+        ``clock``: the search's (it reads +inf once the attempt is abandoned)."""
+        return Allocator(
+            classes=dict(self.classes),
+            slices=self.slices,
+            allocated=frozenset(self.allocated),
+            compiler=self.compiler,
+            timeout=self.timeout,
+            clock=clock or self.clock,
+            aligned=self.aligned,
+            compact_config=self.compact_config,
+            kube_minor=self.kube_minor,
+        )
+
     def allocate(
-        self, node: str, labels: Labels, claims: Sequence[ResourceClaim]
+        self,
+        node: str,
+        labels: Labels,
+        claims: Sequence[ResourceClaim],
+        *,
+        stop_at: float | None = None,
     ) -> list[dict[str, Any]] | None:
         """Allocations for ``claims`` on ``node`` (one per claim), or None when they do not
-        fit; raises :class:`AllocationError` as described in the module docstring."""
+        fit; raises :class:`AllocationError` as described in the module docstring.
+        ``stop_at`` (this allocator's clock): the attempt's budget; a search still running
+        then raises :class:`BudgetExhausted`, unless kube's own timeout came first."""
         if self.stats is None:
-            return self._allocate(node, labels, claims)
+            return self._allocate(node, labels, claims, stop_at)
         started = time.perf_counter()
         try:
-            return self._allocate(node, labels, claims)
+            return self._allocate(node, labels, claims, stop_at)
         finally:
             self.stats.seconds += time.perf_counter() - started
             self.stats.calls += 1
 
     def _allocate(
-        self, node: str, labels: Labels, claims: Sequence[ResourceClaim]
+        self,
+        node: str,
+        labels: Labels,
+        claims: Sequence[ResourceClaim],
+        stop_at: float | None,
     ) -> list[dict[str, Any]] | None:
         pools = self.slices.pools(node, labels, self.kube_minor)
+        own = None if self.timeout is None else self.clock() + self.timeout
+        budgeted = stop_at is not None and (own is None or stop_at < own)
+        deadline = stop_at if budgeted else own
         search = _Search(
             claims=claims,
             requests=[],
@@ -429,7 +467,7 @@ class Allocator:
             node=node,
             labels=labels,
             kube_minor=self.kube_minor,
-            deadline=None if self.timeout is None else self.clock() + self.timeout,
+            deadline=deadline,
             clock=self.clock,
             aligned=self.aligned,
         )
@@ -474,6 +512,8 @@ class Allocator:
         except _TooMany:
             done = False
         except _TimedOut:
+            if budgeted:
+                raise BudgetExhausted(node) from None
             if self.kube_minor >= TIMEOUT_IS_ERROR_FROM:
                 raise AllocationError(
                     f"node {node}: timed out trying to allocate devices"

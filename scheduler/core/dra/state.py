@@ -114,6 +114,9 @@ class DraState:
         self._versions: dict[tuple[str, str], int] = {}
         """Per (driver, pool): bumped whenever a device of the pool is taken or freed."""
         self.memo: dict[tuple[object, ...], object] = {}
+        self.generation = 0
+        """Bumped whenever the memo is invalidated (not merely trimmed): a device search
+        that ran off the loop under another generation is dropped, not remembered."""
         self._spec_ids: dict[object, int] = {}
         self._by_resource: dict[str, DeviceClass] | None = None
         """Extended resource name -> the class serving it (built on first use after a
@@ -128,16 +131,22 @@ class DraState:
         changes. A pod's cycle then runs the allocator only on nodes whose devices changed
         since a pod with the same claims was filtered: placing one pod changes one node."""
 
+    def _invalidate(self) -> None:
+        """A class, slice, taint rule or the spec numbering changed: every memo entry may
+        be wrong now, and so may any device search still running off the loop."""
+        self.memo.clear()
+        self.generation += 1
+
     # ------------------------------------------------------------------ objects
     def set_class(self, cls: DeviceClass) -> None:
         self.classes[cls.name] = cls
         self._by_resource = None
-        self.memo.clear()
+        self._invalidate()
 
     def remove_class(self, name: str) -> None:
         self.classes.pop(name, None)
         self._by_resource = None
-        self.memo.clear()
+        self._invalidate()
 
     def extended_class(self, resource: str) -> DeviceClass | None:
         """The DeviceClass serving an extended resource name, or None (kube's extended
@@ -164,22 +173,22 @@ class DraState:
     def set_slice(self, resource_slice: ResourceSlice) -> None:
         self.slices[resource_slice.name] = resource_slice
         self._index = None
-        self.memo.clear()
+        self._invalidate()
 
     def remove_slice(self, name: str) -> None:
         if self.slices.pop(name, None) is not None:
             self._index = None
-            self.memo.clear()
+            self._invalidate()
 
     def set_taint_rule(self, rule: DeviceTaintRule) -> None:
         self.taint_rules[rule.name] = rule
         self._index = None
-        self.memo.clear()
+        self._invalidate()
 
     def remove_taint_rule(self, name: str) -> None:
         if self.taint_rules.pop(name, None) is not None:
             self._index = None
-            self.memo.clear()
+            self._invalidate()
 
     def set_claim(self, claim: ResourceClaim) -> None:
         old = self.claims.get(claim.key)
@@ -349,7 +358,7 @@ class DraState:
         the lookups save)."""
         if len(self._spec_ids) >= SPEC_LIMIT:  # ids of specs no pod asks any more
             self._spec_ids.clear()
-            self.memo.clear()
+            self._invalidate()
         return self._spec_ids.setdefault(specs, len(self._spec_ids))
 
     def node_key(self, node: str, pools: list[Pool], claims: int) -> tuple[object, ...]:

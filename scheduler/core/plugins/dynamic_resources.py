@@ -23,6 +23,9 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
   appends ``(untolerated device taint: key=value:Effect)``, :func:`cannot_allocate`). An
   allocator error (a CEL runtime error, All over an incomplete pool, ...) is an Error
   status, which ends the pod's whole attempt (SchedulerError and backoff), as in kube.
+  The search over the nodes has a budget per attempt and, in the controller, runs off
+  the event loop (:mod:`scheduler.core.dra.search`: the attempt's
+  :class:`~scheduler.core.dra.search.DeviceSearch`, or one of the cycle's own).
 * **PostFilter** (:func:`stale_allocations`, run by the controller when no node fits):
   the pod's allocated claims that nobody else holds and that no node can use any more
   are deallocated, so the next attempt can allocate anew.
@@ -63,7 +66,7 @@ device taints and tolerations are not alpha any more (DRADeviceTaints, on since 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -72,13 +75,23 @@ import numpy as np
 from scheduler.core.dra import extended
 from scheduler.core.dra.allocator import (
     PCIE_ROOT,
-    AllocationError,
+    TIMEOUT_IS_ERROR_FROM,
     Allocator,
-    NodeAllocationError,
+    BudgetExhausted,
     chosen_subrequests,
-    untolerated_taints,
 )
 from scheduler.core.dra.objects import FIRST_AVAILABLE_MAX, DeviceId, ResourceClaim, requests_of
+from scheduler.core.dra.search import CANNOT_ALLOCATE as CANNOT_ALLOCATE
+from scheduler.core.dra.search import (
+    DeviceSearch,
+    Failed,
+    Fit,
+    Job,
+    NoFit,
+    Outcome,
+    search_node,
+)
+from scheduler.core.dra.search import cannot_allocate as cannot_allocate
 from scheduler.core.dra.state import ClaimPlan, ClaimWrite, DraState, ExtendedClaim
 from scheduler.core.framework import (
     PREFILTER_SKIP,
@@ -96,11 +109,10 @@ from scheduler.model.release import DEFAULT_KUBE_MINOR
 
 NAME: Final = DYNAMIC_RESOURCES
 NOT_AVAILABLE: Final = "resourceclaim not available on the node"
-CANNOT_ALLOCATE: Final = "cannot allocate all claims"
 OUTSIDE: Final = "node(s) outside Lattice's DRA nodes (LatticeScheduler spec.dra.nodeSelector)"
 NO_STATE: Final = "Lattice allocates DRA resource claims only with the cluster's DRA objects"
-TAINTS_NAMED: Final = 3
-"""Untolerated taints a reason names before it says how many more there are."""
+PENDING: Final = "node(s) not searched yet: the device search runs off the event loop"
+"""The reason of rows a deferred search left for its worker (that decision is never used)."""
 MEMO_LIMIT: Final = 200_000
 """Entries the per-node memo may hold before it starts again (outcomes of nodes whose
 devices changed since are never read again)."""
@@ -146,6 +158,9 @@ class _State:
     """kube's raw prioritized-list score per row, once computed (Score and GPUPlacement
     both read it)."""
     extended: _Extended | None = None
+    search: DeviceSearch = field(default_factory=DeviceSearch)
+    """The attempt's device search: the controller's (deferred, shared by its decisions)
+    or one of this cycle's own (inline, with the profile's budget)."""
 
 
 _NO_FIT: Final = object()
@@ -157,18 +172,6 @@ def _specs(claims: list[ResourceClaim]) -> object:
     constraints, configs (results name requests and carry configs, so equal specs give
     equal results on one node)."""
     return tuple((c.namespace, c.requests, c.constraints, repr(c.config)) for c in claims)
-
-
-def cannot_allocate(taints: Sequence[str] = ()) -> str:
-    """The Filter's reason for a node whose devices cannot take the claims, naming the
-    device taints that keep a request from enough of them (none: kube's own words)."""
-    if not taints:
-        return CANNOT_ALLOCATE
-    named = list(taints[:TAINTS_NAMED])
-    if len(taints) > TAINTS_NAMED:
-        named.append(f"{len(taints) - TAINTS_NAMED} more")
-    plural = "s" if len(taints) > 1 else ""
-    return f"{CANNOT_ALLOCATE} (untolerated device taint{plural}: {' and '.join(named)})"
 
 
 def _reject(message: str) -> PreFilterResult:
@@ -259,6 +262,7 @@ class DynamicResources:
                 kube_minor=self.kube_minor,
             )
             state.specs = dra.spec_id((self.aligned, _specs(state.to_allocate)))
+        state.search = cycle.search or DeviceSearch(self.args.search_budget)
         cycle.state[NAME] = state
         return PreFilterResult()
 
@@ -297,6 +301,11 @@ class DynamicResources:
         cannot_fit = np.zeros(snapshot.num_nodes, dtype=np.bool_)
         outside = np.zeros(snapshot.num_nodes, dtype=np.bool_)
         errors: dict[str, BoolArray] = {}
+        unsearched = np.zeros(snapshot.num_nodes, dtype=np.bool_)
+        """Rows left for the worker (deferred), or past the budget."""
+        enough = np.zeros(snapshot.num_nodes, dtype=np.bool_)
+        fits = 0
+        search = state.search
         own = self.args.node_selector
         provided = _provided(snapshot, ext)
         for row in np.flatnonzero(candidates):
@@ -340,47 +349,65 @@ class DynamicResources:
                     else:
                         state.results[int(row)] = cast(list[dict[str, Any]], hit)
                         state.keys[int(row)] = key
+                        fits += 1
                     continue
-            try:
-                found = allocator.allocate(node.name, node.labels, claims)
-            except AllocationError as err:
-                mask = np.zeros(snapshot.num_nodes, dtype=np.bool_)
-                mask[row] = True
-                errors[str(err)] = mask
+            outcome = search.outcomes.get(key) if key is not None else None
+            if outcome is None:
+                if search.enough is not None and fits >= search.enough:
+                    enough[row] = True
+                    codes[row] = Code.UNSCHEDULABLE
+                    continue
+                if search.cut == node.name and self.kube_minor >= TIMEOUT_IS_ERROR_FROM:
+                    # kube's search of this node would have gone on to its own timeout,
+                    # an error of the attempt from 1.36: so is the budget's end.
+                    _mark(errors, search.cut_message(node.name), int(row), snapshot.num_nodes)
+                    codes[row] = Code.ERROR
+                    break
+                if search.expired():
+                    # Preemption's dry run could not search it within the budget either.
+                    unsearched[row] = True
+                    codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                    continue
+                if search.deferred and key is not None:
+                    search.jobs.append(
+                        Job(int(row), node.name, node.labels, tuple(claims), key, allocator)
+                    )
+                    unsearched[row] = True
+                    codes[row] = Code.UNSCHEDULABLE
+                    continue
+                search.searched += 1
+                try:
+                    outcome = search_node(
+                        allocator, node.name, node.labels, claims, stop_at=search.deadline
+                    )
+                except BudgetExhausted:
+                    search.exhausted = True
+                    search.cut = node.name
+                    if self.kube_minor >= TIMEOUT_IS_ERROR_FROM:
+                        _mark(errors, search.cut_message(node.name), int(row), snapshot.num_nodes)
+                        codes[row] = Code.ERROR
+                        break
+                    unsearched[row] = True
+                    codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                    continue
+                if key is not None and dra is not None:
+                    remember(dra, key, outcome)
+            if isinstance(outcome, Failed):
+                _mark(errors, outcome.message, int(row), snapshot.num_nodes)
                 codes[row] = Code.ERROR
                 break  # kube aborts the whole attempt at the first error
-            except NodeAllocationError as err:
-                reason = str(err)
-                _mark(cannot, reason, int(row), snapshot.num_nodes)
-                codes[row] = Code.UNSCHEDULABLE
-                if key is not None and dra is not None:
-                    dra.memo[("allocate", *key)] = _NO_FIT
-                    dra.memo[("in_use", *key)] = Code.UNSCHEDULABLE
-                    dra.memo[("reason", *key)] = reason
+            if isinstance(outcome, NoFit):
+                _mark(cannot, outcome.reason, int(row), snapshot.num_nodes)
+                codes[row] = outcome.code
                 continue
-            if found is None:
-                # Where some device of the node is in use, Unschedulable (not kube's
-                # UnschedulableAndUnresolvable): evicting lower-priority holders can make
-                # room (preemption). A node whose devices are all free cannot be helped.
-                reason = cannot_allocate(
-                    untolerated_taints(allocator, node.name, node.labels, claims)
-                )
-                _mark(cannot, reason, int(row), snapshot.num_nodes)
-                code = (
-                    Code.UNSCHEDULABLE
-                    if allocator.any_in_use(node.name, node.labels)
-                    else Code.UNSCHEDULABLE_AND_UNRESOLVABLE
-                )
-                codes[row] = code
-                if key is not None and dra is not None:
-                    dra.memo[("allocate", *key)] = _NO_FIT
-                    dra.memo[("in_use", *key)] = code
-                    dra.memo[("reason", *key)] = reason
-            else:
-                state.results[int(row)] = found
-                if key is not None and dra is not None:
-                    dra.memo[("allocate", *key)] = found
-                    state.keys[int(row)] = key
+            state.results[int(row)] = outcome.allocations
+            fits += 1
+            if key is not None:
+                state.keys[int(row)] = key
+        if unsearched.any():
+            cannot[PENDING if search.jobs else search.over_budget()] = unsearched
+        if enough.any():
+            cannot[_enough_found(int(fits))] = enough
         reasons = (
             tuple(
                 (reason, mask)
@@ -434,6 +461,20 @@ class DynamicResources:
                 ClaimWrite(made.namespace, made.name, "", next(allocations), create, stamp=stamp)
             )
         return ClaimPlan(pod.name, pod.uid, tuple(writes))
+
+
+def remember(dra: DraState, key: tuple[object, ...], outcome: Outcome) -> None:
+    """A node's verdict into the memo (errors are not kept: kube retries them)."""
+    if isinstance(outcome, Fit):
+        dra.memo[("allocate", *key)] = outcome.allocations
+    elif isinstance(outcome, NoFit):
+        dra.memo[("allocate", *key)] = _NO_FIT
+        dra.memo[("in_use", *key)] = outcome.code
+        dra.memo[("reason", *key)] = outcome.reason
+
+
+def _enough_found(fits: int) -> str:
+    return f"node(s) not searched: {fits} node(s) with devices for the pod found already"
 
 
 def _mark(masks: dict[str, BoolArray], reason: str, row: int, size: int) -> None:

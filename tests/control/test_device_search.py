@@ -1,0 +1,162 @@
+"""The loop never waits on a device search: a hostile DRA pod's search runs in the worker
+within its budget, other tasks keep running, and the pod ends with a FailedScheduling
+that names the budget."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, cast
+
+import pytest
+
+from scheduler.control.dra import Kind
+from scheduler.control.kubeio import KubeWriter
+from scheduler.control.queue import QueueName, pod_key
+from scheduler.control.scheduler import Scheduler
+from scheduler.control.settings import SettingsError, parse_dra, parse_spec
+from scheduler.model.release import DEFAULT_KUBE_MINOR
+from scheduler.obs.metrics import Metrics
+from tests.builders import make_node, make_pod
+from tests.control.test_dra_flow import ClaimWriter
+from tests.control.test_gangs import Clock
+from tests.core.dra.builders import claim, device, device_class, exactly, request, resource_slice
+
+BUDGET = 1.0
+HOSTILE = 16
+"""Two claims of 9 on 16 devices: only the search can tell they do not fit together."""
+CLAIMS = {name: claim(name, request("gpu", exactly("gpu", count=9))) for name in ("a", "b")}
+
+
+def hostile(sched: Scheduler, nodes: int, *, devices: int = HOSTILE) -> dict[str, Any]:
+    sched.dra_upserted(Kind.CLASS, device_class("gpu"))
+    for i in range(nodes):
+        body = resource_slice(
+            f"n{i}-gpus", [device(f"gpu-{d}") for d in range(devices)], node=f"n{i}"
+        )
+        sched.dra_upserted(Kind.SLICE, body)
+    for body in CLAIMS.values():
+        sched.dra_upserted(Kind.CLAIM, body)
+    body = make_pod("hostile", "100m").obj()
+    body["spec"]["schedulerName"] = "lattice"
+    body["spec"]["resourceClaims"] = [
+        {"name": "a", "resourceClaimName": "a"},
+        {"name": "b", "resourceClaimName": "b"},
+    ]
+    sched.pod_upserted(body)
+    return body
+
+
+def budgeted(nodes: int, kube_minor: int = DEFAULT_KUBE_MINOR) -> tuple[Scheduler, ClaimWriter]:
+    writer = ClaimWriter(CLAIMS)
+    sched = Scheduler(
+        parse_spec({"dra": {"searchBudgetSeconds": BUDGET}}, "lattice", kube_minor=kube_minor),
+        writer=cast(KubeWriter, writer),
+        metrics=Metrics.create(),
+        clock=Clock(),
+        wall_clock=lambda: 0.0,
+    )
+    for i in range(nodes):
+        sched.node_upserted(make_node(f"n{i}", cpu="4", memory="16Gi").obj())
+    return sched, writer
+
+
+async def ticker(stop: asyncio.Event, gaps: list[float]) -> None:
+    last = time.monotonic()
+    while not stop.is_set():
+        await asyncio.sleep(0.01)
+        now = time.monotonic()
+        gaps.append(now - last)
+        last = now
+
+
+async def test_other_tasks_run_while_a_hostile_search_is_in_progress() -> None:
+    """Without the worker, each of the 4 nodes holds the loop for kube's 10 s timeout."""
+    sched, writer = budgeted(4)
+    hostile(sched, 4)
+    info = sched.queue.try_pop()
+    assert info is not None
+    stop, gaps = asyncio.Event(), list[float]()
+    tick = asyncio.create_task(ticker(stop, gaps))
+    started = time.monotonic()
+    await sched.attempt(info)
+    assert time.monotonic() - started < 0.5, "the search goes on in a task of its own"
+    await sched.drain(10)
+    took = time.monotonic() - started
+    stop.set()
+    await tick
+    assert BUDGET * 0.9 <= took < BUDGET + 1.5
+    assert len(gaps) > 20, "the ticker ran during the search"
+    assert max(gaps) < 0.25, f"the loop stalled {max(gaps):.3f}s"
+    # kube 1.37: a node search that does not end is an error of the attempt: backoff.
+    assert sched.queue.where(pod_key("default", "hostile")) is QueueName.BACKOFF
+    (event,) = [e for e in writer.events if e[2] == "FailedScheduling"]
+    assert "the device search budget (1s per attempt) ran out" in event[3]
+    assert writer.binds == []
+
+
+async def test_a_hostile_pod_on_1_35_is_unschedulable_naming_the_budget() -> None:
+    sched, writer = budgeted(3, kube_minor=35)
+    hostile(sched, 3)
+    info = sched.queue.try_pop()
+    assert info is not None
+    await sched.attempt(info)
+    await sched.drain(5)
+    assert sched.queue.where(pod_key("default", "hostile")) is QueueName.UNSCHEDULABLE
+    (event,) = [e for e in writer.events if e[2] == "FailedScheduling"]
+    assert event[3].startswith(
+        "0/3 nodes are available: 3 node(s) not searched: the device search budget "
+        "(1s per attempt) ran out after 1 node(s)."
+    )
+
+
+async def test_a_pod_whose_nodes_the_worker_searched_is_placed() -> None:
+    sched, writer = budgeted(3)
+    hostile(sched, 3, devices=18)
+    info = sched.queue.try_pop()
+    assert info is not None
+    await sched.attempt(info)
+    await sched.drain(5)
+    assert [b[1] for b in writer.binds] in (["n0"], ["n1"], ["n2"])
+
+
+async def test_a_pod_deleted_during_its_search_is_not_placed() -> None:
+    sched, writer = budgeted(3)
+    body = hostile(sched, 3, devices=18)
+    info = sched.queue.try_pop()
+    assert info is not None
+    attempt = asyncio.create_task(sched.attempt(info))
+    await asyncio.sleep(0)  # the attempt hands its nodes to the worker
+    sched.pod_deleted(body)
+    await attempt
+    await sched.drain(5)
+    assert writer.binds == []
+    assert sched.cache.pod_keys() == set()
+
+
+async def test_plain_pods_are_placed_while_a_hostile_search_runs() -> None:
+    sched, writer = budgeted(4)
+    hostile(sched, 4)
+    body = make_pod("plain", "100m").obj()
+    body["spec"]["schedulerName"] = "lattice"
+    first = sched.queue.try_pop()
+    assert first is not None
+    await sched.attempt(first)  # the hostile pod: its search goes to the worker
+    sched.pod_upserted(body)
+    second = sched.queue.try_pop()
+    assert second is not None
+    assert second.pod.name == "plain"
+    await sched.attempt(second)
+    await asyncio.sleep(0.2)
+    assert [b[0] for b in writer.binds] == ["plain"], "bound while the search runs"
+    assert sched.queue.where(pod_key("default", "hostile")) is QueueName.IN_FLIGHT
+    await sched.drain(10)
+    assert sched.queue.where(pod_key("default", "hostile")) is QueueName.BACKOFF
+
+
+def test_the_budget_is_a_setting_within_bounds() -> None:
+    assert parse_dra({"searchBudgetSeconds": 0.5}).search_budget == 0.5
+    assert parse_dra(None).search_budget == 2.0
+    for bad in (0, -1, 61, True, "1"):
+        with pytest.raises(SettingsError, match="searchBudgetSeconds"):
+            parse_dra({"searchBudgetSeconds": bad})
