@@ -11,6 +11,7 @@ from scheduler.core.framework import Code
 from scheduler.core.plugins.dynamic_resources import (
     CANNOT_ALLOCATE,
     NOT_AVAILABLE,
+    RESERVED_FOR_MAX,
     stale_allocations,
 )
 from scheduler.core.plugins.unsupported import ADVICE, DRA_ALPHA, NO_DRA
@@ -345,3 +346,27 @@ def test_two_entries_naming_one_claim_allocate_it_once() -> None:
     assert decision.selected == "n1"
     assert decision.claim_plan is not None
     assert [w.name for w in decision.claim_plan.writes] == ["c"]
+
+
+def test_a_claim_reserved_for_as_many_consumers_as_the_api_allows_refuses_one_more() -> None:
+    """The API server refuses a 257th reservedFor entry; kube-scheduler finds out at
+    PreBind (an error, backoff), Lattice in PreFilter: the pod waits unschedulable."""
+    ref = {"name": "gpu", "resourceClaimName": "shared"}
+    first = schedule(pod_with("p0", ref, uid="u0"), state(one_gpu("shared")))
+    assert first.claim_plan is not None
+    allocation = first.claim_plan.writes[0].allocation
+
+    def reserved(count: int) -> DraState:
+        consumers = [{"resource": "pods", "name": f"p{i}", "uid": f"u{i}"} for i in range(count)]
+        status = {"allocation": allocation, "reservedFor": consumers}
+        return state(one_gpu("shared", status=status))
+
+    assert schedule(pod_with("new", ref, uid="new"), reserved(255)).selected == "n1"
+    full = reserved(RESERVED_FOR_MAX)
+    assert rejection(schedule(pod_with("new", ref, uid="new"), full)) == (
+        DYNAMIC_RESOURCES,
+        Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+        'resourceclaim "shared" in use: its reservedFor already holds 256 consumers, the '
+        "API server's limit",
+    )
+    assert schedule(pod_with("p7", ref, uid="u7"), full).selected == "n1"  # already in it

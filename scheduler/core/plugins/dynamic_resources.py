@@ -174,6 +174,13 @@ def _specs(claims: list[ResourceClaim]) -> object:
     return tuple((c.namespace, c.requests, c.constraints, repr(c.config)) for c in claims)
 
 
+RESERVED_FOR_MAX: Final = 256
+"""``ResourceClaimReservedForMaxSize``: the API server refuses a claim reserved for more
+consumers. kube-scheduler does not check it (``CanBeReserved`` is always true) and fails at
+PreBind with an error and backoff; Lattice refuses the pod in PreFilter instead, so it waits
+(unschedulable) until a reservation is released, which wakes it."""
+
+
 def _reject(message: str) -> PreFilterResult:
     return PreFilterResult(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, message)
 
@@ -241,6 +248,13 @@ class DynamicResources:
                 continue  # two entries naming one claim: it is allocated once
             state.order.append(claim)
             if claim.allocation is not None:
+                if len(claim.reserved_for) >= RESERVED_FOR_MAX and not any(
+                    r.uid == pod.uid for r in claim.reserved_for
+                ):
+                    return _reject(
+                        f'resourceclaim "{name}" in use: its reservedFor already holds '
+                        f"{RESERVED_FOR_MAX} consumers, the API server's limit"
+                    )
                 state.allocated.append(claim)
                 continue
             pending = dra.pending_for(claim.key)
