@@ -185,9 +185,16 @@ class App:
             got = await intake.get()
             held.extend(u for u in got if u.stream == PENDING_PODS)
             self.feed.apply([u for u in got if u.stream != PENDING_PODS])
-        self.feed.apply([*held, *intake.get_nowait()])
+        rest = intake.get_nowait()
+        self.feed.apply([u for u in rest if u.stream != PENDING_PODS])
+        # Every bound pod is in: the GPU mix learns them before the pending pods arrive.
+        gpu_pods = self.scheduler.rebuild_gpu_demand()
+        self.feed.apply([*held, *(u for u in rest if u.stream == PENDING_PODS)])
         self.synced = True
-        log.info("cache_synced", reason=self._cache_summary())
+        log.info(
+            "cache_synced",
+            reason=f"{self._cache_summary()}; GPU mix from {gpu_pods} bound GPU pods",
+        )
 
     def _cache_summary(self) -> str:
         c = self.scheduler.cache

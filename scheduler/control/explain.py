@@ -328,7 +328,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
                 objects.upsert(kind, item)
         built.skipped.extend(f"{key}: {why}" for key, why in objects.broken.items())
         dra = objects.state
-    seed_gpu_demand(topology, profile, pods, args.scheduler_name)
+    seed_gpu_demand(topology, profile, built.snapshot, pods, args.scheduler_name)
     decision = None
     gpus = None
     claims = None
@@ -413,27 +413,43 @@ async def _list_dra(custom: client.CustomObjectsApi, plural: str) -> list[dict[s
 
 
 def seed_gpu_demand(
-    topology: TopologyState, profile: Profile, pods: list[dict[str, Any]], scheduler_name: str
+    topology: TopologyState,
+    profile: Profile,
+    snapshot: Snapshot,
+    pods: list[dict[str, Any]],
+    scheduler_name: str,
 ) -> None:
-    """The request mix as the running scheduler learns it, from what the cluster shows: its
-    GPU pods as arrivals in creation order, then ours still pending. (The scheduler's own
-    mix has seen pods that are gone since; this one is an approximation of it.)"""
+    """The request mix as the running scheduler rebuilds it at start: the pods on nodes
+    (the snapshot's) as arrivals in creation order, by the same call
+    (:meth:`~scheduler.core.gpus.GpuDemand.observe_placed`), then ours still pending. (The
+    running scheduler's mix has also seen pods that arrived since its start and are gone:
+    this one approximates it.)"""
     demand = topology.gpu_demand
     demand.set_resources(profile.gpu_placement.resources)
-    ordered = sorted(
-        pods,
-        key=lambda b: (str((b.get("metadata") or {}).get("creationTimestamp", "")),),
+    created = {_name_of(b): _created(b) for b in pods}
+    demand.observe_placed(
+        (created.get((p.namespace, p.name), ""), p)
+        for row in range(snapshot.num_nodes)
+        for p in snapshot.pods_on(row)
     )
-    for body in ordered:
+    for body in sorted(pods, key=_created):
         spec = body.get("spec") or {}
+        if spec.get("nodeName") or spec.get("schedulerName") != scheduler_name:
+            continue
         try:
             pod = Pod.from_api(body)
         except InvalidObjectError:
             continue
-        if spec.get("nodeName"):
-            demand.observe(pod)
-        elif spec.get("schedulerName") == scheduler_name:
-            demand.set_pending(f"{pod.namespace}/{pod.name}", pod)
+        demand.set_pending(f"{pod.namespace}/{pod.name}", pod)
+
+
+def _name_of(body: dict[str, Any]) -> tuple[str, str]:
+    meta = body.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def _created(body: dict[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("creationTimestamp", ""))
 
 
 def gpu_figures(

@@ -221,6 +221,9 @@ class Scheduler:
             kube_minor=settings.profile.kube_minor,
         )
         self.cache.topology.gpu_demand.set_resources(settings.profile.gpu_placement.resources)
+        self._bound_at_start: list[tuple[str, Pod]] | None = []
+        """Bound pods listed before :meth:`rebuild_gpu_demand` (creationTimestamp, pod);
+        None once the mix is rebuilt from them."""
         self.load = LoadPredictor(settings.profile.load_aware.predict)
         """Predicted node load, fed by agents' reports and our own placements."""
         self.wall_clock = wall_clock
@@ -348,6 +351,8 @@ class Scheduler:
                 self.gang_flow.member_bound(gang, key, body)
             if pod is not None and known is None:
                 self._note_foreign_placement(pod, str(spec["nodeName"]), body)
+                if self._bound_at_start is not None:
+                    self._bound_at_start.append((str(meta.get("creationTimestamp", "")), pod))
             if pod is not None and known is None and pod.has_pod_affinity:
                 self.queue.move_all_on_event(ClusterEvent(ClusterEventType.POD_BOUND, subject=key))
             return
@@ -392,6 +397,23 @@ class Scheduler:
             self.queue.update(queued)
         else:
             self.queue.add(queued)
+
+    def rebuild_gpu_demand(self) -> int:
+        """The bound pods are listed: the GPU request mix learns them as arrivals in
+        creation order, as ``lattice explain`` does (one call,
+        :meth:`~scheduler.core.gpus.GpuDemand.observe_placed`), so a restart or a failover
+        does not judge from the 1/2/4/8 prior. Pods deleted while the list was read are left
+        out. Returns the GPU pods observed; later calls do nothing."""
+        bound, self._bound_at_start = self._bound_at_start, None
+        if not bound:
+            return 0
+        live = [
+            (created, pod)
+            for created, pod in bound
+            if (cached := self.cache.cached_pod(pod_key(pod.namespace, pod.name))) is not None
+            and cached.pod.uid == pod.uid
+        ]
+        return self.cache.topology.gpu_demand.observe_placed(live)
 
     def _note_foreign_placement(self, pod: Pod, node: str, body: Body) -> None:
         """A pod bound by someone else (or by us before a restart) that agents' samples may

@@ -126,6 +126,18 @@ class GpuDemand:
         self._largest[gpus] = (max(r[0] for r in recent), max(r[1] for r in recent))
         self._classes = None
 
+    def observe_placed(self, placed: Iterable[tuple[str, Pod]]) -> int:
+        """Pods already on nodes, as arrivals in creation order: how the mix is rebuilt
+        where it was not watched growing (a scheduler's start or failover, ``lattice
+        explain``), so both judge by the same mix. ``placed``: (creationTimestamp, pod)
+        pairs; RFC 3339 timestamps of one API server sort as strings, ties by namespace
+        and name. Pods that came and went before are not seen: the rebuilt mix is the one
+        the cluster's current load implies. Returns the GPU pods observed."""
+        before = self._arrivals
+        for _, pod in sorted(placed, key=lambda e: (e[0], e[1].namespace, e[1].name)):
+            self.observe(pod)
+        return self._arrivals - before
+
     def set_pending(self, key: str, pod: Pod | None) -> None:
         """``pod`` waits to be placed (None: it no longer does). A key seen for the first
         time is an arrival (:meth:`observe`), so a controller calls only this."""
@@ -154,10 +166,10 @@ class GpuDemand:
         else:
             self._pending_counts.pop(gpus, None)
 
-    def classes(self, without: str | None = None) -> tuple[SizeClass, ...]:
-        """The mix, largest share first (ties: smaller size first); ``without``: the key of
-        a pending pod left out (the pod being placed)."""
-        gpus = self._pending.get(without) if without is not None else None
+    def classes(self, without: Pod | None = None) -> tuple[SizeClass, ...]:
+        """The mix, largest share first (ties: smaller size first); ``without``: a pending
+        pod left out (the pod being placed)."""
+        gpus = self._pending_gpus(without) if without is not None else None
         if gpus is not None:
             counts = dict(self._pending_counts)
             self._count_pending_in(counts, gpus)
@@ -165,6 +177,14 @@ class GpuDemand:
         if self._classes is None:
             self._classes = self._compute(self._pending_counts)
         return self._classes
+
+    def _pending_gpus(self, pod: Pod) -> int | None:
+        """The pod's entry among the pending, under either key it may have been given: the
+        controller's queue key (namespace/name) or the cache's (:attr:`Pod.key`, the uid),
+        which the simulator uses. (Looking up only the uid missed every live pod: the pod
+        being placed stayed in its own mix.)"""
+        found = self._pending.get(pod.key)
+        return found if found is not None else self._pending.get(f"{pod.namespace}/{pod.name}")
 
     @staticmethod
     def _count_pending_in(counts: dict[int, int], gpus: int) -> None:

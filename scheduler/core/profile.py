@@ -254,9 +254,11 @@ end up placing on hot nodes.
 VolumeBinding is in kube's default profile without a weight, which kube takes as 1; it
 scores only from 1.37 (StorageCapacityScoring) and skips every pod before.
 
-GPUPlacement's weight 5 puts a GPU pod's node choice first (its 0..100 spread over the
-feasible nodes outweighs LeastAllocated and BalancedAllocation together), level with device
-alignment (Topology), which it never contradicts: both fill partly used hardware first."""
+GPUPlacement's weight 5 puts a GPU pod's node choice first (its best node leads the next by
+250 points: more than LeastAllocated and BalancedAllocation together, and more than any one
+preferred node affinity, pod affinity or spread at weight 2; see ``_ranked_by`` in
+``plugins/gpu_placement.py``), level with device alignment (Topology), which it never
+contradicts: both fill partly used hardware first."""
 
 LATTICE_PLUGINS: Final = frozenset({TOPOLOGY, LOAD_AWARE, GPU_PLACEMENT})
 """Lattice's own plugins; without them a profile is kube-scheduler's."""

@@ -25,7 +25,7 @@ def test_gpu_table_shows_free_gpus_and_fragmentation_before_and_after() -> None:
     for body in bound:
         body["spec"]["nodeName"] = "one-left"
     topology = TopologyState()
-    seed_gpu_demand(topology, DEFAULT_PROFILE, [*bound, pending], "lattice")
+    seed_gpu_demand(topology, DEFAULT_PROFILE, snapshot, [*bound, pending], "lattice")
     assert topology.gpu_demand.arrivals == 8  # seven bound, one pending
 
     pod = make_pod("p", cpu="1", resources={"nvidia.com/gpu": "1"}).build()

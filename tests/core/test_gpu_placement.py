@@ -10,17 +10,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.core.framework import Cycle
 from scheduler.core.gpus import (
     PRIOR_SIZES,
     Free,
     GpuDemand,
     SizeClass,
+    figures,
     fragmentation,
     stranded,
 )
+from scheduler.core.plugins.gpu_placement import GpuPlacement
 from scheduler.core.profile import (
     DEFAULT_PROFILE,
     GPU_PLACEMENT,
+    NODE_AFFINITY,
+    TAINT_TOLERATION,
     GpuPlacementArgs,
     GpuPolicy,
     kube_profile,
@@ -28,7 +33,7 @@ from scheduler.core.profile import (
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
-from tests.builders import NodeBuilder, cluster, make_node, make_pod
+from tests.builders import NodeBuilder, cluster, expr, make_node, make_pod
 
 GPU = "nvidia.com/gpu"
 
@@ -122,6 +127,42 @@ def test_cpu_only_pods_stay_off_free_gpus_and_spread_as_kube_among_the_rest() ->
     assert lattice.explanation.node("g").scores[GPU_PLACEMENT] == 50
 
 
+def _with_gpu_weight(weight: int) -> Framework:
+    scores = tuple((n, weight if n == GPU_PLACEMENT else w) for n, w in DEFAULT_PROFILE.scores)
+    return Framework(dataclasses.replace(DEFAULT_PROFILE, scores=scores))
+
+
+def test_a_preferred_node_affinity_alone_does_not_outvote_the_best_gpu_node() -> None:
+    """What weight 5 on a halving rank does: the best GPU node leads the next by 250
+    points, a preferred node affinity at its full weight gives 200, so the pod goes where
+    GPUPlacement ranks first (here with LeastAllocated's 17 points on the preferred side
+    too). At weight 3 the lead is 150 and the preference wins; a PreferNoSchedule taint
+    (weight 3: 300) outvotes the lead at weight 5."""
+    nodes = [gpu_node("whole", 8), gpu_node("three-left", 8)]
+    placed = [(gpu_pod(f"u{i}", 1), "three-left") for i in range(5)]
+    prefers_whole = (
+        make_pod("p", cpu="4", memory="16Gi", resources={GPU: "2"})
+        .preferred_node_affinity(100, expr("kubernetes.io/hostname", "In", "whole"))
+        .build()
+    )
+    decision = Framework(DEFAULT_PROFILE).schedule(cluster(nodes, placed), prefers_whole)
+    best, preferred = decision.explanation.node("three-left"), decision.explanation.node("whole")
+    assert (best.scores[GPU_PLACEMENT], preferred.scores[GPU_PLACEMENT]) == (100, 50)
+    assert (best.scores[NODE_AFFINITY], preferred.scores[NODE_AFFINITY]) == (0, 100)
+    assert decision.selected == "three-left"
+    weights = dict(DEFAULT_PROFILE.scores)
+    assert 50 * weights[GPU_PLACEMENT] > 100 * weights[NODE_AFFINITY]
+
+    assert _with_gpu_weight(3).schedule(cluster(nodes, placed), prefers_whole).selected == ("whole")
+
+    tainted = [gpu_node("whole", 8), gpu_node("three-left", 8).taint("x", "", "PreferNoSchedule")]
+    plain = gpu_pod("p", 2)
+    by_taint = Framework(DEFAULT_PROFILE).schedule(cluster(tainted, placed), plain)
+    assert by_taint.explanation.node("three-left").scores[GPU_PLACEMENT] == 100
+    assert by_taint.explanation.node("three-left").scores[TAINT_TOLERATION] == 0
+    assert by_taint.selected == "whole"
+
+
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [
@@ -179,6 +220,52 @@ def test_demand_learns_the_mix_from_arrivals_and_pending_pods() -> None:
     assert demand.arrivals == 501  # the same pending pod again is not
     demand.set_pending("ns/job", None)
     assert {c.gpus: c for c in demand.classes()}[8].share < 0.1
+
+
+def test_observe_placed_learns_bound_pods_in_creation_order() -> None:
+    """The rebuilt mix does not depend on the order the list gave the pods: the cpu a size
+    typically asks moves towards the later pods (EWMA), so order matters."""
+    early, late = gpu_pod("early", 1, cpu="1"), gpu_pod("late", 1, cpu="9")
+    in_order = GpuDemand()
+    in_order.observe(early)
+    in_order.observe(late)
+    rebuilt = GpuDemand()
+    count = rebuilt.observe_placed(
+        [
+            ("2026-01-02T00:00:00Z", late),
+            ("2026-01-01T00:00:00Z", early),
+            ("2026-01-01T00:00:00Z", make_pod("cpu-only", cpu="1").build()),
+        ]
+    )
+    assert count == 2  # GPU pods only
+    assert rebuilt.classes() == in_order.classes()
+    typical = [c for c in rebuilt.classes() if c.gpus == 1 and c.cpu_milli < 9000]
+    assert [c.cpu_milli for c in typical] == [1400]  # 1 + 0.05 * (9 - 1) cores
+
+
+def test_the_pod_being_placed_is_left_out_under_the_controllers_key() -> None:
+    """The controller keys pending pods by namespace/name, the cache (and the simulator) by
+    uid: the plugin finds the pod under either, so live too it is not its own competition
+    (looked up by uid only, a live 8-GPU pod counted itself as half the mix)."""
+    pod = make_pod("job", cpu="64", memory="16Gi", resources={GPU: "8"}).uid("u-job").build()
+    assert pod.key == "u-job"
+    snapshot = cluster([gpu_node("a", 8), gpu_node("b", 8)])
+    args = GpuPlacementArgs()
+
+    def eights(classes: tuple[SizeClass, ...]) -> float:
+        return sum(c.share for c in classes if c.gpus == 8)
+
+    for key in ("default/job", "u-job"):
+        state = TopologyState()
+        for i in range(50):
+            state.gpu_demand.observe(gpu_pod(f"s{i}", 1))
+        state.gpu_demand.set_pending(key, pod)
+        with_itself, without = state.gpu_demand.classes(), state.gpu_demand.classes(pod)
+        assert eights(with_itself) >= 0.5  # the pending half of the mix is this pod
+        assert eights(without) < 0.2
+        fig = GpuPlacement(args).figures(Cycle(snapshot, pod, topology=state))
+        assert fig.classes == figures(snapshot, pod, args.resources, without).classes
+        assert fig.classes != figures(snapshot, pod, args.resources, with_itself).classes
 
 
 def test_fragmentation_and_stranded_by_hand() -> None:
