@@ -56,11 +56,12 @@ from scheduler.core.preemption import Inputs
 from scheduler.core.schedule import Framework
 from scheduler.core.volumes import gang_volume_refusal
 from scheduler.model.errors import InvalidObjectError
-from scheduler.model.gang import GangSpec
+from scheduler.model.gang import TOPOLOGY_SLICE_ANNOTATION, GangSpec
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.pod import Pod
 from scheduler.model.podgroup import (
     PodGroupStatus,
+    check_levels,
     gang_from_podgroup,
     podgroup_status,
     status_changed,
@@ -233,6 +234,8 @@ class GangFlow:
         self._statuses[key] = dict(body.get("status") or {})
         try:
             spec: GangSpec | None = gang_from_podgroup(body)
+            assert spec is not None
+            check_levels(spec, self._host.settings.topology.levels)
             error = None
         except InvalidObjectError as exc:
             spec, error = None, str(exc)
@@ -476,6 +479,7 @@ class GangFlow:
                 dra=self._cache.dra,
                 levels=self._host.settings.topology.levels,
                 home=self._bound_domain(gang),
+                slice_bound=self._bound_slices(gang),
             )
         except Exception as exc:  # a bug must cost the gang a retry, not the scheduler
             log.exception("gang_cycle_failed", reason=repr(exc))
@@ -641,6 +645,7 @@ class GangFlow:
                 dra=self._cache.dra,
                 levels=host.settings.topology.levels,
                 home=self._bound_domain(gang),
+                slice_bound=self._bound_slices(gang),
             )
             if not search.needs_solve(trial):
                 await asyncio.sleep(0)  # the plan in hand decided: let the loop run between
@@ -732,9 +737,31 @@ class GangFlow:
                 return value
         return None
 
-    def _domain_nodes(self, gang: Gang, node: str) -> frozenset[str] | None:
-        """The nodes of ``node``'s domain of the gang's topology key (None: no constraint)."""
-        key = gang.spec.topology_key if gang.spec is not None else None
+    def _bound_slices(self, gang: Gang) -> list[tuple[str, int]]:
+        """(value of the slice level, slice) per bound member with a slice annotation:
+        a partial gang's rest completes the slices they are short of."""
+        key = gang.spec.slice_key if gang.spec is not None else None
+        if not key:
+            return []
+        out: list[tuple[str, int]] = []
+        for member in sorted(gang.placed):
+            cached = self._cache.cached_pod(member)
+            if cached is None:
+                continue
+            raw = (cached.annotations or {}).get(TOPOLOGY_SLICE_ANNOTATION)
+            if raw is None:
+                raw = cached.pod.annotations.get(TOPOLOGY_SLICE_ANNOTATION)
+            node = self._cache.snapshot.get_node(cached.node)
+            value = node.labels.get(key) if node is not None else None
+            if raw is not None and raw.isdigit() and value is not None:
+                out.append((value, int(raw)))
+        return out
+
+    def _domain_nodes(self, gang: Gang, node: str, key: str | None = None) -> frozenset[str] | None:
+        """The nodes of ``node``'s domain of ``key``, by default the gang's required
+        topology key (None: no constraint)."""
+        if key is None:
+            key = gang.spec.topology_key if gang.spec is not None else None
         if not key:
             return None
         home = self._cache.snapshot.get_node(node)
@@ -808,6 +835,8 @@ class GangFlow:
         domain: frozenset[str] | None = None
         failure = ""
         own = frozenset(m.key for m in members)
+        slices = dict(plan.slices)
+        slice_key = gang.spec.slice_key if gang.spec is not None else None
         for index, planned in plan.placements:
             pod = members[index]
             key = pod_key(pod.namespace, pod.name)
@@ -816,10 +845,17 @@ class GangFlow:
                 continue  # left the gang (deleted, recreated) while the solver ran
             if domain is None:
                 domain = self._domain_nodes(gang, planned)
-            placed = self._place_member(current, planned, domain, own)
+            where = domain
+            if index in slices and slice_key:
+                # A member re-checked elsewhere stays in its slice's domain.
+                inside = self._domain_nodes(gang, planned, slice_key)
+                where = inside if domain is None or inside is None else domain & inside
+            placed = self._place_member(current, planned, where, own)
             if isinstance(placed, str):
                 failure = f"{key}: {placed}"
                 break
+            if index in slices:
+                placed.annotations[TOPOLOGY_SLICE_ANNOTATION] = str(slices[index])
             self._assume_member(gang, current, placed)
             assumed.append((current, placed))
         if failure or gang.need > 0:

@@ -283,6 +283,17 @@ class GangProblem:
     capacity: IntArray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     """Per local node, members of the gang it can hold on its own (capped at the gang's
     size): the per-domain capacity the tight ranks and the domain choice read."""
+    slice_size: int = 0
+    """Members per slice (0: no slices): each slice on nodes of one domain of
+    :attr:`slicing`, so the members placed in a domain (with :attr:`slice_base`) are a
+    multiple of it."""
+    slicing: Level | None = None
+    """The slice level (labelled nodes only: others get no member)."""
+    slice_base: IntArray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    """Per domain of :attr:`slicing`, the gang's members bound there already."""
+    slice_bound: tuple[tuple[int, int], ...] = ()
+    """(domain of :attr:`slicing`, slice) per member bound already: a partial gang's rest
+    completes their slices first."""
 
     @property
     def num_nodes(self) -> int:
@@ -313,6 +324,7 @@ def build_problem(
     dra: DraState | None = None,
     levels: Sequence[str] = (),
     home: str | None = None,
+    slice_bound: Sequence[tuple[str, int]] = (),
 ) -> GangProblem:
     """Run the framework once per member class and copy out what the solve needs.
     ``volumes``: the cluster's storage, for members with (bound) claims; ``dra``: the
@@ -322,7 +334,9 @@ def build_problem(
     ``need``: members that must be placed now (1..len(members)); the solve places more when
     they fit. ``levels``: ``spec.topology.levels`` (widest first). ``home``: the value of
     the gang's required key where members are bound already (a partial gang): the rest
-    may go nowhere else. ``merge=False`` gives every member its own class (the naive reference).
+    may go nowhere else. ``slice_bound``: with slices, (value of the slice level, slice) per
+    member bound already (a partial gang's rest completes their slices). ``merge=False``
+    gives every member its own class (the naive reference).
 
     ``nominated``: pending pods and their ``status.nominatedNodeName`` (waiting for their
     preemption's victims). As kube's filters count them for a pod of lower or equal priority
@@ -361,6 +375,8 @@ def build_problem(
         problem = dataclasses.replace(problem, limit=limit)
     if problem.rejection is None:
         problem = _with_levels(problem, snapshot, gang, levels)
+    if problem.rejection is None and gang.slice_size and gang.slice_key:
+        problem = _with_slices(problem, snapshot, gang, levels, slice_bound)
     return dataclasses.replace(problem, build_time_s=time.perf_counter() - started)
 
 
@@ -507,6 +523,52 @@ def _with_levels(
         tight_rank=tight_rank,
         capacity=capacity,
         weights=weights,
+    )
+
+
+def _with_slices(
+    problem: GangProblem,
+    snapshot: Snapshot,
+    gang: GangSpec,
+    levels: Sequence[str],
+    bound: Sequence[tuple[str, int]],
+) -> GangProblem:
+    """The slice level's domains and the bound members in each; nodes without its label
+    hold no member (a slice must be inside a domain). A slice level that is not a
+    configured level (the levels changed since the PodGroup was read) rejects the gang."""
+    p = problem
+    key, size = gang.slice_key, gang.slice_size
+    assert key is not None
+    assert size is not None
+    if key not in levels:
+        return dataclasses.replace(
+            p, rejection=f"slice level {key} is not one of spec.topology.levels"
+        )
+    index = np.array([snapshot.index_of(n) for n in p.node_names], dtype=np.intp)
+    ids = _domain_ids(snapshot, key, index) if len(index) else np.zeros(0, np.int64)
+    labelled = ids >= 0
+    values, dense = np.unique(ids[labelled], return_inverse=True)
+    domain = np.full(len(ids), -1, dtype=np.int64)
+    domain[labelled] = dense.reshape(-1)
+    column = snapshot.label_column(key)
+    names = tuple(column.values[int(v)] for v in values.tolist()) if column is not None else ()
+    limit = p.limit.copy()
+    limit[:, ~labelled] = 0
+    where = {name: d for d, name in enumerate(names)}
+    known = tuple((where[v], k) for v, k in bound if v in where)
+    base = np.bincount(
+        np.array([d for d, _ in known], dtype=np.int64), minlength=len(names)
+    ).astype(np.int64)
+    capacity = p.capacity if len(p.capacity) == p.num_nodes else _capacity(p)
+    capacity = np.where(labelled, capacity, 0)
+    return dataclasses.replace(
+        p,
+        limit=limit,
+        capacity=capacity,
+        slice_size=size,
+        slicing=Level(key, domain, names),
+        slice_base=base,
+        slice_bound=known,
     )
 
 
