@@ -35,6 +35,8 @@ class FakeWriter:
     def __init__(self) -> None:
         self.limiter = TokenBucket(1000.0, 1000)
         self.binds: list[tuple[str, str]] = []
+        self.bind_annotations: dict[str, dict[str, str]] = {}
+        """Per bound pod, the Binding's annotations (the API server copies them on)."""
         self.events: list[tuple[str, str, str, str]] = []
         self.statuses: list[tuple[str, Mapping[str, Any]]] = []
         self.fail: set[str] = set()
@@ -60,6 +62,7 @@ class FakeWriter:
             self.on_fail(node)
             return BindOutcome(BindResult.ERROR, "500: injected")
         self.binds.append((pod.name, node))
+        self.bind_annotations[pod.name] = dict(annotations or {})
         return BindOutcome(BindResult.BOUND, node=node)
 
     async def event(
@@ -732,3 +735,39 @@ async def test_a_partial_gang_joins_the_required_domain_of_its_bound_member() ->
     sched.pod_upserted(member("b", "g"))
     await run_one(sched)
     assert dict(writer.binds) == {"b": "a1"}
+
+
+async def test_slices_bind_with_their_slice_each_inside_one_rack() -> None:
+    """Racks of 3 and 2 four-CPU slots (levels block, rack): 4 members in slices of 2 take
+    2 + 2, each member's Binding carrying its slice; a slice level that is no level makes
+    the PodGroup invalid, said in the members' events."""
+    levels = ["example.com/block", "example.com/rack"]
+    sched, writer = scheduler(nodes=0, spec={"topology": {"levels": levels}})
+    for rack, cpu in (("ra", "12"), ("rb", "8")):
+        node = make_node(rack, cpu=cpu, memory="16Gi").label("example.com/block", "b1")
+        sched.node_upserted(node.label("example.com/rack", rack).obj())
+    sliced = {
+        "lattice.dev/topology-slice-size": "2",
+        "lattice.dev/topology-slice-required": "example.com/rack",
+    }
+    sched.podgroup_upserted(podgroup("g", 4, **sliced))
+    for i in range(4):
+        sched.pod_upserted(member(f"m{i}", "g", cpu="4"))
+    await run_one(sched)
+    binds = dict(writer.binds)
+    assert len(binds) == 4
+    by_slice: dict[str, list[str]] = {}
+    for name, bound in binds.items():
+        k = writer.bind_annotations[name]["lattice.dev/topology-slice"]
+        by_slice.setdefault(k, []).append(bound)
+    assert sorted(by_slice) == ["0", "1"]
+    assert all(len(v) == 2 and len(set(v)) == 1 for v in by_slice.values()), by_slice
+
+    bad = {**sliced, "lattice.dev/topology-slice-required": "example.com/zone"}
+    sched.podgroup_upserted(podgroup("h", 2, **bad))
+    gang = sched.gang_flow.gangs.get("default/h")
+    assert gang is not None
+    assert gang.spec is None
+    assert "must be one of spec.topology.levels (example.com/block, example.com/rack)" in (
+        gang.waiting_message()
+    )
