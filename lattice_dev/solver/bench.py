@@ -270,6 +270,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{args.members} x 4 GPU, slices 8/rack",
                 uniform_gang(args.members, 4),
                 None,
+                None,
+                8,
+            ),
+            (
+                f"{args.members} x 4 GPU, sl 8 pref rack",
+                uniform_gang(args.members, 4),
+                None,
                 RACK_LABEL,
                 8,
             ),
