@@ -199,6 +199,9 @@ class GangFlow:
         """Members of a committed plan whose bindings are in flight, per gang."""
         self._solve_slot = asyncio.Semaphore(1)
         self.last_plans: dict[str, GangPlan] = {}
+        self._slice_of: dict[str, dict[str, tuple[int, str]]] = {}
+        """Per gang with slices, per member of its last commit: (slice, planned node), so
+        a member whose binding fails is re-placed in its slice's domain with its slice."""
         """The latest plan per gang, for status and explanations."""
         self._victims: dict[str, set[tuple[PodKey, str]]] = {}
         """Per gang, the (key, uid) of the pods its last preemption evicted."""
@@ -264,6 +267,7 @@ class GangFlow:
         gang.revision += 1
         self._statuses.pop(key, None)
         self._victims.pop(key, None)
+        self._slice_of.pop(key, None)
         self.sync(key)
         self.gangs.discard_if_idle(key)
 
@@ -856,6 +860,7 @@ class GangFlow:
                 break
             if index in slices:
                 placed.annotations[TOPOLOGY_SLICE_ANNOTATION] = str(slices[index])
+                self._slice_of.setdefault(gang.key, {})[key] = (slices[index], placed.node)
             self._assume_member(gang, current, placed)
             assumed.append((current, placed))
         if failure or gang.need > 0:
@@ -976,8 +981,16 @@ class GangFlow:
             cached = self._cache.cached_pod(bound[0])
             if cached is not None:
                 domain = self._domain_nodes(gang, cached.node)
+        planned = self._slice_of.get(gkey, {}).get(key)
+        slice_key = gang.spec.slice_key if gang.spec is not None else None
+        if planned is not None and slice_key:
+            # Its slice stays where the rest of the slice is.
+            inside = self._domain_nodes(gang, planned[1], slice_key)
+            domain = inside if domain is None or inside is None else domain & inside
         placed = self._place_member(pod, None, domain) if replace else "not re-placed"
         if not isinstance(placed, str):
+            if planned is not None:
+                placed.annotations[TOPOLOGY_SLICE_ANNOTATION] = str(planned[0])
             self._assume_member(gang, pod, placed)
             self._claim_plans.pop(pod.key, None)
             self._binding.setdefault(gkey, set()).add(key)

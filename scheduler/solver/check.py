@@ -168,8 +168,8 @@ def violations(problem: GangProblem, counts: IntArray) -> list[str]:
 
 def slice_violations(problem: GangProblem, counts: IntArray) -> list[str]:
     """Slices of ``N``, each inside one domain of the slice level: every member on a
-    labelled node, and the members in each domain (bound ones included) a multiple of
-    ``N``, exactly when the members split into such slices."""
+    labelled node, and the members in each domain what its bound slices are short of
+    plus a multiple of ``N``, exactly when the members split into such slices."""
     p = problem
     if p.slicing is None or p.slice_size <= 0:
         return []
@@ -179,9 +179,11 @@ def slice_violations(problem: GangProblem, counts: IntArray) -> list[str]:
     for n in np.flatnonzero((total > 0) & (level.domain < 0)):
         out.append(f"{p.node_names[n]}: members on a node without {level.key}")
     per = _per_domain(level.domain, total, level.size)
-    if len(p.slice_base):
-        per[: len(p.slice_base)] += p.slice_base[: level.size]
-    for d in np.flatnonzero(per % size):
+    short = np.zeros(level.size, dtype=np.int64)
+    short[: len(p.slice_short)] = p.slice_short[: level.size]
+    for d in np.flatnonzero(per < short):
+        out.append(f"{level.name(int(d))}: {per[d]} members, its bound slices short of {short[d]}")
+    for d in np.flatnonzero((per >= short) & ((per - short) % size != 0)):
         out.append(f"{level.name(int(d))}: {per[d]} members, not whole slices of {size}")
     return out
 

@@ -98,7 +98,7 @@ def greedy(
     # bound members left short are completed first.
     slicing = p.slicing.domain if p.slicing is not None and p.slice_size > 0 else None
     size = p.slice_size
-    short = [(d, size - int(b) % size) for d, b in enumerate(p.slice_base) if int(b) % size]
+    short = [(d, int(n)) for d, n in enumerate(p.slice_short.tolist()) if n > 0]
     slice_domain, slice_left = short.pop(0) if slicing is not None and short else (-1, 0)
     slice_members: list[int] = []
     active = [c.topology_active for c in p.classes]

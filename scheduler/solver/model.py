@@ -299,19 +299,20 @@ class _Builder:
                 self.model.add(count - low <= s.max_skew).only_enforce_if(has)
 
     def _slices(self) -> None:
-        """Slices of ``N``: the members in each domain of the slice level, with those
-        bound there already, are ``N`` times a whole number of slices (members then split
-        into slices of one domain each; :func:`~scheduler.solver.slices.assign_slices`)."""
+        """Slices of ``N``: the members in each domain of the slice level are what its
+        bound slices are short of plus ``N`` times a whole number of new slices (members
+        then split into slices of one domain each;
+        :func:`~scheduler.solver.slices.assign_slices`)."""
         p = self.p
         if p.slicing is None or p.slice_size <= 0:
             return
         size = p.slice_size
         for d, pairs in sorted(self._by_domain(p.slicing.domain, range(p.num_classes)).items()):
-            base = int(p.slice_base[d]) if d < len(p.slice_base) else 0
-            most = (base + self._ubs(pairs)) // size
-            hint = (base + self._hint_of(pairs)) // size
+            short = int(p.slice_short[d]) if d < len(p.slice_short) else 0
+            most = max(self._ubs(pairs) - short, 0) // size
+            hint = max(self._hint_of(pairs) - short, 0) // size
             k = self.var(most, hint)
-            self.model.add(self._sum(pairs) + base == size * k)
+            self.model.add(self._sum(pairs) == short + size * k)
 
     def _used(self, level_domain: IntArray) -> dict[int, cp_model.IntVar]:
         """One boolean per domain the sub-model's variables reach, set when it has members."""

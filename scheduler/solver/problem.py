@@ -285,12 +285,13 @@ class GangProblem:
     size): the per-domain capacity the tight ranks and the domain choice read."""
     slice_size: int = 0
     """Members per slice (0: no slices): each slice on nodes of one domain of
-    :attr:`slicing`, so the members placed in a domain (with :attr:`slice_base`) are a
-    multiple of it."""
+    :attr:`slicing`, so the members placed in a domain are the :attr:`slice_short` there
+    and a multiple of it."""
     slicing: Level | None = None
     """The slice level (labelled nodes only: others get no member)."""
-    slice_base: IntArray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-    """Per domain of :attr:`slicing`, the gang's members bound there already."""
+    slice_short: IntArray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    """Per domain of :attr:`slicing`, the members its bound members' slices there are
+    short of (a partial gang): placed there before any new slice."""
     slice_bound: tuple[tuple[int, int], ...] = ()
     """(domain of :attr:`slicing`, slice) per member bound already: a partial gang's rest
     completes their slices first."""
@@ -555,10 +556,22 @@ def _with_slices(
     limit = p.limit.copy()
     limit[:, ~labelled] = 0
     where = {name: d for d, name in enumerate(names)}
+    members: dict[tuple[str, int], int] = {}
+    for value, k in bound:
+        members[(value, k)] = members.get((value, k), 0) + 1
+    short = np.zeros(len(names), dtype=np.int64)
+    for (value, k), count in sorted(members.items()):
+        if count % size == 0:
+            continue
+        if value not in where:  # none of its domain's nodes can take a member now
+            more = size - count % size
+            return dataclasses.replace(
+                p,
+                rejection=f"slice {k} is short of {more} member{'s' if more != 1 else ''} "
+                f"in {key}={value}, where no node can take one now",
+            )
+        short[where[value]] += size - count % size
     known = tuple((where[v], k) for v, k in bound if v in where)
-    base = np.bincount(
-        np.array([d for d, _ in known], dtype=np.int64), minlength=len(names)
-    ).astype(np.int64)
     capacity = p.capacity if len(p.capacity) == p.num_nodes else _capacity(p)
     capacity = np.where(labelled, capacity, 0)
     return dataclasses.replace(
@@ -567,7 +580,7 @@ def _with_slices(
         capacity=capacity,
         slice_size=size,
         slicing=Level(key, domain, names),
-        slice_base=base,
+        slice_short=short,
         slice_bound=known,
     )
 

@@ -466,6 +466,17 @@ def _slices_short(p: GangProblem, subs: list[_Sub], *, only_short: bool = False)
     if not len(nodes):
         return [f"slices of {size} need nodes with label {level.key}; no feasible node has it"]
     top = int(np.argmax(per))
+    short = [
+        (d, int(n), int(per[d]))
+        for d, n in enumerate(p.slice_short.tolist())
+        if n > 0 and int(per[d]) < n
+    ]
+    if short:  # a partial gang: its bound slices must be completed where they are
+        return [
+            f"its bound slices need {_plural(more, 'more member')} in {level.name(d)}, "
+            f"which has room for {room}"
+            for d, more, room in short
+        ]
     if only_short and int((per // size).sum()) >= needed:
         return []
     return [

@@ -771,3 +771,66 @@ async def test_slices_bind_with_their_slice_each_inside_one_rack() -> None:
     assert "must be one of spec.topology.levels (example.com/block, example.com/rack)" in (
         gang.waiting_message()
     )
+
+
+async def test_a_slice_member_whose_binding_fails_stays_in_its_slice_domain() -> None:
+    """Racks ra (2 nodes) and rb (3 nodes), one 3-CPU member a node, 4 members in slices
+    of 2. Every first binding fails and the first ra node fails with it: the rb members
+    are re-placed in rb, the ra member that lost its node cannot be (ra is full; rb2 is
+    free but not its slice's rack), so the gang is partial; the re-solve keeps it out of
+    rb too, and a new ra node takes it, with its slice."""
+    levels = ["example.com/rack"]
+    sched, writer = scheduler(nodes=0, spec={"topology": {"levels": levels}})
+
+    def add(name: str) -> None:
+        node = make_node(name, cpu="4", memory="16Gi").label("example.com/rack", name[:2])
+        sched.node_upserted(node.obj())
+
+    for name in ("ra0", "ra1", "rb0", "rb1", "rb2"):
+        add(name)
+    sliced = {
+        "lattice.dev/topology-slice-size": "2",
+        "lattice.dev/topology-slice-required": "example.com/rack",
+    }
+    sched.podgroup_upserted(podgroup("g", 4, **sliced))
+    for i in range(4):
+        sched.pod_upserted(member(f"m{i}", "g", cpu="3"))
+    writer.fail.update(f"m{i}" for i in range(4))
+    lost: list[str] = []
+
+    def lose(node: str) -> None:
+        if node.startswith("ra") and not lost:
+            lost.append(node)
+            node_gone(sched)(node)
+
+    writer.on_fail = lose
+    await run_one(sched)
+    await sched.drain(10)
+    binds = dict(writer.binds)
+    assert len(binds) == 3, binds
+    assert lost
+    gang = sched.gang_flow.gangs.get("default/g")
+    assert gang is not None
+    assert gang.partial
+    slice_of = {n: writer.bind_annotations[n]["lattice.dev/topology-slice"] for n in binds}
+    racks: dict[str, set[str]] = {}
+    for name, node in binds.items():
+        racks.setdefault(slice_of[name], set()).add(node[:2])
+    assert all(len(r) == 1 for r in racks.values()), racks
+    (ra_slice,) = [k for k, r in racks.items() if r == {"ra"}]
+    # The re-solve (the partial gang goes first; it may have run while bindings drained):
+    # rb2 has room, but the member's slice is in ra, which is full.
+    plan = sched.gang_flow.last_plans["default/g"]
+    if plan.admitted:  # not re-solved yet
+        sched.queue.flush(now=time.monotonic() + 3600)
+        await run_one(sched)
+        plan = sched.gang_flow.last_plans["default/g"]
+    short = f"slice {ra_slice} is short of 1 member in example.com/rack=ra, where no node can"
+    assert short in plan.message, plan.message
+    assert len(writer.binds) == 3
+    (missing,) = {f"m{i}" for i in range(4)} - set(binds)
+    add("ra9")
+    sched.queue.flush(now=time.monotonic() + 3600)
+    await run_one(sched)
+    assert dict(writer.binds)[missing] == "ra9"
+    assert writer.bind_annotations[missing]["lattice.dev/topology-slice"] == ra_slice

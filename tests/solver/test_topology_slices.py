@@ -127,7 +127,7 @@ def test_partial_gang_completes_its_bound_slice() -> None:
     spec = gang(min_member=4, slice_size=2, slice_key=RACK)
     for use_solver in (True, False):
         problem = problem_for(snapshot, members, spec=spec, levels=LEVELS, slice_bound=[("rA", 0)])
-        assert list(problem.slice_base) == [1, 0]
+        assert list(problem.slice_short) == [1, 0]
         plan = solve(problem, time_limit_s=10.0, use_solver=use_solver)
         assert plan.admitted, plan.message
         groups = slices_by_rack(plan, rack_of)
@@ -221,3 +221,31 @@ def test_admitted_exactly_when_the_racks_hold_the_slices(seed: int) -> None:
     for plan in (exact, quick):
         if plan.admitted:
             assert_slices(plan, rack_of, size)
+
+
+@pytest.mark.parametrize("use_solver", [True, False], ids=["cpsat", "greedy"])
+def test_two_short_slices_in_one_rack_are_both_completed(use_solver: bool) -> None:
+    # Slices 0 and 1 have one bound member each in rA (2 + 2 = a whole multiple of 2 by
+    # count alone): the two members arriving must go to rA, one to each, not to rB.
+    snapshot, rack_of = racks({"b1": {"rA": [4], "rB": [8]}})
+    spec = gang(min_member=4, slice_size=2, slice_key=RACK)
+    bound = [("rA", 0), ("rA", 1)]
+    problem = problem_for(snapshot, gpu_members(2), spec=spec, levels=LEVELS, slice_bound=bound)
+    assert list(problem.slice_short) == [2, 0]
+    plan = solve(problem, time_limit_s=10.0, use_solver=use_solver)
+    assert plan.admitted, plan.message
+    assert {rack_of[n] for _, n in plan.placements} == {"rA"}
+    assert sorted(k for _, k in plan.slices) == [0, 1]
+    # Two members in rB would be whole slices by count, and are refused.
+    index = {name: n for n, name in enumerate(problem.node_names)}
+    counts = np.zeros((problem.num_classes, problem.num_nodes), dtype=np.int64)
+    counts[0, index["rB-n0"]] = 2
+    assert f"{RACK}=rA: 0 members, its bound slices short of 2" in violations(problem, counts)
+    # With room for one member in rA only, nothing is placed and the message says why.
+    tight, _ = racks({"b1": {"rA": [2], "rB": [8]}})
+    problem = problem_for(tight, gpu_members(2), spec=spec, levels=LEVELS, slice_bound=bound)
+    plan = solve(problem, time_limit_s=10.0, use_solver=use_solver)
+    assert not plan.admitted
+    assert f"its bound slices need 2 more members in {RACK}=rA, which has room for 1" in (
+        plan.message
+    ), plan.message
