@@ -199,6 +199,9 @@ class GangFlow:
         """Members of a committed plan whose bindings are in flight, per gang."""
         self._solve_slot = asyncio.Semaphore(1)
         self.last_plans: dict[str, GangPlan] = {}
+        self._level_refused: dict[str, Body] = {}
+        """PodGroups refused only for a slice level that is not configured: read again
+        when ``spec.topology.levels`` changes (:meth:`levels_changed`)."""
         self._slice_of: dict[str, dict[str, tuple[int, str]]] = {}
         """Per gang with slices, per member of its last commit: (slice, planned node), so
         a member whose binding fails is re-placed in its slice's domain with its slice."""
@@ -235,10 +238,15 @@ class GangFlow:
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         gang = self.gangs.obtain(key)
         self._statuses[key] = dict(body.get("status") or {})
+        self._level_refused.pop(key, None)
         try:
             spec: GangSpec | None = gang_from_podgroup(body)
             assert spec is not None
-            check_levels(spec, self._host.settings.topology.levels)
+            try:
+                check_levels(spec, self._host.settings.topology.levels)
+            except InvalidObjectError:
+                self._level_refused[key] = body
+                raise
             error = None
         except InvalidObjectError as exc:
             spec, error = None, str(exc)
@@ -256,6 +264,12 @@ class GangFlow:
             gang.revision += 1
         self.sync(key)
 
+    def levels_changed(self) -> None:
+        """``spec.topology.levels`` changed: PodGroups refused for their slice level are
+        read again (gangs whose slice level went away are refused at their next solve)."""
+        for body in list(self._level_refused.values()):
+            self.podgroup_upserted(body)
+
     def podgroup_deleted(self, body: Body) -> None:
         """The gang is kept while it has members: they wait, gated, for a PodGroup."""
         meta = body.get("metadata") or {}
@@ -268,6 +282,7 @@ class GangFlow:
         self._statuses.pop(key, None)
         self._victims.pop(key, None)
         self._slice_of.pop(key, None)
+        self._level_refused.pop(key, None)
         self.sync(key)
         self.gangs.discard_if_idle(key)
 

@@ -771,6 +771,14 @@ async def test_slices_bind_with_their_slice_each_inside_one_rack() -> None:
     assert "must be one of spec.topology.levels (example.com/block, example.com/rack)" in (
         gang.waiting_message()
     )
+    # The level configured live: the PodGroup is read again and valid.
+    wider = {"topology": {"levels": [*levels, "example.com/zone"]}}
+    sched.apply_settings(parse_spec(wider, "lattice"))
+    again = sched.gang_flow.gangs.get("default/h")
+    assert again is not None
+    assert again.spec is not None
+    assert again.spec.slice_key == "example.com/zone"
+    assert again.spec_error is None
 
 
 async def test_a_slice_member_whose_binding_fails_stays_in_its_slice_domain() -> None:
