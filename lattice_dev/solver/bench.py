@@ -173,6 +173,7 @@ def run_case(
     *,
     topology_key: str | None = None,
     preferred: str | None = None,
+    slice_size: int | None = None,
     time_limit_s: float,
     seed: int,
     workers: int,
@@ -183,6 +184,8 @@ def run_case(
         min_member=len(members),
         topology_key=topology_key,
         topology_preferred=preferred,
+        slice_size=slice_size,
+        slice_key=RACK_LABEL if slice_size else None,
     )
     problem = build_problem(
         framework, snapshot, spec, members, need=len(members), seed=seed, levels=LEVELS
@@ -238,30 +241,47 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(HEADER)
     for num_nodes in args.nodes:
         snapshot = build_cluster(num_nodes, seed=args.seed)
-        cases: list[tuple[str, list[Pod], str | None, str | None]] = [
-            (f"{args.members} x 8 GPU", uniform_gang(args.members, 8), None, None),
-            (f"{args.members} x 1 GPU", uniform_gang(args.members, 1), None, None),
+        cases: list[tuple[str, list[Pod], str | None, str | None, int | None]] = [
+            (f"{args.members} x 8 GPU", uniform_gang(args.members, 8), None, None, None),
+            (f"{args.members} x 1 GPU", uniform_gang(args.members, 1), None, None, None),
             (
                 f"{args.members} x 1 GPU, one rack",
                 uniform_gang(args.members, 1),
                 RACK_LABEL,
                 None,
+                None,
             ),
-            ("mixed 8x8+40x2+16 ps", mixed_gang(), None, None),
+            ("mixed 8x8+40x2+16 ps", mixed_gang(), None, None, None),
             (
                 f"{args.members} x 8 GPU, pref rack",
                 uniform_gang(args.members, 8),
                 None,
                 RACK_LABEL,
+                None,
             ),
             (
                 f"{args.members // 4} x 4 GPU, pref rack",
                 uniform_gang(args.members // 4, 4),
                 None,
                 RACK_LABEL,
+                None,
+            ),
+            (
+                f"{args.members} x 4 GPU, slices 8/rack",
+                uniform_gang(args.members, 4),
+                None,
+                None,
+                8,
+            ),
+            (
+                f"{args.members} x 4 GPU, sl 8 pref rack",
+                uniform_gang(args.members, 4),
+                None,
+                RACK_LABEL,
+                8,
             ),
         ]
-        for case, members, key, preferred in cases:
+        for case, members, key, preferred, slice_size in cases:
             row, _ = run_case(
                 case,
                 framework,
@@ -269,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 members,
                 topology_key=key,
                 preferred=preferred,
+                slice_size=slice_size,
                 time_limit_s=args.time_limit,
                 seed=args.seed,
                 workers=args.workers,

@@ -56,11 +56,12 @@ from scheduler.core.preemption import Inputs
 from scheduler.core.schedule import Framework
 from scheduler.core.volumes import gang_volume_refusal
 from scheduler.model.errors import InvalidObjectError
-from scheduler.model.gang import GangSpec
+from scheduler.model.gang import TOPOLOGY_SLICE_ANNOTATION, GangSpec
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.pod import Pod
 from scheduler.model.podgroup import (
     PodGroupStatus,
+    check_levels,
     gang_from_podgroup,
     podgroup_status,
     status_changed,
@@ -198,6 +199,12 @@ class GangFlow:
         """Members of a committed plan whose bindings are in flight, per gang."""
         self._solve_slot = asyncio.Semaphore(1)
         self.last_plans: dict[str, GangPlan] = {}
+        self._level_refused: dict[str, Body] = {}
+        """PodGroups refused only for a slice level that is not configured: read again
+        when ``spec.topology.levels`` changes (:meth:`levels_changed`)."""
+        self._slice_of: dict[str, dict[str, tuple[int, str]]] = {}
+        """Per gang with slices, per member of its last commit: (slice, planned node), so
+        a member whose binding fails is re-placed in its slice's domain with its slice."""
         """The latest plan per gang, for status and explanations."""
         self._victims: dict[str, set[tuple[PodKey, str]]] = {}
         """Per gang, the (key, uid) of the pods its last preemption evicted."""
@@ -231,8 +238,15 @@ class GangFlow:
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         gang = self.gangs.obtain(key)
         self._statuses[key] = dict(body.get("status") or {})
+        self._level_refused.pop(key, None)
         try:
             spec: GangSpec | None = gang_from_podgroup(body)
+            assert spec is not None
+            try:
+                check_levels(spec, self._host.settings.topology.levels)
+            except InvalidObjectError:
+                self._level_refused[key] = body
+                raise
             error = None
         except InvalidObjectError as exc:
             spec, error = None, str(exc)
@@ -250,6 +264,12 @@ class GangFlow:
             gang.revision += 1
         self.sync(key)
 
+    def levels_changed(self) -> None:
+        """``spec.topology.levels`` changed: PodGroups refused for their slice level are
+        read again (gangs whose slice level went away are refused at their next solve)."""
+        for body in list(self._level_refused.values()):
+            self.podgroup_upserted(body)
+
     def podgroup_deleted(self, body: Body) -> None:
         """The gang is kept while it has members: they wait, gated, for a PodGroup."""
         meta = body.get("metadata") or {}
@@ -261,6 +281,8 @@ class GangFlow:
         gang.revision += 1
         self._statuses.pop(key, None)
         self._victims.pop(key, None)
+        self._slice_of.pop(key, None)
+        self._level_refused.pop(key, None)
         self.sync(key)
         self.gangs.discard_if_idle(key)
 
@@ -476,6 +498,7 @@ class GangFlow:
                 dra=self._cache.dra,
                 levels=self._host.settings.topology.levels,
                 home=self._bound_domain(gang),
+                slice_bound=self._bound_slices(gang),
             )
         except Exception as exc:  # a bug must cost the gang a retry, not the scheduler
             log.exception("gang_cycle_failed", reason=repr(exc))
@@ -641,6 +664,7 @@ class GangFlow:
                 dra=self._cache.dra,
                 levels=host.settings.topology.levels,
                 home=self._bound_domain(gang),
+                slice_bound=self._bound_slices(gang),
             )
             if not search.needs_solve(trial):
                 await asyncio.sleep(0)  # the plan in hand decided: let the loop run between
@@ -732,9 +756,31 @@ class GangFlow:
                 return value
         return None
 
-    def _domain_nodes(self, gang: Gang, node: str) -> frozenset[str] | None:
-        """The nodes of ``node``'s domain of the gang's topology key (None: no constraint)."""
-        key = gang.spec.topology_key if gang.spec is not None else None
+    def _bound_slices(self, gang: Gang) -> list[tuple[str, int]]:
+        """(value of the slice level, slice) per bound member with a slice annotation:
+        a partial gang's rest completes the slices they are short of."""
+        key = gang.spec.slice_key if gang.spec is not None else None
+        if not key:
+            return []
+        out: list[tuple[str, int]] = []
+        for member in sorted(gang.placed):
+            cached = self._cache.cached_pod(member)
+            if cached is None:
+                continue
+            raw = (cached.annotations or {}).get(TOPOLOGY_SLICE_ANNOTATION)
+            if raw is None:
+                raw = cached.pod.annotations.get(TOPOLOGY_SLICE_ANNOTATION)
+            node = self._cache.snapshot.get_node(cached.node)
+            value = node.labels.get(key) if node is not None else None
+            if raw is not None and raw.isdigit() and value is not None:
+                out.append((value, int(raw)))
+        return out
+
+    def _domain_nodes(self, gang: Gang, node: str, key: str | None = None) -> frozenset[str] | None:
+        """The nodes of ``node``'s domain of ``key``, by default the gang's required
+        topology key (None: no constraint)."""
+        if key is None:
+            key = gang.spec.topology_key if gang.spec is not None else None
         if not key:
             return None
         home = self._cache.snapshot.get_node(node)
@@ -808,6 +854,8 @@ class GangFlow:
         domain: frozenset[str] | None = None
         failure = ""
         own = frozenset(m.key for m in members)
+        slices = dict(plan.slices)
+        slice_key = gang.spec.slice_key if gang.spec is not None else None
         for index, planned in plan.placements:
             pod = members[index]
             key = pod_key(pod.namespace, pod.name)
@@ -816,10 +864,18 @@ class GangFlow:
                 continue  # left the gang (deleted, recreated) while the solver ran
             if domain is None:
                 domain = self._domain_nodes(gang, planned)
-            placed = self._place_member(current, planned, domain, own)
+            where = domain
+            if index in slices and slice_key:
+                # A member re-checked elsewhere stays in its slice's domain.
+                inside = self._domain_nodes(gang, planned, slice_key)
+                where = inside if domain is None or inside is None else domain & inside
+            placed = self._place_member(current, planned, where, own)
             if isinstance(placed, str):
                 failure = f"{key}: {placed}"
                 break
+            if index in slices:
+                placed.annotations[TOPOLOGY_SLICE_ANNOTATION] = str(slices[index])
+                self._slice_of.setdefault(gang.key, {})[key] = (slices[index], placed.node)
             self._assume_member(gang, current, placed)
             assumed.append((current, placed))
         if failure or gang.need > 0:
@@ -940,8 +996,16 @@ class GangFlow:
             cached = self._cache.cached_pod(bound[0])
             if cached is not None:
                 domain = self._domain_nodes(gang, cached.node)
+        planned = self._slice_of.get(gkey, {}).get(key)
+        slice_key = gang.spec.slice_key if gang.spec is not None else None
+        if planned is not None and slice_key:
+            # Its slice stays where the rest of the slice is.
+            inside = self._domain_nodes(gang, planned[1], slice_key)
+            domain = inside if domain is None or inside is None else domain & inside
         placed = self._place_member(pod, None, domain) if replace else "not re-placed"
         if not isinstance(placed, str):
+            if planned is not None:
+                placed.annotations[TOPOLOGY_SLICE_ANNOTATION] = str(planned[0])
             self._assume_member(gang, pod, placed)
             self._claim_plans.pop(pod.key, None)
             self._binding.setdefault(gkey, set()).add(key)

@@ -328,7 +328,10 @@ class Scheduler:
         if self.writer is not None:
             self.writer.reconfigure(settings.client_qps, settings.client_burst)
         changed = settings.profile != self.settings.profile
+        levels_changed = settings.topology.levels != self.settings.topology.levels
         self.settings = settings
+        if levels_changed:
+            self.gang_flow.levels_changed()
         self.log.info("settings_applied", reason=f"profile {settings.profile.name}")
         if changed:
             self.queue.move_all_on_event(

@@ -28,6 +28,15 @@ TOPOLOGY_PREFERRED_ANNOTATION: Final = "lattice.dev/topology-preferred"
 """PodGroup annotation: a node label key; members in the fewest domains of that key the
 free capacity allows (one where possible), compact at every wider level of
 ``spec.topology.levels`` too, the fullest domains that still hold them first."""
+TOPOLOGY_SLICE_SIZE_ANNOTATION: Final = "lattice.dev/topology-slice-size"
+"""PodGroup annotation: members per slice (a tensor-parallel group), a positive integer
+that divides ``minMember``; set together with :data:`TOPOLOGY_SLICE_REQUIRED_ANNOTATION`."""
+TOPOLOGY_SLICE_REQUIRED_ANNOTATION: Final = "lattice.dev/topology-slice-required"
+"""PodGroup annotation: a level of ``spec.topology.levels``; each slice's members go to
+nodes of one domain of it."""
+TOPOLOGY_SLICE_ANNOTATION: Final = "lattice.dev/topology-slice"
+"""Binding annotation (copied onto the pod by the API server): the member's slice, 0..S-1,
+for the workload to find its neighbours through the downward API."""
 
 
 def gang_key(namespace: str, name: str) -> str:
@@ -52,6 +61,10 @@ class GangSpec:
     """Required: all members in one domain of this node label key (None: anywhere)."""
     topology_preferred: str | None = None
     """Preferred: the fewest domains of this node label key (None: no preference)."""
+    slice_size: int | None = None
+    """Members per slice (None: no slices)."""
+    slice_key: str | None = None
+    """The level each slice stays inside one domain of (set with :attr:`slice_size`)."""
     schedule_start_time: float | None = None
     """Unix time the gang first reached quorum, from the source object's status, so that a
     restart does not reset the timeout."""

@@ -47,6 +47,8 @@ from scheduler.model.gang import (
     GANG_TOPOLOGY_ANNOTATION,
     TOPOLOGY_PREFERRED_ANNOTATION,
     TOPOLOGY_REQUIRED_ANNOTATION,
+    TOPOLOGY_SLICE_REQUIRED_ANNOTATION,
+    TOPOLOGY_SLICE_SIZE_ANNOTATION,
     GangSpec,
 )
 from scheduler.model.names import qualified_name_error
@@ -186,6 +188,7 @@ def gang_from_podgroup(body: Mapping[str, Any]) -> GangSpec:
     preferred: str | None = None
     if TOPOLOGY_PREFERRED_ANNOTATION in annotations:
         preferred = _label_key(annotations, TOPOLOGY_PREFERRED_ANNOTATION)
+    slice_size, slice_key = _slices(annotations, min_member)
 
     return GangSpec(
         namespace=namespace,
@@ -196,6 +199,8 @@ def gang_from_podgroup(body: Mapping[str, Any]) -> GangSpec:
         schedule_timeout_s=timeout,
         topology_key=topology_key,
         topology_preferred=preferred,
+        slice_size=slice_size,
+        slice_key=slice_key,
         schedule_start_time=parse_rfc3339(
             status.get("scheduleStartTime"), field="status.scheduleStartTime"
         ),
@@ -212,6 +217,44 @@ def _label_key(annotations: Mapping[str, str], annotation: str) -> str:
             f"metadata.annotations[{annotation}]", key, f"must be a node label key: {problem}"
         )
     return key
+
+
+def _slices(annotations: Mapping[str, str], min_member: int) -> tuple[int | None, str | None]:
+    """The slice size and level, both or neither; the size a positive integer dividing
+    ``minMember`` (a quorum of whole slices)."""
+    size_a, key_a = TOPOLOGY_SLICE_SIZE_ANNOTATION, TOPOLOGY_SLICE_REQUIRED_ANNOTATION
+    if size_a not in annotations and key_a not in annotations:
+        return None, None
+    for present, absent in ((size_a, key_a), (key_a, size_a)):
+        if present in annotations and absent not in annotations:
+            raise InvalidObjectError(
+                f"metadata.annotations[{present}]", annotations[present], f"needs {absent} too"
+            )
+    raw = annotations[size_a]
+    if not re.fullmatch(r"[1-9][0-9]{0,9}", raw.strip()) or int(raw) > _INT32_MAX:
+        raise InvalidObjectError(
+            f"metadata.annotations[{size_a}]", raw, "must be a positive integer"
+        )
+    size = int(raw)
+    if min_member % size:
+        raise InvalidObjectError(
+            f"metadata.annotations[{size_a}]",
+            raw,
+            f"must divide spec.minMember ({min_member}) so the quorum is whole slices",
+        )
+    return size, _label_key(annotations, key_a)
+
+
+def check_levels(spec: GangSpec, levels: Collection[str]) -> None:
+    """:class:`InvalidObjectError` if the slice level is not one of ``spec.topology.levels``
+    (the configured hierarchy, known to the controller, not to the PodGroup)."""
+    if spec.slice_key is not None and spec.slice_key not in levels:
+        configured = ", ".join(levels) if levels else "none configured"
+        raise InvalidObjectError(
+            f"metadata.annotations[{TOPOLOGY_SLICE_REQUIRED_ANNOTATION}]",
+            spec.slice_key,
+            f"must be one of spec.topology.levels ({configured})",
+        )
 
 
 def parse_rfc3339(raw: object, *, field: str) -> float | None:

@@ -9,6 +9,8 @@ restatements of the model, written independently of it on purpose.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
 from scheduler.core.snapshot import IntArray
@@ -160,8 +162,60 @@ def violations(problem: GangProblem, counts: IntArray) -> list[str]:
         domains = set(p.domain[total > 0].tolist())
         if len(domains) > 1 or -1 in domains:
             out.append(f"members span {rule_text(p.topology_key, domains)}")
+    out.extend(slice_violations(p, counts))
+    return out
+
+
+def slice_violations(problem: GangProblem, counts: IntArray) -> list[str]:
+    """Slices of ``N``, each inside one domain of the slice level: every member on a
+    labelled node, and the members in each domain what its bound slices are short of
+    plus a multiple of ``N``, exactly when the members split into such slices."""
+    p = problem
+    if p.slicing is None or p.slice_size <= 0:
+        return []
+    out: list[str] = []
+    total = counts.sum(axis=0)
+    level, size = p.slicing, p.slice_size
+    for n in np.flatnonzero((total > 0) & (level.domain < 0)):
+        out.append(f"{p.node_names[n]}: members on a node without {level.key}")
+    per = _per_domain(level.domain, total, level.size)
+    short = np.zeros(level.size, dtype=np.int64)
+    short[: len(p.slice_short)] = p.slice_short[: level.size]
+    for d in np.flatnonzero(per < short):
+        out.append(f"{level.name(int(d))}: {per[d]} members, its bound slices short of {short[d]}")
+    for d in np.flatnonzero((per >= short) & ((per - short) % size != 0)):
+        out.append(f"{level.name(int(d))}: {per[d]} members, not whole slices of {size}")
     return out
 
 
 def rule_text(key: str, domains: set[int]) -> str:
     return f"{len(domains)} domains of {key}" + (" (some unlabelled)" if -1 in domains else "")
+
+
+def slice_assignment_violations(
+    problem: GangProblem, placements: Sequence[tuple[int, int]], slices: Mapping[int, int]
+) -> list[str]:
+    """Every way an explicit split breaks the slices: a placed member without a slice, a
+    slice over two domains of the slice level, or not ``N`` members (bound ones included)."""
+    p = problem
+    if p.slicing is None or p.slice_size <= 0:
+        return []
+    out: list[str] = []
+    domains: dict[int, set[int]] = {}
+    sizes: dict[int, int] = {}
+    for d, k in p.slice_bound:
+        domains.setdefault(k, set()).add(d)
+        sizes[k] = sizes.get(k, 0) + 1
+    for member, node in placements:
+        if member not in slices:
+            out.append(f"member {member}: placed without a slice")
+            continue
+        k = slices[member]
+        domains.setdefault(k, set()).add(int(p.slicing.domain[node]))
+        sizes[k] = sizes.get(k, 0) + 1
+    for k in sorted(domains):
+        if len(domains[k]) > 1 or -1 in domains[k]:
+            out.append(f"slice {k} spans {rule_text(p.slicing.key, domains[k])}")
+        if sizes[k] != p.slice_size:
+            out.append(f"slice {k}: {sizes[k]} members, not {p.slice_size}")
+    return out

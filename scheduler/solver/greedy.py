@@ -94,6 +94,13 @@ def greedy(
     spread_cls = [np.zeros(len(s.existing), dtype=np.int64) for s in p.spreads]
     device_user = np.full(k, -1, dtype=np.int64)
     gang_domain = -1
+    # Slices: one open slice at a time, its domain fixed by its first member; slices
+    # bound members left short are completed first.
+    slicing = p.slicing.domain if p.slicing is not None and p.slice_size > 0 else None
+    size = p.slice_size
+    short = [(d, int(n)) for d, n in enumerate(p.slice_short.tolist()) if n > 0]
+    slice_domain, slice_left = short.pop(0) if slicing is not None and short else (-1, 0)
+    slice_members: list[int] = []
     active = [c.topology_active for c in p.classes]
     ports = [bool(p.port_conflicts[c].any()) for c in range(num_c)]
 
@@ -152,6 +159,14 @@ def greedy(
         if p.topology_key is not None:
             d = p.domain[cand]
             ok &= (d >= 0) & ((gang_domain < 0) | (d == gang_domain))
+        if slicing is not None:
+            d = slicing[cand]
+            if slice_left:
+                ok &= d == slice_domain
+            else:  # a new slice: only in a domain with room for all of it
+                room = _room(p, c, cand, free, pods, counts)
+                per = np.bincount(np.maximum(d, 0), weights=room * (d >= 0))
+                ok &= (d >= 0) & (per[np.maximum(d, 0)] >= size)
         hits = np.flatnonzero(ok)
         if not len(hits):
             continue
@@ -184,4 +199,33 @@ def greedy(
             device_user[n] = c
         if p.topology_key is not None:
             gang_domain = int(p.domain[n])
+        if slicing is not None:
+            if not slice_left:
+                slice_domain, slice_left = int(slicing[n]), size
+                slice_members = []
+            slice_members.append(i)
+            slice_left -= 1
+            if not slice_left and short:
+                slice_domain, slice_left = short.pop(0)
+                slice_members = []
+    if slicing is not None and slice_left:
+        # The open slice stays short: its members go (they are the last ones placed, so
+        # what is left is a state greedy passed through, valid as it was).
+        for i in slice_members:
+            at = assignment[i]
+            assert at is not None
+            counts[p.member_class[i], at] -= 1
+            assignment[i] = None
+        placed_order = placed_order[: len(placed_order) - len(slice_members)]
     return GreedyResult(counts, tuple(assignment), tuple(placed_order))
+
+
+def _room(
+    p: GangProblem, c: int, cand: IndexArray, free: IntArray, pods: IntArray, counts: IntArray
+) -> IntArray:
+    """Members of class ``c`` each candidate node still holds on its own."""
+    room = np.minimum(pods[cand], p.limit[c, cand] - counts[c, cand])
+    for j in np.flatnonzero(p.request[c] > 0).tolist():
+        room = np.minimum(room, free[j, cand] // int(p.request[c, j]))
+    out: IntArray = np.maximum(room, 0)
+    return out

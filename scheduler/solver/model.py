@@ -161,6 +161,7 @@ class _Builder:
         self._anti_affinity()
         self._together()
         self._spreads()
+        self._slices()
         self._domains()
         return self._objective()
 
@@ -297,6 +298,22 @@ class _Builder:
                 count = final[d] if d in final else int(s.existing[d])
                 self.model.add(count - low <= s.max_skew).only_enforce_if(has)
 
+    def _slices(self) -> None:
+        """Slices of ``N``: the members in each domain of the slice level are what its
+        bound slices are short of plus ``N`` times a whole number of new slices (members
+        then split into slices of one domain each;
+        :func:`~scheduler.solver.slices.assign_slices`)."""
+        p = self.p
+        if p.slicing is None or p.slice_size <= 0:
+            return
+        size = p.slice_size
+        for d, pairs in sorted(self._by_domain(p.slicing.domain, range(p.num_classes)).items()):
+            short = int(p.slice_short[d]) if d < len(p.slice_short) else 0
+            most = max(self._ubs(pairs) - short, 0) // size
+            hint = max(self._hint_of(pairs) - short, 0) // size
+            k = self.var(most, hint)
+            self.model.add(self._sum(pairs) == short + size * k)
+
     def _used(self, level_domain: IntArray) -> dict[int, cp_model.IntVar]:
         """One boolean per domain the sub-model's variables reach, set when it has members."""
         out: dict[int, cp_model.IntVar] = {}
@@ -408,6 +425,8 @@ def distinct_nodes(problem: GangProblem, nodes: IndexArray, keep_first: IndexArr
         rows.append(token(domain)[None, :])
     for level in p.compact:
         rows.append(token(level.domain)[None, :])
+    if p.slicing is not None:
+        rows.append(p.slicing.domain[nodes][None, :])  # a lone node's domain still counts
     if p.tight is not None:
         rows.append(token(p.tight.domain)[None, :])
         rows.append(p.tight_rank[p.tight.domain[nodes]][None, :])

@@ -256,6 +256,7 @@ def problem_without(
     dra: DraState | None = None,
     levels: Sequence[str] = (),
     home: str | None = None,
+    slice_bound: Sequence[tuple[str, int]] = (),
 ) -> GangProblem:
     """The gang's problem on the snapshot with ``removed`` gone (restored on return);
     ``nominated`` counted as :func:`~scheduler.solver.problem.build_problem` counts them."""
@@ -275,6 +276,7 @@ def problem_without(
             dra=dra,
             levels=levels,
             home=home,
+            slice_bound=slice_bound,
         )
 
 

@@ -289,6 +289,18 @@ class GangProblem:
     capacity: IntArray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     """Per local node, members of the gang it can hold on its own (capped at the gang's
     size): the per-domain capacity the tight ranks and the domain choice read."""
+    slice_size: int = 0
+    """Members per slice (0: no slices): each slice on nodes of one domain of
+    :attr:`slicing`, so the members placed in a domain are the :attr:`slice_short` there
+    and a multiple of it."""
+    slicing: Level | None = None
+    """The slice level (labelled nodes only: others get no member)."""
+    slice_short: IntArray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    """Per domain of :attr:`slicing`, the members its bound members' slices there are
+    short of (a partial gang): placed there before any new slice."""
+    slice_bound: tuple[tuple[int, int], ...] = ()
+    """(domain of :attr:`slicing`, slice) per member bound already: a partial gang's rest
+    completes their slices first."""
 
     @property
     def num_nodes(self) -> int:
@@ -319,6 +331,7 @@ def build_problem(
     dra: DraState | None = None,
     levels: Sequence[str] = (),
     home: str | None = None,
+    slice_bound: Sequence[tuple[str, int]] = (),
 ) -> GangProblem:
     """Run the framework once per member class and copy out what the solve needs.
     ``volumes``: the cluster's storage, for members with (bound) claims; ``dra``: the
@@ -328,7 +341,9 @@ def build_problem(
     ``need``: members that must be placed now (1..len(members)); the solve places more when
     they fit. ``levels``: ``spec.topology.levels`` (widest first). ``home``: the value of
     the gang's required key where members are bound already (a partial gang): the rest
-    may go nowhere else. ``merge=False`` gives every member its own class (the naive reference).
+    may go nowhere else. ``slice_bound``: with slices, (value of the slice level, slice) per
+    member bound already (a partial gang's rest completes their slices). ``merge=False``
+    gives every member its own class (the naive reference).
 
     ``nominated``: pending pods and their ``status.nominatedNodeName`` (waiting for their
     preemption's victims). As kube's filters count them for a pod of lower or equal priority
@@ -367,6 +382,8 @@ def build_problem(
         problem = dataclasses.replace(problem, limit=limit)
     if problem.rejection is None:
         problem = _with_levels(problem, snapshot, gang, levels)
+    if problem.rejection is None and gang.slice_size and gang.slice_key:
+        problem = _with_slices(problem, snapshot, gang, levels, slice_bound)
     return dataclasses.replace(problem, build_time_s=time.perf_counter() - started)
 
 
@@ -513,6 +530,64 @@ def _with_levels(
         tight_rank=tight_rank,
         capacity=capacity,
         weights=weights,
+    )
+
+
+def _with_slices(
+    problem: GangProblem,
+    snapshot: Snapshot,
+    gang: GangSpec,
+    levels: Sequence[str],
+    bound: Sequence[tuple[str, int]],
+) -> GangProblem:
+    """The slice level's domains and the bound members in each; nodes without its label
+    hold no member (a slice must be inside a domain). A slice level that is not a
+    configured level (the levels changed since the PodGroup was read) rejects the gang."""
+    p = problem
+    key, size = gang.slice_key, gang.slice_size
+    assert key is not None
+    assert size is not None
+    if key not in levels:
+        return dataclasses.replace(
+            p, rejection=f"slice level {key} is not one of spec.topology.levels"
+        )
+    index = np.array([snapshot.index_of(n) for n in p.node_names], dtype=np.intp)
+    ids = _domain_ids(snapshot, key, index) if len(index) else np.zeros(0, np.int64)
+    labelled = ids >= 0
+    values, dense = np.unique(ids[labelled], return_inverse=True)
+    domain = np.full(len(ids), -1, dtype=np.int64)
+    domain[labelled] = dense.reshape(-1)
+    column = snapshot.label_column(key)
+    names = tuple(column.values[int(v)] for v in values.tolist()) if column is not None else ()
+    limit = p.limit.copy()
+    limit[:, ~labelled] = 0
+    where = {name: d for d, name in enumerate(names)}
+    members: dict[tuple[str, int], int] = {}
+    for value, k in bound:
+        members[(value, k)] = members.get((value, k), 0) + 1
+    short = np.zeros(len(names), dtype=np.int64)
+    for (value, k), count in sorted(members.items()):
+        if count % size == 0:
+            continue
+        if value not in where:  # none of its domain's nodes can take a member now
+            more = size - count % size
+            return dataclasses.replace(
+                p,
+                rejection=f"slice {k} is short of {more} member{'s' if more != 1 else ''} "
+                f"in {key}={value}, where no node can take one now",
+            )
+        short[where[value]] += size - count % size
+    known = tuple((where[v], k) for v, k in bound if v in where)
+    capacity = p.capacity if len(p.capacity) == p.num_nodes else _capacity(p)
+    capacity = np.where(labelled, capacity, 0)
+    return dataclasses.replace(
+        p,
+        limit=limit,
+        capacity=capacity,
+        slice_size=size,
+        slicing=Level(key, domain, names),
+        slice_short=short,
+        slice_bound=known,
     )
 
 

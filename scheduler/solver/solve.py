@@ -55,12 +55,19 @@ from typing import Final
 import numpy as np
 
 from scheduler.core.snapshot import IndexArray, IntArray
-from scheduler.solver.check import objective, spans, violations, whole_nodes
+from scheduler.solver.check import (
+    objective,
+    slice_assignment_violations,
+    spans,
+    violations,
+    whole_nodes,
+)
 from scheduler.solver.domains import domain_rank
 from scheduler.solver.greedy import GreedyResult, greedy
 from scheduler.solver.model import ModelStatus, solve_counts
 from scheduler.solver.order import commit_order
 from scheduler.solver.problem import GangProblem, MemberReport
+from scheduler.solver.slices import assign_slices
 
 
 class SolveStatus(StrEnum):
@@ -115,6 +122,9 @@ class GangPlan:
     domain: str | None = None
     """The ``topology_key`` value chosen."""
     build_time_s: float = 0.0
+    slices: tuple[tuple[int, int], ...] = ()
+    """(member index, slice) per placement of a gang with slices (empty otherwise): the
+    commit writes it as the member's ``lattice.dev/topology-slice`` binding annotation."""
     rejected: tuple[str, ...] = ()
     """Rules the best answer broke (:func:`~scheduler.solver.check.violations`): it was
     replaced by greedy's (``invalid_greedy``) or nothing is admitted (``invalid``)."""
@@ -231,6 +241,11 @@ def solve(
             best, valid = fallback, True
     placed = best.placed
     admitted = placed >= p.need and valid
+    slices: dict[int, int] = {}
+    if admitted and p.slicing is not None:
+        slices, broken = _slices(p, best)
+        if broken:  # the counts passed, the split did not: a bug, refused the same way
+            rejected, admitted = tuple(broken), False
     if rejected:
         status = SolveStatus.INVALID_GREEDY if admitted else SolveStatus.INVALID
     elif admitted:
@@ -254,6 +269,10 @@ def solve(
         used = len({n for _, n in placements})
         where = f" in {p.topology_key}={domain}" if domain is not None else ""
         where += _spans_text(p, best.counts)
+        if slices:
+            count = len(set(slices.values()))
+            where += f", {count} slice{'s' if count != 1 else ''} of {p.slice_size}"
+            where += f" each in one {p.slicing.key}" if p.slicing is not None else ""
         message = (
             f"gang {p.gang}: {placed}/{len(p.members)} members placed (need {p.need}) "
             f"on {used} node{'s' if used != 1 else ''}{where} [{status.value}]"
@@ -287,7 +306,19 @@ def solve(
         greedy_placed=greedy_placed,
         domain=domain if admitted else None,
         rejected=rejected,
+        slices=tuple(sorted(slices.items())),
     )
+
+
+def _slices(p: GangProblem, best: _Best) -> tuple[dict[int, int], list[str]]:
+    """The members' slices, and what the split breaks (nothing, when the counts passed)."""
+    index = {name: n for n, name in enumerate(p.node_names)}
+    pairs = [(i, index[name]) for i, name in _placements(p, best)]
+    try:
+        slices = assign_slices(p, pairs)
+    except ValueError as exc:
+        return {}, [str(exc)]
+    return slices, slice_assignment_violations(p, pairs, slices)
 
 
 def _greedy(p: GangProblem, nodes: IndexArray, seed: int) -> GreedyResult:
@@ -396,6 +427,8 @@ def _why(p: GangProblem, subs: list[_Sub], best: _Best | None, *, proven: bool) 
     for summary, count in sorted(alone.items()):
         parts.append(f"{_plural(count, 'member')} fit no node ({summary})")
     if not proven:
+        # The slices' shortfall is a proof by itself (the room per node is an upper bound).
+        parts.extend(_slices_short(p, subs, only_short=True))
         return "; ".join(parts)
     if p.topology_key is not None:
         if unlabelled:
@@ -411,10 +444,46 @@ def _why(p: GangProblem, subs: list[_Sub], best: _Best | None, *, proven: bool) 
                 f"(best {p.topology_key}={name}: {int(best.counts.sum())})"
             )
             parts.extend(_gpus_short(p, subs))
+    parts.extend(_slices_short(p, subs))
     placeable = sum(k.size for c, k in enumerate(p.classes) if (p.limit[c] > 0).any())
-    if placeable >= p.need and p.topology_key is None:
+    if placeable >= p.need and p.topology_key is None and p.slicing is None:
         parts.append("not enough room for all members together" + _shortfall(p))
     return "; ".join(parts) if parts else "no feasible node"
+
+
+def _slices_short(p: GangProblem, subs: list[_Sub], *, only_short: bool = False) -> list[str]:
+    """For a gang with slices: the whole slices the domains of the slice level hold (by
+    each node's room for members, an upper estimate) against the slices it needs
+    (``only_short``: only when they hold fewer)."""
+    if p.slicing is None or p.slice_size <= 0 or not subs:
+        return []
+    level, size = p.slicing, p.slice_size
+    nodes = np.unique(np.concatenate([s.nodes for s in subs]))
+    nodes = nodes[level.domain[nodes] >= 0]
+    per = np.bincount(level.domain[nodes], weights=p.capacity[nodes], minlength=level.size)
+    per = per.astype(np.int64)
+    needed = -(-p.need // size)
+    if not len(nodes):
+        return [f"slices of {size} need nodes with label {level.key}; no feasible node has it"]
+    top = int(np.argmax(per))
+    short = [
+        (d, int(n), int(per[d]))
+        for d, n in enumerate(p.slice_short.tolist())
+        if n > 0 and int(per[d]) < n
+    ]
+    if short:  # a partial gang: its bound slices must be completed where they are
+        return [
+            f"its bound slices need {_plural(more, 'more member')} in {level.name(d)}, "
+            f"which has room for {room}"
+            for d, more, room in short
+        ]
+    if only_short and int((per // size).sum()) >= needed:
+        return []
+    return [
+        f"needs {needed} slice{'s' if needed != 1 else ''} of {size} members, each in one "
+        f"{level.key}; the domains hold {int((per // size).sum())} whole slices "
+        f"(the most members in one: {int(per[top])}, {level.name(top)})"
+    ]
 
 
 def _gpus_short(p: GangProblem, subs: list[_Sub]) -> list[str]:
@@ -472,6 +541,7 @@ def _plan(
     greedy_placed: int = 0,
     domain: str | None = None,
     rejected: tuple[str, ...] = (),
+    slices: tuple[tuple[int, int], ...] = (),
 ) -> GangPlan:
     chosen = dict(placements)
     index = {name: n for n, name in enumerate(p.node_names)}
@@ -506,6 +576,7 @@ def _plan(
         classes=p.num_classes,
         greedy_placed=greedy_placed,
         domain=domain,
+        slices=slices,
         build_time_s=p.build_time_s,
         rejected=rejected,
     )

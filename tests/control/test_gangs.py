@@ -35,6 +35,8 @@ class FakeWriter:
     def __init__(self) -> None:
         self.limiter = TokenBucket(1000.0, 1000)
         self.binds: list[tuple[str, str]] = []
+        self.bind_annotations: dict[str, dict[str, str]] = {}
+        """Per bound pod, the Binding's annotations (the API server copies them on)."""
         self.events: list[tuple[str, str, str, str]] = []
         self.statuses: list[tuple[str, Mapping[str, Any]]] = []
         self.fail: set[str] = set()
@@ -60,6 +62,7 @@ class FakeWriter:
             self.on_fail(node)
             return BindOutcome(BindResult.ERROR, "500: injected")
         self.binds.append((pod.name, node))
+        self.bind_annotations[pod.name] = dict(annotations or {})
         return BindOutcome(BindResult.BOUND, node=node)
 
     async def event(
@@ -732,3 +735,110 @@ async def test_a_partial_gang_joins_the_required_domain_of_its_bound_member() ->
     sched.pod_upserted(member("b", "g"))
     await run_one(sched)
     assert dict(writer.binds) == {"b": "a1"}
+
+
+async def test_slices_bind_with_their_slice_each_inside_one_rack() -> None:
+    """Racks of 3 and 2 four-CPU slots (levels block, rack): 4 members in slices of 2 take
+    2 + 2, each member's Binding carrying its slice; a slice level that is no level makes
+    the PodGroup invalid, said in the members' events."""
+    levels = ["example.com/block", "example.com/rack"]
+    sched, writer = scheduler(nodes=0, spec={"topology": {"levels": levels}})
+    for rack, cpu in (("ra", "12"), ("rb", "8")):
+        node = make_node(rack, cpu=cpu, memory="16Gi").label("example.com/block", "b1")
+        sched.node_upserted(node.label("example.com/rack", rack).obj())
+    sliced = {
+        "lattice.dev/topology-slice-size": "2",
+        "lattice.dev/topology-slice-required": "example.com/rack",
+    }
+    sched.podgroup_upserted(podgroup("g", 4, **sliced))
+    for i in range(4):
+        sched.pod_upserted(member(f"m{i}", "g", cpu="4"))
+    await run_one(sched)
+    binds = dict(writer.binds)
+    assert len(binds) == 4
+    by_slice: dict[str, list[str]] = {}
+    for name, bound in binds.items():
+        k = writer.bind_annotations[name]["lattice.dev/topology-slice"]
+        by_slice.setdefault(k, []).append(bound)
+    assert sorted(by_slice) == ["0", "1"]
+    assert all(len(v) == 2 and len(set(v)) == 1 for v in by_slice.values()), by_slice
+
+    bad = {**sliced, "lattice.dev/topology-slice-required": "example.com/zone"}
+    sched.podgroup_upserted(podgroup("h", 2, **bad))
+    gang = sched.gang_flow.gangs.get("default/h")
+    assert gang is not None
+    assert gang.spec is None
+    assert "must be one of spec.topology.levels (example.com/block, example.com/rack)" in (
+        gang.waiting_message()
+    )
+    # The level configured live: the PodGroup is read again and valid.
+    wider = {"topology": {"levels": [*levels, "example.com/zone"]}}
+    sched.apply_settings(parse_spec(wider, "lattice"))
+    again = sched.gang_flow.gangs.get("default/h")
+    assert again is not None
+    assert again.spec is not None
+    assert again.spec.slice_key == "example.com/zone"
+    assert again.spec_error is None
+
+
+async def test_a_slice_member_whose_binding_fails_stays_in_its_slice_domain() -> None:
+    """Racks ra (2 nodes) and rb (3 nodes), one 3-CPU member a node, 4 members in slices
+    of 2. Every first binding fails and the first ra node fails with it: the rb members
+    are re-placed in rb, the ra member that lost its node cannot be (ra is full; rb2 is
+    free but not its slice's rack), so the gang is partial; the re-solve keeps it out of
+    rb too, and a new ra node takes it, with its slice."""
+    levels = ["example.com/rack"]
+    sched, writer = scheduler(nodes=0, spec={"topology": {"levels": levels}})
+
+    def add(name: str) -> None:
+        node = make_node(name, cpu="4", memory="16Gi").label("example.com/rack", name[:2])
+        sched.node_upserted(node.obj())
+
+    for name in ("ra0", "ra1", "rb0", "rb1", "rb2"):
+        add(name)
+    sliced = {
+        "lattice.dev/topology-slice-size": "2",
+        "lattice.dev/topology-slice-required": "example.com/rack",
+    }
+    sched.podgroup_upserted(podgroup("g", 4, **sliced))
+    for i in range(4):
+        sched.pod_upserted(member(f"m{i}", "g", cpu="3"))
+    writer.fail.update(f"m{i}" for i in range(4))
+    lost: list[str] = []
+
+    def lose(node: str) -> None:
+        if node.startswith("ra") and not lost:
+            lost.append(node)
+            node_gone(sched)(node)
+
+    writer.on_fail = lose
+    await run_one(sched)
+    await sched.drain(10)
+    binds = dict(writer.binds)
+    assert len(binds) == 3, binds
+    assert lost
+    gang = sched.gang_flow.gangs.get("default/g")
+    assert gang is not None
+    assert gang.partial
+    slice_of = {n: writer.bind_annotations[n]["lattice.dev/topology-slice"] for n in binds}
+    racks: dict[str, set[str]] = {}
+    for name, node in binds.items():
+        racks.setdefault(slice_of[name], set()).add(node[:2])
+    assert all(len(r) == 1 for r in racks.values()), racks
+    (ra_slice,) = [k for k, r in racks.items() if r == {"ra"}]
+    # The re-solve (the partial gang goes first; it may have run while bindings drained):
+    # rb2 has room, but the member's slice is in ra, which is full.
+    plan = sched.gang_flow.last_plans["default/g"]
+    if plan.admitted:  # not re-solved yet
+        sched.queue.flush(now=time.monotonic() + 3600)
+        await run_one(sched)
+        plan = sched.gang_flow.last_plans["default/g"]
+    short = f"slice {ra_slice} is short of 1 member in example.com/rack=ra, where no node can"
+    assert short in plan.message, plan.message
+    assert len(writer.binds) == 3
+    (missing,) = {f"m{i}" for i in range(4)} - set(binds)
+    add("ra9")
+    sched.queue.flush(now=time.monotonic() + 3600)
+    await run_one(sched)
+    assert dict(writer.binds)[missing] == "ra9"
+    assert writer.bind_annotations[missing]["lattice.dev/topology-slice"] == ra_slice

@@ -1,7 +1,7 @@
 """Gangs placed in the network, end to end: kwok GPU nodes labelled with block and rack, a
 LatticeScheduler with ``spec.topology.levels``, PodGroups with required and preferred
-levels. The checks read the bound pods' nodes and those nodes' labels from the API server,
-not from the scheduler.
+levels, and slices. The checks read the bound pods' nodes, their slice annotations and the
+nodes' labels from the API server, not from the scheduler.
 
 Layout (8 GPUs a node, members of 4 GPUs, so 2 members a node):
 
@@ -48,7 +48,7 @@ def sched(plane: Plane) -> Iterator[LatticeProcess]:
     proc.stop()
 
 
-def member(name: str, group: str) -> dict[str, Any]:
+def member(name: str, group: str, pool: str = "topology") -> dict[str, Any]:
     gpus = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "4"}
     return {
         "apiVersion": "v1",
@@ -56,7 +56,7 @@ def member(name: str, group: str) -> dict[str, Any]:
         "metadata": {"name": name, "labels": {"scheduling.x-k8s.io/pod-group": group}},
         "spec": {
             "schedulerName": "lattice",
-            "nodeSelector": {POOL: "topology"},
+            "nodeSelector": {POOL: pool},
             "containers": [
                 {
                     "name": "c",
@@ -68,7 +68,14 @@ def member(name: str, group: str) -> dict[str, Any]:
     }
 
 
-async def group(api: client.ApiClient, ns: str, name: str, size: int, **annotations: str) -> None:
+async def group(
+    api: client.ApiClient,
+    ns: str,
+    name: str,
+    size: int,
+    pool: str = "topology",
+    **annotations: str,
+) -> None:
     body = {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
         "kind": "PodGroup",
@@ -78,7 +85,7 @@ async def group(api: client.ApiClient, ns: str, name: str, size: int, **annotati
     await client.CustomObjectsApi(api).create_namespaced_custom_object(
         *GROUP[:2], ns, GROUP[2], body
     )
-    await create_pods(api, ns, [member(f"{name}-{i}", name) for i in range(size)])
+    await create_pods(api, ns, [member(f"{name}-{i}", name, pool) for i in range(size)])
 
 
 async def domains_of(api: client.ApiClient, ns: str, prefix: str) -> list[tuple[str, str]]:
@@ -177,3 +184,64 @@ async def test_required_and_preferred_levels_on_labelled_racks(
     assert len({b for b, _ in big}) == 1, big
     assert big[0][0] != taken_block
     assert sorted(collections.Counter(r for _, r in big).values()) == [2, 4], big
+
+
+async def test_slices_each_inside_one_rack(
+    api: client.ApiClient, ns: str, sched: LatticeProcess
+) -> None:
+    """8 members in slices of 4 on their own racks holding 4, 2, 2 and 4 members: only
+    the two racks of 4 hold a slice, so each takes one slice. Checked from each bound
+    pod's ``lattice.dev/topology-slice`` annotation and its node's labels."""
+    await set_spec(api, {"topology": {"levels": LEVELS}})
+    profile = get_profile("gpu-8x")
+    bodies = []
+    for rack, count in {"s1": 2, "s2": 1, "s3": 1, "s4": 2}.items():
+        for i in range(count):
+            body = profile.node_body(f"kwok-{rack}-{i}", i)
+            body["metadata"]["labels"] |= {BLOCK: "b9", RACK: rack, POOL: "slices"}
+            bodies.append(body)
+    await create_nodes(api, bodies)
+    core = client.CoreV1Api(api)
+
+    async def ready() -> bool:
+        nodes = (await core.list_node(label_selector=f"{POOL}=slices")).items
+        return len(nodes) == len(bodies) and all(node_is_ready(n) for n in nodes)
+
+    await poll(ready, within=120, interval=0.5)
+
+    # A slice level that is not a configured level: the PodGroup is invalid and says so.
+    await group(
+        api,
+        ns,
+        "badslice",
+        4,
+        "slices",
+        **{"lattice.dev/topology-slice-size": "4", "lattice.dev/topology-slice-required": POOL},
+    )
+
+    async def invalid() -> str | None:
+        for e in await events_of(api, ns, "FailedScheduling"):
+            if e.message.startswith(f"gang {ns}/badslice: PodGroup is invalid"):
+                return str(e.message)
+        return None
+
+    message = await poll(invalid, within=60, interval=0.5)
+    assert "must be one of spec.topology.levels" in message, message
+    for i in range(4):
+        await core.delete_namespaced_pod(f"badslice-{i}", ns, grace_period_seconds=0)
+
+    slices = {"lattice.dev/topology-slice-size": "4", "lattice.dev/topology-slice-required": RACK}
+    await group(api, ns, "tp", 8, "slices", **slices)
+    await wait_names_bound(api, ns, {f"tp-{i}" for i in range(8)}, within=60)
+    by_slice: dict[str, list[str]] = collections.defaultdict(list)
+    for p in await list_pods(api, ns):
+        if not p["metadata"]["name"].startswith("tp-"):
+            continue
+        node = await core.read_node(p["spec"]["nodeName"])
+        annotations = p["metadata"].get("annotations") or {}
+        by_slice[annotations["lattice.dev/topology-slice"]].append(node.metadata.labels[RACK])
+    assert sorted(by_slice) == ["0", "1"], by_slice
+    for k, rack_list in by_slice.items():
+        assert len(rack_list) == 4, (k, by_slice)
+        assert len(set(rack_list)) == 1, (k, by_slice)
+    assert {r[0] for r in by_slice.values()} == {"s1", "s4"}, by_slice

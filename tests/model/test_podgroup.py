@@ -20,6 +20,8 @@ from scheduler.model.gang import (
     GANG_TOPOLOGY_ANNOTATION,
     TOPOLOGY_PREFERRED_ANNOTATION,
     TOPOLOGY_REQUIRED_ANNOTATION,
+    TOPOLOGY_SLICE_REQUIRED_ANNOTATION,
+    TOPOLOGY_SLICE_SIZE_ANNOTATION,
     GangSpec,
 )
 from scheduler.model.podgroup import (
@@ -31,6 +33,7 @@ from scheduler.model.podgroup import (
     SCHEDULED_CONDITION,
     VERSION,
     PodGroupPhase,
+    check_levels,
     format_rfc3339,
     gang_from_podgroup,
     parse_rfc3339,
@@ -121,6 +124,75 @@ def test_topology_annotations_required_alias_and_preferred() -> None:
     only_preferred = _with("metadata.annotations", {TOPOLOGY_PREFERRED_ANNOTATION: "rack"})
     gang = gang_from_podgroup(only_preferred)
     assert (gang.topology_key, gang.topology_preferred) == (None, "rack")
+
+
+SLICES = {
+    TOPOLOGY_SLICE_SIZE_ANNOTATION: "2",
+    TOPOLOGY_SLICE_REQUIRED_ANNOTATION: "example.com/rack",
+}
+
+
+def test_slice_annotations() -> None:
+    gang = gang_from_podgroup(_with("metadata.annotations", SLICES))  # minMember 4
+    assert (gang.slice_size, gang.slice_key) == (2, "example.com/rack")
+    check_levels(gang, ["example.com/block", "example.com/rack"])
+    with pytest.raises(InvalidObjectError) as info:
+        check_levels(gang, ["example.com/block"])
+    assert info.value.field == f"metadata.annotations[{TOPOLOGY_SLICE_REQUIRED_ANNOTATION}]"
+    assert "must be one of spec.topology.levels (example.com/block)" in str(info.value)
+    with pytest.raises(InvalidObjectError, match="none configured"):
+        check_levels(gang, [])
+    plain = gang_from_podgroup(_with("metadata.annotations", {}))
+    assert (plain.slice_size, plain.slice_key) == (None, None)
+    check_levels(plain, [])  # no slices: nothing to check
+
+
+@pytest.mark.parametrize(
+    ("annotations", "field", "reason"),
+    [
+        pytest.param(
+            {TOPOLOGY_SLICE_SIZE_ANNOTATION: "2"},
+            TOPOLOGY_SLICE_SIZE_ANNOTATION,
+            f"needs {TOPOLOGY_SLICE_REQUIRED_ANNOTATION} too",
+            id="size-alone",
+        ),
+        pytest.param(
+            {TOPOLOGY_SLICE_REQUIRED_ANNOTATION: "example.com/rack"},
+            TOPOLOGY_SLICE_REQUIRED_ANNOTATION,
+            f"needs {TOPOLOGY_SLICE_SIZE_ANNOTATION} too",
+            id="level-alone",
+        ),
+        pytest.param(
+            {**SLICES, TOPOLOGY_SLICE_SIZE_ANNOTATION: "3"},
+            TOPOLOGY_SLICE_SIZE_ANNOTATION,
+            "must divide spec.minMember (4)",
+            id="size-not-dividing",
+        ),
+        pytest.param(
+            {**SLICES, TOPOLOGY_SLICE_SIZE_ANNOTATION: "0"},
+            TOPOLOGY_SLICE_SIZE_ANNOTATION,
+            "positive integer",
+            id="size-zero",
+        ),
+        pytest.param(
+            {**SLICES, TOPOLOGY_SLICE_SIZE_ANNOTATION: "two"},
+            TOPOLOGY_SLICE_SIZE_ANNOTATION,
+            "positive integer",
+            id="size-word",
+        ),
+        pytest.param(
+            {**SLICES, TOPOLOGY_SLICE_REQUIRED_ANNOTATION: "a rack"},
+            TOPOLOGY_SLICE_REQUIRED_ANNOTATION,
+            "node label key",
+            id="level-not-label-key",
+        ),
+    ],
+)
+def test_bad_slice_annotations(annotations: dict[str, str], field: str, reason: str) -> None:
+    with pytest.raises(InvalidObjectError) as info:
+        gang_from_podgroup(_with("metadata.annotations", annotations))
+    assert info.value.field == f"metadata.annotations[{field}]"
+    assert reason in str(info.value), str(info.value)
 
 
 def test_minimal_podgroup_takes_upstream_defaults() -> None:

@@ -40,6 +40,8 @@ def gang(
     topology_key: str | None = None,
     min_resources: Mapping[str, int] | None = None,
     preferred: str | None = None,
+    slice_size: int | None = None,
+    slice_key: str | None = None,
 ) -> GangSpec:
     return GangSpec(
         namespace="default",
@@ -47,6 +49,8 @@ def gang(
         min_member=min_member,
         topology_key=topology_key,
         topology_preferred=preferred,
+        slice_size=slice_size,
+        slice_key=slice_key,
         min_resources=dict(min_resources or {}),
     )
 
@@ -66,6 +70,7 @@ def problem_for(
     fw: Framework | None = None,
     merge: bool = True,
     levels: Sequence[str] = (),
+    slice_bound: Sequence[tuple[str, int]] = (),
 ) -> GangProblem:
     pods = built(members)
     return build_problem(
@@ -78,6 +83,7 @@ def problem_for(
         load=load,
         merge=merge,
         levels=levels,
+        slice_bound=slice_bound,
     )
 
 
