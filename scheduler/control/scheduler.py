@@ -100,7 +100,7 @@ from scheduler.core.batch import Batch
 from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
 from scheduler.core.dra.extended import status_body
 from scheduler.core.dra.objects import ResourceClaim
-from scheduler.core.dra.search import DeviceSearch, Job, feasible_to_find, run_jobs
+from scheduler.core.dra.search import ON_LOOP_BUDGET, DeviceSearch, Job, feasible_to_find, run_jobs
 from scheduler.core.dra.state import ClaimPlan, ClaimWrite
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code
@@ -860,7 +860,9 @@ class Scheduler:
             gang_members=gang_members,
             volumes=self.cache.volumes,
             dra=self.cache.dra,
-            search=DeviceSearch(self.settings.profile.dynamic_resources.search_budget),
+            search=DeviceSearch(
+                min(self.settings.profile.dynamic_resources.search_budget, ON_LOOP_BUDGET)
+            ),
         )
 
     def _post_filter(self, decision: Decision, log: Any) -> tuple[Preemption | None, str]:

@@ -64,7 +64,7 @@ from scheduler.core.dra.allocator import (
     NodeAllocationError,
 )
 from scheduler.core.dra.objects import DeviceId, ResourceClaim
-from scheduler.core.dra.search import SEARCH_BUDGET
+from scheduler.core.dra.search import ON_LOOP_BUDGET, SEARCH_BUDGET
 from scheduler.core.dra.state import DraState
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Cycle
@@ -1165,7 +1165,7 @@ def _claim_caps(
     aligned = plugin.aligned if plugin is not None else False
     compact = plugin.compact_config if plugin is not None else True
     minor = plugin.kube_minor if plugin is not None else DEFAULT_KUBE_MINOR
-    budget = plugin.args.search_budget if plugin is not None else SEARCH_BUDGET
+    budget = min(plugin.args.search_budget if plugin is not None else SEARCH_BUDGET, ON_LOOP_BUDGET)
     stop_at = time.monotonic() + budget
     spent = False
     for i, row in enumerate(rows.tolist()):

@@ -15,6 +15,7 @@ from scheduler.control.kubeio import KubeWriter
 from scheduler.control.queue import QueueName, pod_key
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import SettingsError, parse_dra, parse_spec
+from scheduler.core.dra.search import SEARCH_BUDGET
 from scheduler.model.release import DEFAULT_KUBE_MINOR
 from scheduler.obs.metrics import Metrics
 from tests.builders import make_node, make_pod
@@ -156,7 +157,7 @@ async def test_plain_pods_are_placed_while_a_hostile_search_runs() -> None:
 
 def test_the_budget_is_a_setting_within_bounds() -> None:
     assert parse_dra({"searchBudgetSeconds": 0.5}).search_budget == 0.5
-    assert parse_dra(None).search_budget == 2.0
+    assert parse_dra(None).search_budget == SEARCH_BUDGET == 10.0
     for bad in (0, -1, 61, True, "1"):
         with pytest.raises(SettingsError, match="searchBudgetSeconds"):
             parse_dra({"searchBudgetSeconds": bad})

@@ -33,6 +33,7 @@ from lattice_dev.devcluster.kube import poll
 from lattice_dev.devcluster.profiles import node_name
 from scheduler.cli import main
 from scheduler.core.dra.objects import DELETE_PROTECTION_FINALIZER
+from scheduler.core.dra.search import SEARCH_BUDGET
 from tests.e2e.differential.dra_cases import list_claims
 from tests.e2e.lattice_proc import LatticeProcess
 from tests.e2e.test_gangs import LABEL, create_group, events_of
@@ -925,7 +926,7 @@ async def test_a_hostile_claim_pod_never_holds_up_plain_pods(
 ) -> None:
     """Two claims of 9 devices each on nodes of 16: each alone fits, so only the search
     can tell, and it runs past kube's 10 s per node. The search runs in Lattice's worker
-    within its budget (2 s): plain pods created beside it bind at once, and the hostile
+    within its budget (10 s by default): plain pods created beside it bind at once, and the hostile
     pod gets a FailedScheduling that names the budget (1.36+: an error, which backs off)."""
     driver = f"{ns}.hostile.lattice.dev"
     nodes = [node_name(0), node_name(1)]
@@ -979,7 +980,7 @@ async def test_a_hostile_claim_pod_never_holds_up_plain_pods(
             return found or None
 
         (first, *_) = await poll(failed, within=60, interval=0.5)
-        assert "device search budget (2s per attempt) ran out" in first.message
+        assert f"device search budget ({SEARCH_BUDGET:g}s per attempt) ran out" in first.message
         loop = asyncio.get_running_loop()
         started = loop.time()
         await create_pods(api, ns, [pod(f"plain-{i}") for i in range(10)])

@@ -74,8 +74,14 @@ from scheduler.core.dra.allocator import (
 from scheduler.core.dra.objects import ResourceClaim
 from scheduler.model.selectors import Labels
 
-SEARCH_BUDGET: Final = 2.0
-"""Seconds of device search one scheduling attempt may take over all its nodes."""
+SEARCH_BUDGET: Final = 10.0
+"""Seconds of device search one scheduling attempt may take over all its nodes, in the
+worker: kube's per-node timeout (DRASchedulerFilterTimeout), so no node's search is cut
+before kube-scheduler's own would be (2 s was: the random differential found a pod kube
+judged Unschedulable within its 10 s that Lattice's budget cut short under load)."""
+ON_LOOP_BUDGET: Final = 2.0
+"""The most a search that runs on the event loop may take (a gang's device counts,
+preemption's dry runs, explain): the loop also renews the lease (10 s deadline)."""
 WORK_SLICE: Final = 0.002
 """Seconds the worker searches between pauses."""
 PAUSE: Final = 0.001

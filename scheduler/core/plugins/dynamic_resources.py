@@ -83,6 +83,7 @@ from scheduler.core.dra.allocator import (
 from scheduler.core.dra.objects import FIRST_AVAILABLE_MAX, DeviceId, ResourceClaim, requests_of
 from scheduler.core.dra.search import CANNOT_ALLOCATE as CANNOT_ALLOCATE
 from scheduler.core.dra.search import (
+    ON_LOOP_BUDGET,
     DeviceSearch,
     Failed,
     Fit,
@@ -276,7 +277,7 @@ class DynamicResources:
                 kube_minor=self.kube_minor,
             )
             state.specs = dra.spec_id((self.aligned, _specs(state.to_allocate)))
-        state.search = cycle.search or DeviceSearch(self.args.search_budget)
+        state.search = cycle.search or DeviceSearch(min(self.args.search_budget, ON_LOOP_BUDGET))
         cycle.state[NAME] = state
         return PreFilterResult()
 
