@@ -18,9 +18,12 @@ image:
 down:
     lattice devcluster down
 
-# Static checks and the whole test suite (starts its own control plane, Kubernetes v1.37.2).
+# Static checks and the whole test suite (starts its own control plane, Kubernetes v1.37.2):
+# the tests that start no process of their own on every core, then the `cluster` ones
+# (control plane, kubelet, image) one at a time.
 test: lint build
-    python -m pytest -q
+    python -m pytest -q -n auto -m "not cluster" --ignore=tests/e2e --ignore=tests/devcluster --ignore=tests/charts
+    python -m pytest -q -m cluster
 
 # The tests that talk to Kubernetes again on the older supported releases, 1.35.4 and 1.36.3
 # (each plane built once, ~20 min cold; LATTICE_KUBERNETES picks the release).

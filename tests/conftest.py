@@ -72,6 +72,22 @@ def pytest_report_header(config: pytest.Config) -> str:
     return seed_line(*config.stash[_SEED])
 
 
+SERIAL_DIRS = frozenset({"e2e", "devcluster", "charts"})
+"""Folders whose tests start real processes (a control plane, a kubelet, an image build)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the marks set here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``cluster`` every test that needs the suite's control plane or starts real
+    processes of its own: ``just test`` runs the others in parallel, then these one at a
+    time (two planes at once on a small machine turn timing into flakes)."""
+    root = Path(__file__).parent
+    for item in items:
+        parts = item.path.relative_to(root).parts
+        if parts[0] in SERIAL_DIRS or "control_plane" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """``diff_run``: the run's seed, then the module's ``DIFF_SUITE`` regressions."""
     if "diff_run" not in metafunc.fixturenames:
