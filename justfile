@@ -25,6 +25,11 @@ test: lint build
     python -m pytest -q -n auto -m "not cluster" --ignore=tests/e2e --ignore=tests/devcluster --ignore=tests/charts
     python -m pytest -q -m cluster
 
+# The differential suites at full size (~25 min): more cases per drawn seed, and every seed
+# that once failed run whole (`just test` runs each at most the default count).
+test-diff *ARGS:
+    LATTICE_DRA_CASES=1000 python -m pytest -q tests/e2e/test_differential.py tests/e2e/test_differential_preemption.py tests/e2e/test_differential_volumes.py tests/e2e/test_dra_random_vs_kube.py --diff-cases 1000 --preempt-cases 300 --volume-cases 300 {{ARGS}}
+
 # The tests that talk to Kubernetes again on the older supported releases, 1.35.4 and 1.36.3
 # (each plane built once, ~20 min cold; LATTICE_KUBERNETES picks the release).
 test-matrix *ARGS:

@@ -55,8 +55,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--preempt-cases",
         type=int,
-        default=200,
-        help="differential preemption test: cases against kube-scheduler (default 200)",
+        default=100,
+        help="differential preemption test: cases against kube-scheduler (default 100)",
     )
 
 

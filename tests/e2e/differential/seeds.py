@@ -41,7 +41,8 @@ REGRESSIONS: Final[Mapping[str, tuple[Regression, ...]]] = {
     ),
 }
 """Per differential suite (a module's ``DIFF_SUITE``): add the seed of every failure here,
-with the cases it needs, when it is fixed."""
+with the cases it needs, when it is fixed. ``just test`` runs each at most the suite's
+option count (volumes 100: seed 2's first 100 cases); ``just test-diff`` runs them whole."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,9 @@ class DiffRun:
         return f"regression-seed-{self.seed}" if self.why else f"seed-{self.seed}"
 
     def cases_or(self, option: int) -> int:
-        return option if self.cases is None else self.cases
+        """The option's count; a regression's own, at most the option's (``just test-diff``
+        raises the options so each regression runs whole)."""
+        return option if self.cases is None else min(self.cases, option)
 
 
 def choose_seed(
