@@ -13,15 +13,16 @@ WORKDIR /src
 RUN command -v strip >/dev/null || { apt-get update -q \
         && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends binutils; }
 RUN python3 -m venv /opt/lattice
-COPY pyproject.toml README.md ./
-COPY scheduler ./scheduler
-# The package and its [project].dependencies (never the extras) as wheels (pip's
-# cache stays in this stage).
-RUN /opt/lattice/bin/pip wheel --disable-pip-version-check --wheel-dir /wheels .
-RUN /opt/lattice/bin/pip install --no-cache-dir --disable-pip-version-check --no-index \
-        --find-links /wheels lattice-scheduler \
-    && /opt/lattice/bin/pip check \
-    && /opt/lattice/bin/pip uninstall --yes --disable-pip-version-check pip setuptools \
+# The dependencies first, from pyproject.toml alone, in a layer of their own: a change to
+# scheduler/ (nearly every build) then reuses it. [project].dependencies only, never
+# the extras; as wheels, so pip's cache stays in this stage.
+COPY pyproject.toml ./
+RUN /opt/lattice/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' > /tmp/requirements.txt \
+    && /opt/lattice/bin/pip wheel --disable-pip-version-check --wheel-dir /wheels -r /tmp/requirements.txt \
+    && /opt/lattice/bin/pip install --no-cache-dir --disable-pip-version-check --no-index \
+        --find-links /wheels -r /tmp/requirements.txt \
+    && /opt/lattice/bin/pip uninstall --yes --disable-pip-version-check setuptools \
+    && rm -rf /wheels \
     # Never imported at run time: test suites, bytecode (the root is read-only, so
     # it is compiled below once), type stubs, C headers.
     && site="$(/opt/lattice/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
@@ -46,11 +47,20 @@ RUN /opt/lattice/bin/pip install --no-cache-dir --disable-pip-version-check --no
     && /opt/lattice/bin/python -c 'import ctypes, pathlib, sys; \
 [ctypes.CDLL(str(p)) for p in pathlib.Path(sys.argv[1]).rglob("*.so*") if p.is_file()]' "$site" \
     && /opt/lattice/bin/python -m compileall -q -j 0 "$site" \
-    && /opt/lattice/bin/lattice --version \
     # What the trimming and stripping above must leave working: every native wheel.
     && /opt/lattice/bin/python -c 'import numpy, pandas, uvloop, orjson, yaml, aiohttp, cel_expr_python; \
 from ortools.sat.python import cp_model as c; m = c.CpModel(); m.maximize(m.new_int_var(0, 3, "x")); \
 assert c.CpSolver().solve(m) == c.OPTIMAL; numpy.linalg.inv(numpy.eye(2))'
+# Then the package itself, on the installed dependencies.
+COPY README.md ./
+COPY scheduler ./scheduler
+RUN /opt/lattice/bin/pip install --disable-pip-version-check --no-deps . \
+    && /opt/lattice/bin/pip check \
+    && /opt/lattice/bin/pip uninstall --yes --disable-pip-version-check pip \
+    && site="$(/opt/lattice/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    && find "$site/scheduler" -depth -name __pycache__ -type d -exec rm -rf {} + \
+    && /opt/lattice/bin/python -m compileall -q -j 0 "$site/scheduler" \
+    && /opt/lattice/bin/lattice --version
 
 FROM ${BASE}
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -22,7 +22,7 @@ down:
 # the tests that start no process of their own on every core, then the `cluster` ones
 # (control plane, kubelet, image) one at a time.
 test: lint build
-    python -m pytest -q -n auto -m "not cluster" --ignore=tests/e2e --ignore=tests/devcluster --ignore=tests/charts
+    python -m pytest -q -n auto --dist loadfile -m "not cluster" --ignore=tests/e2e --ignore=tests/devcluster --ignore=tests/charts
     python -m pytest -q -m cluster
 
 # The differential suites at full size (~25 min): more cases per drawn seed, and every seed

@@ -255,7 +255,9 @@ def ensure_image(progress: Progress = _print) -> Image:
             # No container runtime is needed to build (cgroup-hybrid hosts refuse crun).
             "--isolation=chroot",
             "--network=host",
-            "--layers=false",
+            # The dependencies' layer (from pyproject.toml alone) is reused while only
+            # scheduler/ changes: a rebuild is then the package's own install.
+            "--layers=true",
             f"--build-arg=BASE={base}",
             f"--tag={ref}",
             "--file",
