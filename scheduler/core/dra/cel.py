@@ -48,6 +48,7 @@ expression, so a device is evaluated once per distinct expression until its slic
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -493,11 +494,18 @@ class Selector:
         return value
 
 
-class SelectorCompiler:
-    """Compiles each distinct expression once (compile errors are cached too: they are
-    deterministic for one library version)."""
+COMPILED_MAX: Final = 4096
+"""Compiled expressions kept: claims come and go, each with selectors of its own, so an
+unbounded cache would grow for the life of the process."""
 
-    def __init__(self) -> None:
+
+class SelectorCompiler:
+    """Compiles each distinct expression once while it is in use (compile errors are cached
+    too: they are deterministic for one library version); the least recently used beyond
+    ``limit`` are dropped and compiled again if they return."""
+
+    def __init__(self, limit: int = COMPILED_MAX) -> None:
+        self.limit = limit
         self._env = cel.NewEnv(
             variables={"device": cel.Type.DYN},
             extensions=[
@@ -507,14 +515,16 @@ class SelectorCompiler:
                 _kubernetes_library(),
             ],
         )
-        self._compiled: dict[str, Selector | CelError] = {}
+        self._compiled: OrderedDict[str, Selector | CelError] = OrderedDict()
         self.evaluations = 0
         """Selector evaluations so far (verdicts are cached per device: a metric of how
         much CEL a pod's cycle really ran)."""
 
     def compile(self, expression: str) -> Selector:
         cached = self._compiled.get(expression)
-        if cached is None:
+        if cached is not None:
+            self._compiled.move_to_end(expression)
+        else:
             try:
                 program = self._env.compile(expression)
             except RuntimeError as err:
@@ -526,6 +536,8 @@ class SelectorCompiler:
                 )
                 cached = Selector(expression, program, domains)
             self._compiled[expression] = cached
+            while len(self._compiled) > self.limit:
+                self._compiled.popitem(last=False)
         if isinstance(cached, CelError):
             raise cached
         return cached

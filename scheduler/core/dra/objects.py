@@ -24,6 +24,7 @@ the release without a switch.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -47,6 +48,9 @@ ALL: Final = "All"
 FROM_CLASS: Final = "FromClass"
 FROM_CLAIM: Final = "FromClaim"
 RESULTS_MAX: Final = 32
+VERDICTS_PER_DEVICE: Final = 256
+"""Selector verdicts a device keeps: each claim may bring selectors of its own, and a
+device lives as long as its slice."""
 """``AllocationResultsMaxSize``: devices per claim."""
 FIRST_AVAILABLE_MAX: Final = 8
 """``FirstAvailableDeviceRequestMaxSize``: subrequests per request (the API server refuses
@@ -381,6 +385,10 @@ class Device:
                 verdict = compiler.compile(expression).evaluate(self.cel_input())
             except CelError as err:
                 verdict = err
+            if len(self.verdicts) >= VERDICTS_PER_DEVICE:
+                # The oldest verdict goes (best effort: the off-loop search may be reading).
+                with contextlib.suppress(RuntimeError, KeyError, StopIteration):
+                    del self.verdicts[next(iter(self.verdicts))]
             self.verdicts[expression] = verdict
         if isinstance(verdict, CelError):
             raise verdict

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.core.dra.cel import CelError, SelectorCompiler, Semver
-from scheduler.core.dra.objects import Device
+from scheduler.core.dra.objects import VERDICTS_PER_DEVICE, Device
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.quantity import Quantity
 
@@ -257,3 +257,25 @@ def test_semver_precedence_follows_the_spec() -> None:
 def test_invalid_capacity_is_an_invalid_object() -> None:
     with pytest.raises(InvalidObjectError, match="capacity"):
         gpu(capacity={"memory": {"value": "lots"}})
+
+
+def test_the_compile_cache_is_bounded_and_keeps_what_is_in_use() -> None:
+    compiler = SelectorCompiler(limit=3)
+    kept = compiler.compile("device.driver == 'a'")
+    for i in range(10):
+        compiler.compile(f"device.driver == 'x{i}'")
+        assert compiler.compile("device.driver == 'a'") is kept  # used again: stays
+    assert len(compiler) == 3
+    first = compiler.compile("device.driver == 'x0'")  # dropped: compiled again
+    assert first.expression == "device.driver == 'x0'"
+    assert len(compiler) == 3
+
+
+def test_a_device_keeps_at_most_its_share_of_verdicts() -> None:
+    compiler = SelectorCompiler()
+    device = gpu()
+    for i in range(VERDICTS_PER_DEVICE + 20):
+        assert not device.matches(f"device.driver == 'x{i}'", compiler)
+    assert len(device.verdicts) == VERDICTS_PER_DEVICE
+    assert f"device.driver == 'x{VERDICTS_PER_DEVICE + 19}'" in device.verdicts
+    assert "device.driver == 'x0'" not in device.verdicts  # the oldest went first
