@@ -114,6 +114,7 @@ from scheduler.core.plugins.dynamic_resources import (
     stale_extended_claim,
 )
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
+from scheduler.core.profile import DYNAMIC_RESOURCES
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
 from scheduler.core.volumes import VolumePlan
@@ -945,7 +946,8 @@ class Scheduler:
                 )
                 return []
             if pod.resource_claims:
-                stale = stale_allocations(pod, self.cache.dra, self.cache.snapshot)
+                reached = decision.explanation.reached(DYNAMIC_RESOURCES)
+                stale = stale_allocations(pod, self.cache.dra, self.cache.snapshot, reached)
                 if stale and self.writer is not None:
                     self._spawn(self._deallocate(pod, stale, log))
             made = stale_extended_claim(

@@ -189,6 +189,16 @@ class Explanation:
         entries = sorted(f"{count} {reason}" for reason, count in self.reason_counts().items())
         return f"{head}: {', '.join(entries)}." if entries else f"{head}."
 
+    def reached(self, plugin: str) -> tuple[str, ...]:
+        """Nodes whose filters ran as far as ``plugin``'s (kube stops at a node's first
+        rejection): feasible ones, and those it or a later filter rejected."""
+        order = next((i for i, r in enumerate(self.filters) if r.plugin == plugin), None)
+        if order is None:
+            return ()
+        by = self.rejected_by
+        rows = np.flatnonzero((by == FEASIBLE) | (by >= order)).tolist()
+        return tuple(self.node_names[i] for i in rows)
+
     @property
     def rejecting_plugins(self) -> frozenset[str]:
         """Plugins that rejected at least one node (kube's UnschedulablePlugins)."""

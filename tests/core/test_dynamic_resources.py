@@ -333,8 +333,57 @@ def test_an_allocation_no_node_can_use_is_given_back_unless_someone_else_holds_i
     decision = FRAMEWORK.schedule(cluster(NODES), pod, dra=dra)
     assert decision.selected is None
     assert set(decision.reason_counts()) == {NOT_AVAILABLE}
-    stale = stale_allocations(pod, dra, cluster(NODES))
+    reached = decision.explanation.reached("DynamicResources")
+    assert set(reached) == {"n0", "n1", "n2"}
+    stale = stale_allocations(pod, dra, cluster(NODES), reached)
     assert [c.name for c in stale] == ["mine"]
+
+
+def test_an_allocation_a_node_reaching_the_filter_cannot_use_is_given_back_as_in_kube() -> None:
+    """kube 1.34+: a claim allocated on n1, for a pod whose selector rules n1 out, fails the
+    other nodes in DynamicResources' filter, so PostFilter deallocates it; where every node
+    fails an earlier filter (too much cpu), DynamicResources never ran and it stays."""
+    on_n1 = {
+        "devices": {
+            "results": [{"request": "gpu", "driver": GPU_DRIVER, "pool": "n1", "device": "x"}]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+            ]
+        },
+    }
+    status = {"allocation": on_n1, "reservedFor": [{"resource": "pods", "name": "p", "uid": "u1"}]}
+    dra = state(one_gpu("held", status=status))
+    elsewhere = pod_with("p", {"name": "a", "resourceClaimName": "held"}, uid="u1")
+    elsewhere.body["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    pod = elsewhere.build()
+    decision = FRAMEWORK.schedule(cluster(NODES), pod, dra=dra)
+    assert decision.selected is None
+    reached = decision.explanation.reached(DYNAMIC_RESOURCES)
+    assert set(reached) == {"n0", "n2"}
+    assert [c.name for c in stale_allocations(pod, dra, cluster(NODES), reached)] == ["held"]
+
+    big = pod_with("p", {"name": "a", "resourceClaimName": "held"}, uid="u1")
+    big.body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100"}}
+    pod = big.build()
+    decision = FRAMEWORK.schedule(cluster(NODES), pod, dra=dra)
+    assert decision.selected is None
+    reached = decision.explanation.reached(DYNAMIC_RESOURCES)
+    assert reached == ()
+    assert stale_allocations(pod, dra, cluster(NODES), reached) == []
 
 
 def test_two_entries_naming_one_claim_allocate_it_once() -> None:

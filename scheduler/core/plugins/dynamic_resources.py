@@ -27,8 +27,9 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
   the event loop (:mod:`scheduler.core.dra.search`: the attempt's
   :class:`~scheduler.core.dra.search.DeviceSearch`, or one of the cycle's own).
 * **PostFilter** (:func:`stale_allocations`, run by the controller when no node fits):
-  the pod's allocated claims that nobody else holds and that no node can use any more
-  are deallocated, so the next attempt can allocate anew.
+  as kube 1.34+, one of the pod's allocated claims that nobody else holds and that some
+  node reaching DynamicResources' filter cannot use is deallocated, so the next attempt
+  can allocate anew, elsewhere.
 * **Score** (kube 1.35+, kubernetes#134711; weight 2 in the default profile of every
   supported release): prioritized lists only. Per node, over the pod's claims in order,
   each ``firstAvailable`` request adds ``8 - index`` of the subrequest its allocation on
@@ -66,7 +67,7 @@ device taints and tolerations are not alpha any more (DRADeviceTaints, on since 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -651,14 +652,18 @@ def stale_extended_claim(pod: Pod, dra: DraState, *, enabled: bool = True) -> Re
     return None if ext is None else ext.stale
 
 
-def stale_allocations(pod: Pod, dra: DraState, snapshot: Snapshot) -> list[ResourceClaim]:
-    """kube's PostFilter, for a pod no node fits: its allocated claims reserved for nobody
-    but it, whose allocation is available on no node of the snapshot, to deallocate (the
-    claim's change requeues the pod, which may then allocate anew). kube deallocates a
-    claim that some filtered node could not use, which may be a claim still usable
-    elsewhere; Lattice only gives up an allocation no node can use any more (its node
-    went away, say), so a pod failing for other reasons keeps its devices."""
-    out: list[ResourceClaim] = []
+def stale_allocations(
+    pod: Pod, dra: DraState, snapshot: Snapshot, reached: Collection[str]
+) -> list[ResourceClaim]:
+    """kube's PostFilter (1.34+), for a pod no node fits: the first of its allocated claims
+    reserved for nobody but it whose allocation some node in ``reached`` (the nodes whose
+    filters ran as far as DynamicResources') cannot use, to deallocate. The claim's change
+    requeues the pod, which may then allocate anew, elsewhere. kube picks one such claim
+    at random; Lattice takes the first in the pod's order (deterministic), one per attempt
+    as kube does."""
+    nodes = [n for n in (snapshot.index_of(name) for name in reached) if n is not None]
+    if not nodes:
+        return []
     for ref in pod.resource_claims:
         name = ref.claim_name or pod.generated_claims.get(ref.name)
         claim = dra.claims.get((pod.namespace, name)) if name else None
@@ -669,9 +674,11 @@ def stale_allocations(pod: Pod, dra: DraState, snapshot: Snapshot) -> list[Resou
         selector = claim.allocation_node_selector
         if selector is None:
             continue
-        if not any(selector.matches(n.labels, n.name) for n in snapshot.nodes()):
-            out.append(claim)
-    return out
+        for index in nodes:
+            node = snapshot.node(index)
+            if not selector.matches(node.labels, node.name):
+                return [claim]
+    return []
 
 
 STAMP_SINCE_MINOR: Final = 36
