@@ -15,13 +15,28 @@ reported with the plugin and reasons of that trial, as Unschedulable (so preempt
 still consider them), and the winner is picked by a second cycle restricted to the nodes
 left. No nomination on a feasible node: the first cycle's decision, unchanged.
 
-Pure: the snapshot is mutated during the call and restored before it returns.
+Devices (not in kube). kube adds a nominated pod to a node through each plugin's
+``PreFilterExtensions``, and DynamicResources has none (1.37 too): the devices a DRA
+preemptor freed go to whichever pod asks first, a lower-priority one included, and the
+preemptor evicts again. Lattice holds them: for a pod that may use devices (claims, or
+extended resources a DeviceClass may serve), every nominated pod of priority >= its own
+with claims has its claims planned on its nominated node
+(:meth:`~scheduler.core.plugins.dynamic_resources.DynamicResources.nominee_devices`; highest
+priority first, then by key, each with the devices of those before it in use), and those
+devices count as in use for the whole decision
+(:meth:`~scheduler.core.dra.state.DraState.hold_for_nominated`), on every node (a
+network-attached pool is seen by several). The hold lasts as long as the nomination: it
+ends when the nominee binds, is deleted, is nominated elsewhere or loses its nomination.
+
+Pure: the snapshot is mutated during the call and restored before it returns; so is the
+device hold.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,12 +50,14 @@ from scheduler.core.explain import (
 )
 from scheduler.core.framework import Code, FilterResult
 from scheduler.core.load import LoadView
+from scheduler.core.plugins.dynamic_resources import DynamicResources
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
 
 if TYPE_CHECKING:
+    from scheduler.core.dra.objects import DeviceId
     from scheduler.core.dra.search import DeviceSearch
     from scheduler.core.dra.state import DraState
     from scheduler.core.volumes import VolumeState
@@ -62,6 +79,57 @@ def nominated_by_node(
     return out
 
 
+def nominee_devices(
+    framework: Framework,
+    snapshot: Snapshot,
+    pod: Pod,
+    nominated: Sequence[tuple[Pod, str]],
+    dra: DraState | None,
+) -> frozenset[DeviceId]:
+    """The devices held for the nominated pods that count for ``pod`` (see the module
+    docstring); empty for a pod that cannot use devices."""
+    if dra is None or not nominated or not (pod.resource_claims or pod.container_requests):
+        return frozenset()
+    plugin = next(
+        (p for p in framework.plugins.claim_planners if isinstance(p, DynamicResources)), None
+    )
+    if plugin is None:
+        return frozenset()
+    nominees = sorted(
+        (
+            (other, node)
+            for node, pods in nominated_by_node(snapshot, pod, nominated).items()
+            for other in pods
+            if other.resource_claims
+        ),
+        key=lambda entry: (-entry[0].priority, entry[0].key),
+    )
+    taken: frozenset[DeviceId] = frozenset()
+    for other, node in nominees:
+        taken |= plugin.nominee_devices(snapshot, other, node, dra, taken)
+    return taken
+
+
+@contextmanager
+def nominee_devices_held(
+    framework: Framework,
+    snapshot: Snapshot,
+    pod: Pod,
+    nominated: Sequence[tuple[Pod, str]],
+    dra: DraState | None,
+) -> Iterator[None]:
+    """:func:`nominee_devices` counted as in use in ``dra`` within the block."""
+    held = nominee_devices(framework, snapshot, pod, nominated, dra)
+    if dra is None or not held:
+        yield
+        return
+    dra.hold_for_nominated(held)
+    try:
+        yield
+    finally:
+        dra.hold_for_nominated(())
+
+
 def schedule_with_nominated(
     framework: Framework,
     snapshot: Snapshot,
@@ -80,6 +148,38 @@ def schedule_with_nominated(
     """:meth:`Framework.schedule` with ``nominated`` (pending pods and their nominated
     nodes) counted as described in the module docstring; ``batch`` only serves a cycle
     without nominated pods (kube's batching too stops at a nomination)."""
+    with nominee_devices_held(framework, snapshot, pod, nominated, dra):
+        return _schedule_with_nominated(
+            framework,
+            snapshot,
+            pod,
+            nominated,
+            seed=seed,
+            topology=topology,
+            load=load,
+            restrict_to=restrict_to,
+            volumes=volumes,
+            dra=dra,
+            batch=batch,
+            search=search,
+        )
+
+
+def _schedule_with_nominated(
+    framework: Framework,
+    snapshot: Snapshot,
+    pod: Pod,
+    nominated: Sequence[tuple[Pod, str]],
+    *,
+    seed: int,
+    topology: TopologyState | None,
+    load: LoadView | None,
+    restrict_to: frozenset[str] | None,
+    volumes: VolumeState | None,
+    dra: DraState | None,
+    batch: Batch | None,
+    search: DeviceSearch | None,
+) -> Decision:
 
     def run(only: frozenset[str] | None) -> Decision:
         return framework.schedule(

@@ -68,6 +68,7 @@ from scheduler.core.dra.state import DraState
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code, Cycle
 from scheduler.core.load import LoadView
+from scheduler.core.nominated import nominee_devices_held
 from scheduler.core.plugins.inter_pod_affinity import required_state
 from scheduler.core.profile import DYNAMIC_RESOURCES, INTER_POD_AFFINITY, NODE_RESOURCES_FIT
 from scheduler.core.schedule import Framework
@@ -770,6 +771,17 @@ def preempt(
     the filters even where integer sums would do (tests compare the two).
     """
     inputs = inputs or Inputs()
+    with nominee_devices_held(framework, snapshot, decision.pod, inputs.nominated, inputs.dra):
+        return _preempt(framework, snapshot, decision, inputs, force_simulation)
+
+
+def _preempt(
+    framework: Framework,
+    snapshot: Snapshot,
+    decision: Decision,
+    inputs: Inputs,
+    force_simulation: bool,
+) -> Preemption | None:
     pod = decision.pod
     if ineligible_reason(snapshot, pod, decision, inputs) is not None:
         return None
@@ -859,13 +871,14 @@ def no_preemption_message(
     if register:
         snapshot.add_pod(pod, "")
     try:
-        simulation = _Simulation(framework, snapshot, pod, inputs)
-        for name in potential_nodes(snapshot, decision):
-            status = simulation.status_on(name)
-            if status is None:
-                continue
-            examined += 1
-            counts.update(status)
+        with nominee_devices_held(framework, snapshot, pod, inputs.nominated, inputs.dra):
+            simulation = _Simulation(framework, snapshot, pod, inputs)
+            for name in potential_nodes(snapshot, decision):
+                status = simulation.status_on(name)
+                if status is None:
+                    continue
+                examined += 1
+                counts.update(status)
     finally:
         if register:
             snapshot.remove_pod(pod)

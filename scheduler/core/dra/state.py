@@ -113,6 +113,10 @@ class DraState:
         """Claim -> (pod uid it was allocated for, devices), until the write is seen."""
         self._versions: dict[tuple[str, str], int] = {}
         """Per (driver, pool): bumped whenever a device of the pool is taken or freed."""
+        self._nominated: frozenset[DeviceId] = frozenset()
+        """Devices held for nominated pods during one decision (:meth:`hold_for_nominated`)."""
+        self._nominated_pools: dict[tuple[str, str], frozenset[str]] = {}
+        """The same, by (driver, pool): their names, for the memo key (:meth:`node_key`)."""
         self.memo: dict[tuple[object, ...], object] = {}
         self.generation = 0
         """Bumped whenever the memo is invalidated (not merely trimmed): a device search
@@ -247,7 +251,7 @@ class DraState:
         for write in plan.allocations:
             key = (write.namespace, write.name)
             self._drop_pending(key)
-            devices = _devices(write.allocation)
+            devices = allocation_devices(write.allocation)
             self._pending[key] = (plan.pod_uid, devices)
             self._take(devices)
 
@@ -292,8 +296,34 @@ class DraState:
     def hold(self, devices: list[DeviceId]) -> None:
         self._take(devices)
 
+    # ------------------------------------------------------------- nominations
+    def hold_for_nominated(self, devices: Iterable[DeviceId]) -> None:
+        """Count ``devices`` as in use for the decision about to run (the devices planned
+        for nominated pods of at least its pod's priority, :mod:`scheduler.core.nominated`);
+        an empty set ends the hold. Not a change of the ledger: no pool version moves, and
+        the memo key names the held devices of each pool instead (:meth:`node_key`), so a
+        decision taken again under the same hold (a deferred search's second pass) finds
+        the verdicts the worker wrote, and one without it finds the ones made without."""
+        held = frozenset(devices)
+        pools: dict[tuple[str, str], set[str]] = {}
+        for d in held:
+            pools.setdefault((d.driver, d.pool), set()).add(d.device)
+        self._nominated = held
+        self._nominated_pools = {k: frozenset(v) for k, v in pools.items()}
+
+    def held_for_nominated(self) -> frozenset[DeviceId]:
+        return self._nominated
+
     # ------------------------------------------------------------------ views
     def allocated_devices(self) -> frozenset[DeviceId]:
+        """The devices in use: every allocation, written or pending, and those held for
+        nominated pods during a decision."""
+        if self._nominated:
+            return frozenset(self._used).union(self._nominated)
+        return frozenset(self._used)
+
+    def used_devices(self) -> frozenset[DeviceId]:
+        """The devices of allocations only (no nominated pod's hold)."""
         return frozenset(self._used)
 
     def shared_devices(self, key: ClaimKey) -> list[DeviceId]:
@@ -310,7 +340,7 @@ class DraState:
         if write.allocation is None:
             return []
         own = 1 if self.pending_for((write.namespace, write.name)) == pod_uid else 0
-        return sorted(d for d in set(_devices(write.allocation)) if self._used[d] > own)
+        return sorted(d for d in set(allocation_devices(write.allocation)) if self._used[d] > own)
 
     def overspent(self, write: ClaimWrite) -> list[str]:
         """PreBind's re-check for partitionable devices: the counter sets (``driver/pool/
@@ -320,7 +350,7 @@ class DraState:
         tracked apart: as kube, they follow from the devices in use and the slices."""
         if write.allocation is None:
             return []
-        mine = set(_devices(write.allocation))
+        mine = set(allocation_devices(write.allocation))
         used = set(self._used) | mine
         out: list[str] = []
         for driver, pool in sorted({(d.driver, d.pool) for d in mine}):
@@ -364,8 +394,19 @@ class DraState:
     def node_key(self, node: str, pools: list[Pool], claims: int) -> tuple[object, ...]:
         """The memo key of one node for one pod's claims (``claims``: their specs): what the
         allocator reads of the node (its name, its pools, the devices in use there, by
-        version)."""
+        version, and the devices held there for nominated pods)."""
         versions = self._versions
+        held = self._nominated_pools
+        if held:
+            return (
+                node,
+                claims,
+                tuple(
+                    (p.driver, p.name, versions.get((p.driver, p.name), 0))
+                    + ((names,) if (names := held.get((p.driver, p.name))) else ())
+                    for p in pools
+                ),
+            )
         return (
             node,
             claims,
@@ -385,12 +426,14 @@ class DraState:
         aligned: bool = False,
         compact_config: bool = True,
         kube_minor: int = DEFAULT_KUBE_MINOR,
+        allocated: frozenset[DeviceId] | None = None,
     ) -> Allocator:
+        """``allocated``: the devices in use, if not :meth:`allocated_devices`."""
         return Allocator(
             kube_minor=kube_minor,
             classes=self.classes,
             slices=self.slice_index(),
-            allocated=self.allocated_devices(),
+            allocated=self.allocated_devices() if allocated is None else allocated,
             compiler=self.compiler,
             aligned=aligned,
             stats=self.stats,
@@ -411,7 +454,7 @@ def classes_by_resource(classes: Iterable[DeviceClass]) -> dict[str, DeviceClass
     return out
 
 
-def _devices(allocation: Mapping[str, Any] | None) -> list[DeviceId]:
+def allocation_devices(allocation: Mapping[str, Any] | None) -> list[DeviceId]:
     if allocation is None:
         return []
     results = allocation.get("devices", {}).get("results", [])

@@ -67,6 +67,7 @@ device taints and tolerations are not alpha any more (DRADeviceTaints, on since 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
@@ -77,8 +78,10 @@ from scheduler.core.dra import extended
 from scheduler.core.dra.allocator import (
     PCIE_ROOT,
     TIMEOUT_IS_ERROR_FROM,
+    AllocationError,
     Allocator,
     BudgetExhausted,
+    NodeAllocationError,
     chosen_subrequests,
 )
 from scheduler.core.dra.objects import FIRST_AVAILABLE_MAX, DeviceId, ResourceClaim, requests_of
@@ -94,7 +97,13 @@ from scheduler.core.dra.search import (
     search_node,
 )
 from scheduler.core.dra.search import cannot_allocate as cannot_allocate
-from scheduler.core.dra.state import ClaimPlan, ClaimWrite, DraState, ExtendedClaim
+from scheduler.core.dra.state import (
+    ClaimPlan,
+    ClaimWrite,
+    DraState,
+    ExtendedClaim,
+    allocation_devices,
+)
 from scheduler.core.framework import (
     PREFILTER_SKIP,
     Code,
@@ -477,6 +486,88 @@ class DynamicResources:
                 ClaimWrite(made.namespace, made.name, "", next(allocations), create, stamp=stamp)
             )
         return ClaimPlan(pod.name, pod.uid, tuple(writes))
+
+    def nominee_devices(
+        self,
+        snapshot: Snapshot,
+        nominee: Pod,
+        node_name: str,
+        dra: DraState,
+        taken: frozenset[DeviceId],
+    ) -> frozenset[DeviceId]:
+        """The devices ``nominee``'s unallocated claims would get on ``node_name``, its
+        nominated node, so that a decision for a pod of lower or equal priority can count
+        them as in use (:mod:`scheduler.core.nominated`). Planned with ``taken`` (devices
+        held for nominees before it) in use and the devices of the node's terminating
+        pods of lower priority free: its victims, whose claims are released once they are
+        gone, as preemption's dry run counted them; so the devices a victim frees are held
+        from the moment it is gone, even while another victim still terminates.
+        Empty where nothing can be planned: no unallocated claim, a claim missing or being
+        allocated for another pod, the node outside Lattice's DRA nodes, no allocation,
+        an allocator error or the on-loop budget spent (errors are not remembered). A
+        nominee's DRA-backed extended resources are not planned. The verdict is kept in
+        the memo, keyed by the node's pools and versions, the claims' specs, the freed and
+        the taken devices: a nomination costs one search per change of its node's devices."""
+        row = snapshot.index_of(node_name)
+        claims = _claims_to_plan(nominee, dra)
+        if row is None or not claims:
+            return frozenset()
+        node = snapshot.node(row)
+        own = self.args.node_selector
+        if not own.is_empty and not own.matches(node.labels):
+            return frozenset()
+        freed: set[DeviceId] = set()
+        for other in snapshot.pods_on(row):
+            claims_of = other.resource_claims or other.container_requests
+            if other.terminating and other.priority < nominee.priority and claims_of:
+                freed.update(dra.held_by(other.uid))
+        allocator = dra.allocator(
+            aligned=self.aligned,
+            compact_config=self.compact_config,
+            kube_minor=self.kube_minor,
+            allocated=(dra.used_devices() - freed) | taken,
+        )
+        pools = allocator.slices.pools(node.name, node.labels, allocator.kube_minor)
+        specs = dra.spec_id((self.aligned, _specs(claims)))
+        key = ("nominee", *dra.node_key(node.name, pools, specs), frozenset(freed), taken)
+        hit = dra.memo.get(key)
+        if hit is not None:
+            return frozenset() if hit is _NO_FIT else cast(frozenset[DeviceId], hit)
+        try:
+            found = allocator.allocate(
+                node.name, node.labels, claims, stop_at=time.monotonic() + ON_LOOP_BUDGET
+            )
+        except (AllocationError, NodeAllocationError, BudgetExhausted):
+            return frozenset()
+        if found is None:
+            dra.memo[key] = _NO_FIT
+            return frozenset()
+        devices = frozenset(d for allocation in found for d in allocation_devices(allocation))
+        dra.memo[key] = devices
+        return devices
+
+
+def _claims_to_plan(pod: Pod, dra: DraState) -> list[ResourceClaim] | None:
+    """The pod's claims still to allocate, in order, as PreFilter resolves them; None when
+    one is missing, being deleted, waiting to be created or being allocated for another
+    pod (PreFilter would reject the pod: nothing to plan)."""
+    out: list[ResourceClaim] = []
+    for ref in pod.resource_claims:
+        name = ref.claim_name or pod.generated_claims.get(ref.name)
+        if not name:
+            if ref.claim_name or ref.name not in pod.generated_claims:
+                return None
+            continue  # the resourceclaim controller decided none is needed
+        claim = dra.claims.get((pod.namespace, name))
+        if claim is None or claim.deleting:
+            return None
+        if claim.allocation is not None or any(c.key == claim.key for c in out):
+            continue
+        pending = dra.pending_for(claim.key)
+        if pending is not None and pending != pod.uid:
+            return None
+        out.append(claim)
+    return out
 
 
 def remember(dra: DraState, key: tuple[object, ...], outcome: Outcome) -> None:

@@ -1,0 +1,211 @@
+"""Devices held for a nominated DRA pod (Lattice beyond kube 1.37, whose DynamicResources
+has no PreFilterExtensions): the devices a nominee's claims would get on its nominated node
+count as in use for pods of lower or equal priority, as its cpu does (kube's
+``addNominatedPods``), until the nomination ends. The hold leaves the ledger as it found it
+and is part of the memo key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.core.dra.objects import DeviceClass, DeviceId, ResourceClaim, ResourceSlice
+from scheduler.core.dra.search import DeviceSearch, search_node
+from scheduler.core.dra.state import DraState, allocation_devices
+from scheduler.core.explain import Decision
+from scheduler.core.framework import Code
+from scheduler.core.nominated import nominee_devices, schedule_with_nominated
+from scheduler.core.plugins.dynamic_resources import CANNOT_ALLOCATE, remember
+from scheduler.core.preemption import Inputs, preempt
+from scheduler.core.schedule import Framework
+from scheduler.core.snapshot import Snapshot
+from scheduler.model.pod import Pod
+from tests.builders import cluster, make_node, make_pod
+from tests.core.dra.builders import (
+    GPU_DRIVER,
+    claim,
+    device,
+    device_class,
+    exactly,
+    request,
+    resource_slice,
+)
+
+FRAMEWORK = Framework()
+NODES = [make_node(f"n{i}", cpu="8", memory="16Gi") for i in range(2)]
+
+
+def held(name: str, node: str, devices: list[int], holder: str) -> dict[str, Any]:
+    results = [
+        {"request": "gpu", "driver": GPU_DRIVER, "pool": node, "device": f"gpu-{i}"}
+        for i in devices
+    ]
+    status = {
+        "allocation": {"devices": {"results": results}},
+        "reservedFor": [{"resource": "pods", "name": holder, "uid": holder}],
+    }
+    return claim(name, request("gpu", exactly("gpu", count=len(devices))), status=status)
+
+
+def wanting(name: str, count: int) -> dict[str, Any]:
+    return claim(name, request("gpu", exactly("gpu", count=count)))
+
+
+def claim_pod(name: str, priority: int, claim_name: str, *, terminating: bool = False) -> Pod:
+    builder = make_pod(name, cpu="1").priority(priority).uid(name)
+    if terminating:
+        builder.terminating()
+    builder.body["spec"]["resourceClaims"] = [{"name": "c", "resourceClaimName": claim_name}]
+    return builder.build()
+
+
+def state(*claims: dict[str, Any]) -> DraState:
+    """Two nodes of two GPUs each; n1's are held by pod "b" (priority 20)."""
+    dra = DraState()
+    dra.set_class(DeviceClass.from_api(device_class("gpu")))
+    for node in ("n0", "n1"):
+        dra.set_slice(
+            ResourceSlice.from_api(
+                resource_slice(f"{node}-gpus", [device(f"gpu-{i}") for i in range(2)], node=node)
+            )
+        )
+    for c in (held("c-b", "n1", [0, 1], "b"), *claims):
+        dra.set_claim(ResourceClaim.from_api(c))
+    return dra
+
+
+def setup(nominee_gpus: int, *claims: dict[str, Any]) -> tuple[DraState, Snapshot, Pod]:
+    """n0 free (the nominee's victims are gone), n1 full; the nominee "hi" (priority 10)."""
+    dra = state(wanting("want", nominee_gpus), wanting("lo-c", 1), *claims)
+    snapshot = cluster(NODES, [(claim_pod("b", 20, "c-b"), "n1")])
+    return dra, snapshot, claim_pod("hi", 10, "want")
+
+
+def devices_of(decision: Decision) -> set[DeviceId]:
+    plan = decision.claim_plan
+    assert plan is not None
+    return {d for w in plan.allocations for d in allocation_devices(w.allocation)}
+
+
+def test_a_lower_priority_pod_cannot_take_the_devices_held_for_a_nominee() -> None:
+    dra, snapshot, hi = setup(2)
+    lo = claim_pod("lo", 1, "lo-c")
+    before = dra.allocated_devices()
+    assert schedule_with_nominated(FRAMEWORK, snapshot, lo, [], dra=dra).selected == "n0"
+    d = schedule_with_nominated(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra=dra)
+    assert d.selected is None
+    verdict = d.explanation.node("n0")
+    assert verdict.reasons == (CANNOT_ALLOCATE,)
+    assert verdict.code is Code.UNSCHEDULABLE
+    # The hold ends with the decision: the ledger is as it was.
+    assert dra.allocated_devices() == before
+    assert dra.held_for_nominated() == frozenset()
+    # The nomination ended (bound, deleted, cleared): the devices are anyone's again.
+    assert schedule_with_nominated(FRAMEWORK, snapshot, lo, [], dra=dra).selected == "n0"
+
+
+def test_the_priority_rule_is_kubes_add_nominated_pods() -> None:
+    dra, snapshot, hi = setup(2)
+    equal = claim_pod("eq", 10, "lo-c")
+    higher = claim_pod("up", 11, "lo-c")
+    assert (
+        schedule_with_nominated(FRAMEWORK, snapshot, equal, [(hi, "n0")], dra=dra).selected is None
+    )
+    assert schedule_with_nominated(FRAMEWORK, snapshot, higher, [(hi, "n0")], dra=dra).selected == (
+        "n0"
+    )
+    # The nominee itself is never kept from its own devices.
+    assert schedule_with_nominated(FRAMEWORK, snapshot, hi, [(hi, "n0")], dra=dra).selected == "n0"
+
+
+def test_only_the_planned_devices_are_held() -> None:
+    dra, snapshot, hi = setup(1)
+    lo = claim_pod("lo", 1, "lo-c")
+    planned = nominee_devices(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra)
+    assert len(planned) == 1
+    d = schedule_with_nominated(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra=dra)
+    assert d.selected == "n0"
+    assert devices_of(d).isdisjoint(planned)
+    # The nominee's own decision takes what was held for it (the same plan).
+    mine = schedule_with_nominated(FRAMEWORK, snapshot, hi, [(hi, "n0")], dra=dra)
+    assert devices_of(mine) == planned
+
+
+def test_the_devices_of_a_gone_victim_are_held_while_another_still_terminates() -> None:
+    """The nominee needs both GPUs of n0; one victim is gone, the other terminating: the
+    GPU the first freed is held already (planned as the dry run did, the terminating
+    victim's device counted free), not handed to a lower-priority pod."""
+    dra = state(wanting("want", 2), wanting("lo-c", 1), held("c-v", "n0", [1], "v"))
+    victim = claim_pod("v", 0, "c-v", terminating=True)
+    snapshot = cluster(NODES, [(claim_pod("b", 20, "c-b"), "n1"), (victim, "n0")])
+    hi, lo = claim_pod("hi", 10, "want"), claim_pod("lo", 1, "lo-c")
+    assert schedule_with_nominated(FRAMEWORK, snapshot, lo, [], dra=dra).selected == "n0"
+    assert schedule_with_nominated(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra=dra).selected is None
+    held_now = nominee_devices(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra)
+    assert held_now == {DeviceId(GPU_DRIVER, "n0", "gpu-0"), DeviceId(GPU_DRIVER, "n0", "gpu-1")}
+
+
+def test_nominees_are_planned_by_priority_each_without_the_devices_before_it() -> None:
+    """Two nominees to n0 wanting one GPU each: the higher priority is planned first; both
+    are held for a pod below both, only the higher one's for a pod between them."""
+    dra, snapshot, hi = setup(1, wanting("mid-c", 1))
+    mid = claim_pod("mid", 5, "mid-c")
+    nominated = [(mid, "n0"), (hi, "n0")]
+    below = claim_pod("lo", 1, "lo-c")
+    between = claim_pod("btw", 7, "lo-c")
+    both = nominee_devices(FRAMEWORK, snapshot, below, nominated, dra)
+    assert len(both) == 2
+    only_hi = nominee_devices(FRAMEWORK, snapshot, between, nominated, dra)
+    assert len(only_hi) == 1
+    assert only_hi < both
+    assert schedule_with_nominated(FRAMEWORK, snapshot, below, nominated, dra=dra).selected is None
+    assert (
+        schedule_with_nominated(FRAMEWORK, snapshot, between, nominated, dra=dra).selected == "n0"
+    )
+
+
+def test_a_pod_without_claims_holds_nothing_and_pays_nothing() -> None:
+    dra, snapshot, hi = setup(2)
+    plain = make_pod("plain", cpu="1").priority(1).uid("plain").build()
+    assert nominee_devices(FRAMEWORK, snapshot, plain, [(hi, "n0")], dra) == frozenset()
+    assert schedule_with_nominated(FRAMEWORK, snapshot, plain, [(hi, "n0")], dra=dra).selected
+
+
+def test_preemption_does_not_target_devices_held_for_a_nominee() -> None:
+    """A pod below the nominee that fits nowhere preempts elsewhere: the held devices are
+    in use in its dry run too (n0 holds no victim it could evict for them)."""
+    dra = state(wanting("want", 2), wanting("lo-c", 1))
+    low = claim_pod("b", 0, "c-b")  # n1's holder is evictable now
+    snapshot = cluster(NODES, [(low, "n1")])
+    hi, lo = claim_pod("hi", 10, "want"), claim_pod("lo", 5, "lo-c")
+    decision = schedule_with_nominated(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra=dra)
+    assert decision.selected is None
+    found = preempt(FRAMEWORK, snapshot, decision, Inputs(dra=dra, nominated=[(hi, "n0")]))
+    assert found is not None
+    assert found.node == "n1"
+    assert [v.name for v in found.victims] == ["b"]
+    assert dra.held_for_nominated() == frozenset()
+
+
+def test_a_deferred_search_finds_its_verdicts_under_the_same_hold() -> None:
+    """The memo key names the held devices: a decision taken again under the same hold (the
+    controller's second pass after the worker searched) reads what the worker found,
+    instead of asking for the same nodes forever; the pool versions do not move."""
+    dra, snapshot, hi = setup(1)
+    lo = claim_pod("lo", 1, "lo-c")
+    first = DeviceSearch(deferred=True)
+    schedule_with_nominated(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra=dra, search=first)
+    jobs = first.take_jobs()
+    assert [j.node for j in jobs] == ["n0", "n1"]
+    planned = nominee_devices(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra)
+    for job in jobs:
+        assert planned <= job.allocator.allocated  # the worker searches under the hold
+        remember(dra, job.key, search_node(job.allocator, job.node, job.labels, job.claims, None))
+    again = DeviceSearch(deferred=True)
+    d = schedule_with_nominated(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra=dra, search=again)
+    assert again.take_jobs() == []
+    assert d.selected == "n0"
+    assert devices_of(d).isdisjoint(planned)
+    # Without the hold the key differs: no verdict made under it is read.
+    plain = DeviceSearch(deferred=True)
+    schedule_with_nominated(FRAMEWORK, snapshot, lo, [], dra=dra, search=plain)
+    assert {j.key for j in plain.take_jobs()}.isdisjoint(j.key for j in jobs)
