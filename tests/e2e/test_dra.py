@@ -526,6 +526,111 @@ async def test_a_high_priority_claim_preempts_the_lower_holder_of_its_devices(
             await scheduling.delete_priority_class(name)
 
 
+async def test_the_devices_freed_for_a_preemptor_are_held_for_it_while_it_is_nominated(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """Lattice beyond kube 1.37 (its DynamicResources adds nothing for nominated pods). A
+    node's two devices are held by a low-priority pod; a mid-priority pod that may not
+    preempt (``preemptionPolicy: Never``) waits for one of them; a high-priority pod needing
+    both preempts the holder. When the victim's claim is deleted, the waiting mid pod is
+    retried as soon as the devices are free, while the preemptor may still be in backoff:
+    the devices are held for the nominated preemptor, so the mid pod does not take one
+    (and is not evicted in its turn); the preemptor gets both. Once the preemptor is
+    deleted, the mid pod gets its device."""
+    driver = f"{ns}.hold.lattice.dev"
+    node = node_name(0)
+    scheduling = client.SchedulingV1Api(api)
+    classes = {f"{ns}-low": (10, None), f"{ns}-mid": (100, "Never"), f"{ns}-high": (1000, None)}
+    for name, (value, policy) in classes.items():
+        pc: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass"}
+        pc |= {"metadata": {"name": name}, "value": value}
+        if policy is not None:
+            pc["preemptionPolicy"] = policy
+        await scheduling.create_priority_class(cast(client.V1PriorityClass, pc))
+
+    def template(name: str, count: int) -> dict[str, Any]:
+        request = {"name": "gpu", "exactly": {"deviceClassName": f"{ns}-hold", "count": count}}
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"spec": {"devices": {"requests": [request]}}},
+        }
+
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{ns}-hold"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{ns}-hold-{node}"},
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": f"gpu-{i}"} for i in range(2)],
+            },
+        },
+        template("both", 2),
+        template("one", 1),
+    ]
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    both = [{"name": "gpu", "resourceClaimTemplateName": "both"}]
+    one = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
+    core = client.CoreV1Api(api)
+    sched = plane.lattice().start()
+    try:
+        await create_pods(api, ns, [pod("low", resourceClaims=both, priorityClassName=f"{ns}-low")])
+        (low,) = await wait_bound(api, ns, 1, within=90)
+        assert low["spec"]["nodeName"] == node
+        await create_pods(api, ns, [pod("mid", resourceClaims=one, priorityClassName=f"{ns}-mid")])
+
+        async def mid_waits() -> bool | None:
+            return bool(await events_of(api, ns, "FailedScheduling")) or None
+
+        await poll(mid_waits, within=60, interval=0.5)
+        await create_pods(
+            api, ns, [pod("high", resourceClaims=both, priorityClassName=f"{ns}-high")]
+        )
+
+        async def placed() -> dict[str, Any] | None:
+            pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
+            high = pods.get("high")
+            if "low" in pods or high is None or not high["spec"].get("nodeName"):
+                return None
+            return pods
+
+        pods = await poll(placed, within=120, interval=0.5)
+        assert pods["high"]["spec"]["nodeName"] == node
+        assert not pods["mid"]["spec"].get("nodeName")  # never given a held device
+        body = await core.read_namespaced_pod("high", ns)
+        (status,) = body.status.resource_claim_statuses
+        allocation = (await get_claim(api, ns, status.resource_claim_name))["status"]["allocation"]
+        assert sorted(r["device"] for r in allocation["devices"]["results"]) == ["gpu-0", "gpu-1"]
+        deleted = [ln for ln in sched.lines() if ln.get("event") == "victim_deleted"]
+        assert [(ln["node"], ln["reason"]) for ln in deleted] == [(node, f"{ns}/low")]
+        await core.delete_namespaced_pod("high", ns, grace_period_seconds=0)
+
+        async def mid_bound() -> dict[str, Any] | None:
+            pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
+            mid = pods.get("mid")
+            return mid if mid is not None and mid["spec"].get("nodeName") else None
+
+        assert (await poll(mid_bound, within=120, interval=0.5))["spec"]["nodeName"] == node
+    finally:
+        sched.stop()
+        for p in await list_pods(api, ns):
+            await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        plane.run("delete", "resourceslice", f"{ns}-hold-{node}", check=False)
+        plane.run("delete", "deviceclass", f"{ns}-hold", check=False)
+        for name in classes:
+            await scheduling.delete_priority_class(name)
+
+
 async def test_a_gang_of_template_claims_is_placed_all_or_nothing(
     plane: Plane, api: client.ApiClient, ns: str
 ) -> None:
