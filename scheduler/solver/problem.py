@@ -63,7 +63,7 @@ from scheduler.core.dra.allocator import (
     BudgetExhausted,
     NodeAllocationError,
 )
-from scheduler.core.dra.objects import DeviceId, ResourceClaim
+from scheduler.core.dra.objects import DeviceId
 from scheduler.core.dra.search import ON_LOOP_BUDGET, SEARCH_BUDGET
 from scheduler.core.dra.state import DraState
 from scheduler.core.explain import Decision
@@ -72,7 +72,7 @@ from scheduler.core.gpus import Free, GpuDemand, SizeClass, fragmentation
 from scheduler.core.load import LoadView
 from scheduler.core.nominated import nominated_by_node
 from scheduler.core.plugins import pod_topology_spread as spread_plugin
-from scheduler.core.plugins.dynamic_resources import DynamicResources
+from scheduler.core.plugins.dynamic_resources import DynamicResources, unallocated_claims
 from scheduler.core.plugins.inter_pod_affinity import incoming_term_matches, required_state
 from scheduler.core.plugins.node_ports import conflicts
 from scheduler.core.plugins.topology import Placement, Topology
@@ -1116,24 +1116,6 @@ def _topology_caps(
         caps[i] = cap
         aligned = aligned or rejected
     return caps, True, aligned
-
-
-def unallocated_claims(pod: Pod, dra: DraState) -> list[ResourceClaim] | None:
-    """The pod's claims that still need devices, in pod order (None: some claim is
-    missing; the framework's PreFilter says why)."""
-    out: list[ResourceClaim] = []
-    for ref in pod.resource_claims:
-        name = ref.claim_name or pod.generated_claims.get(ref.name)
-        if not name:
-            if ref.claim_name or ref.name not in pod.generated_claims:
-                return None
-            continue  # the resourceclaim controller decided none is needed
-        claim = dra.claims.get((pod.namespace, name))
-        if claim is None:
-            return None
-        if claim.allocation is None and all(c.key != claim.key for c in out):
-            out.append(claim)
-    return out
 
 
 def _claim_caps(

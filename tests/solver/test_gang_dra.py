@@ -13,11 +13,11 @@ from scheduler.control.gang_flow import shared_unallocated_claim
 from scheduler.core.dra.allocator import PCIE_ROOT
 from scheduler.core.dra.objects import DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.core.dra.state import DraState
+from scheduler.core.plugins.dynamic_resources import unallocated_claims
 from scheduler.core.profile import DynamicResourcesArgs
 from scheduler.core.schedule import Framework
 from scheduler.model.pod import Pod
 from scheduler.solver import build_problem, solve, violations
-from scheduler.solver.problem import unallocated_claims
 from tests.builders import cluster, make_node, make_pod
 from tests.core.dra.builders import claim, device, device_class, exactly, request, resource_slice
 from tests.solver.support import framework, gang

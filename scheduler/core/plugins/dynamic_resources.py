@@ -509,9 +509,12 @@ class DynamicResources:
         the memo, keyed by the node's pools and versions, the claims' specs, the freed and
         the taken devices: a nomination costs one search per change of its node's devices."""
         row = snapshot.index_of(node_name)
-        claims = _claims_to_plan(nominee, dra)
+        claims = unallocated_claims(nominee, dra)
         if row is None or not claims:
             return frozenset()
+        for c in claims:  # PreFilter would reject the nominee: nothing to plan
+            if c.deleting or dra.pending_for(c.key) not in (None, nominee.uid):
+                return frozenset()
         node = snapshot.node(row)
         own = self.args.node_selector
         if not own.is_empty and not own.matches(node.labels):
@@ -547,10 +550,9 @@ class DynamicResources:
         return devices
 
 
-def _claims_to_plan(pod: Pod, dra: DraState) -> list[ResourceClaim] | None:
-    """The pod's claims still to allocate, in order, as PreFilter resolves them; None when
-    one is missing, being deleted, waiting to be created or being allocated for another
-    pod (PreFilter would reject the pod: nothing to plan)."""
+def unallocated_claims(pod: Pod, dra: DraState) -> list[ResourceClaim] | None:
+    """The pod's claims that still need devices, in pod order, named as PreFilter names
+    them (None: some claim is missing or not created yet; PreFilter says why)."""
     out: list[ResourceClaim] = []
     for ref in pod.resource_claims:
         name = ref.claim_name or pod.generated_claims.get(ref.name)
@@ -559,14 +561,10 @@ def _claims_to_plan(pod: Pod, dra: DraState) -> list[ResourceClaim] | None:
                 return None
             continue  # the resourceclaim controller decided none is needed
         claim = dra.claims.get((pod.namespace, name))
-        if claim is None or claim.deleting:
+        if claim is None:
             return None
-        if claim.allocation is not None or any(c.key == claim.key for c in out):
-            continue
-        pending = dra.pending_for(claim.key)
-        if pending is not None and pending != pod.uid:
-            return None
-        out.append(claim)
+        if claim.allocation is None and all(c.key != claim.key for c in out):
+            out.append(claim)
     return out
 
 
