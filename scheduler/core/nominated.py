@@ -85,10 +85,15 @@ def nominee_devices(
     pod: Pod,
     nominated: Sequence[tuple[Pod, str]],
     dra: DraState | None,
+    *,
+    uses_devices: bool | None = None,
 ) -> frozenset[DeviceId]:
     """The devices held for the nominated pods that count for ``pod`` (see the module
-    docstring); empty for a pod that cannot use devices."""
-    if dra is None or not nominated or not (pod.resource_claims or pod.container_requests):
+    docstring); empty for a pod that cannot use devices (``uses_devices``: whether it may,
+    if not from its own spec: a gang's lowest member stands for all its members)."""
+    if uses_devices is None:
+        uses_devices = bool(pod.resource_claims or pod.container_requests)
+    if dra is None or not nominated or not uses_devices:
         return frozenset()
     plugin = next(
         (p for p in framework.plugins.claim_planners if isinstance(p, DynamicResources)), None
@@ -117,17 +122,21 @@ def nominee_devices_held(
     pod: Pod,
     nominated: Sequence[tuple[Pod, str]],
     dra: DraState | None,
+    *,
+    uses_devices: bool | None = None,
 ) -> Iterator[None]:
-    """:func:`nominee_devices` counted as in use in ``dra`` within the block."""
-    held = nominee_devices(framework, snapshot, pod, nominated, dra)
+    """:func:`nominee_devices` counted as in use in ``dra`` within the block (the hold
+    before it is restored after)."""
+    held = nominee_devices(framework, snapshot, pod, nominated, dra, uses_devices=uses_devices)
     if dra is None or not held:
         yield
         return
-    dra.hold_for_nominated(held)
+    before = dra.held_for_nominated()
+    dra.hold_for_nominated(held | before)
     try:
         yield
     finally:
-        dra.hold_for_nominated(())
+        dra.hold_for_nominated(before)
 
 
 def schedule_with_nominated(

@@ -70,7 +70,7 @@ from scheduler.core.explain import Decision
 from scheduler.core.framework import Cycle
 from scheduler.core.gpus import Free, GpuDemand, SizeClass, fragmentation
 from scheduler.core.load import LoadView
-from scheduler.core.nominated import nominated_by_node
+from scheduler.core.nominated import nominated_by_node, nominee_devices_held
 from scheduler.core.plugins import pod_topology_spread as spread_plugin
 from scheduler.core.plugins.dynamic_resources import DynamicResources, unallocated_claims
 from scheduler.core.plugins.inter_pod_affinity import incoming_term_matches, required_state
@@ -423,27 +423,33 @@ def _nominated_build(
     )
     passes_without = [_feasible_mask(d) for d in without]
     added: list[Pod] = []
-    try:
-        for pod, node in counted:
-            snapshot.add_pod(pod, node)
-            added.append(pod)
-        problem = _build(
-            framework,
-            snapshot,
-            gang,
-            members,
-            need,
-            topology,
-            load,
-            seed,
-            merge,
-            volumes,
-            passes_without,
-            dra,
-        )
-    finally:
-        for pod in added:
-            snapshot.remove_pod(pod)
+    lowest = min(members, key=lambda m: m.priority)
+    devices = any(m.resource_claims for m in members)
+    # The nominees' devices are held as in a single pod's cycle (the members' commit
+    # re-checks count them too): planned before the nominees' pods are placed.
+    held = nominee_devices_held(framework, snapshot, lowest, counted, dra, uses_devices=devices)
+    with held:
+        try:
+            for pod, node in counted:
+                snapshot.add_pod(pod, node)
+                added.append(pod)
+            problem = _build(
+                framework,
+                snapshot,
+                gang,
+                members,
+                need,
+                topology,
+                load,
+                seed,
+                merge,
+                volumes,
+                passes_without,
+                dra,
+            )
+        finally:
+            for pod in added:
+                snapshot.remove_pod(pod)
     return problem
 
 

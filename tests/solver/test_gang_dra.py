@@ -188,3 +188,30 @@ def test_counting_members_per_node_stops_at_the_search_budget() -> None:
     assert time.monotonic() - started < 3.0
     assert problem.limit.min() >= 1
     assert problem.limit.max() == 1
+
+
+def test_a_gang_does_not_count_the_devices_held_for_a_nominated_pod() -> None:
+    """A nominated pod of at least the gang's priority holds the devices its claims would
+    get on its node (as in a single pod's cycle): its node offers the gang none of them;
+    a nominee of lower priority holds nothing for it."""
+    members, claims = gang_of(2, 2)
+    nominee_claim = claim("hi-gpu", request("gpu", exactly("gpu", count=4)))
+    dra = state([*claims, nominee_claim], nodes=["n0", "n1"])
+    snapshot = cluster([make_node(n, cpu="64", memory="256Gi") for n in ("n0", "n1")])
+    spec = gang(min_member=2)
+
+    def nominee(priority: int) -> Pod:
+        p = make_pod("hi", cpu="1").uid("u-hi").priority(priority)
+        p.body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "hi-gpu"}]
+        return p.build()
+
+    def limits(nominated: list[tuple[Pod, str]]) -> dict[str, int]:
+        problem = build_problem(
+            framework(), snapshot, spec, members, need=2, dra=dra, nominated=nominated
+        )
+        return dict(zip(problem.node_names, problem.limit[0].tolist(), strict=True))
+
+    assert limits([]) == {"n0": 2, "n1": 2}
+    assert limits([(nominee(0), "n0")]) == {"n1": 2}  # equal priority: held
+    assert limits([(nominee(-1), "n0")]) == {"n0": 2, "n1": 2}  # lower: not held
+    assert dra.held_for_nominated() == frozenset()
