@@ -218,7 +218,7 @@ def units_on_node(pods: Sequence[Pod], inputs: Inputs) -> list[tuple[Unit, list[
 def reclaim_rules(pod: Pod, inputs: Inputs) -> Rules | None:
     """Reclaim's rules for ``pod`` when quotas exist, else None (kube's rules)."""
     quotas = inputs.quotas
-    if quotas is None or not quotas.by_namespace:
+    if quotas is None or not quotas.active:
         return None
     return Rules.of(quotas, pod, inputs.nominated)
 
