@@ -239,3 +239,40 @@ class Rules:
         if share is None or quota is None:
             return Fraction(0)
         return excess(quota.used, share, self.quotas.capacity)
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    """A victim taken from another quota: what its event says and whom its metric counts."""
+
+    namespace: str
+    quota: str
+    """The victim's quota (its name; :attr:`namespace` is the namespace)."""
+    message: str
+
+
+def reclaimed(
+    quotas: Quotas | None, pod: Pod, victims: Sequence[Pod], node: str
+) -> dict[str, Reclaimed]:
+    """By victim :attr:`Pod.key`, the victims of ``pod``'s preemption that reclaim took from
+    another quota (a pod of its own quota, or of none, is plain preemption), each with the
+    message of its ``Preempted`` event naming the reclaiming quota and pod."""
+    if quotas is None:
+        return {}
+    snapshot = quotas.snapshot
+    own = snapshot.of(pod.namespace)
+    if own is None:
+        return {}
+    out: dict[str, Reclaimed] = {}
+    for victim in victims:
+        theirs = snapshot.of(victim.namespace)
+        if theirs is None or victim.namespace == pod.namespace:
+            continue
+        why = "used more than its min" if used_over_min(theirs) else "was above its fair share"
+        out[victim.key] = Reclaimed(
+            theirs.namespace,
+            theirs.name,
+            f"Reclaimed by ElasticQuota {own.key} for pod {pod.namespace}/{pod.name} on node "
+            f"{node}: quota {theirs.key} {why}",
+        )
+    return out
