@@ -116,6 +116,7 @@ from scheduler.core.plugins.dynamic_resources import (
 )
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
 from scheduler.core.quota import Nominated, QuotaContext, QuotaSnapshot, charged
+from scheduler.core.reclaim import Quotas, Reclaimed, reclaimed
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
 from scheduler.core.volumes import VolumePlan
@@ -909,11 +910,29 @@ class Scheduler:
             search=DeviceSearch(
                 min(self.settings.profile.dynamic_resources.search_budget, ON_LOOP_BUDGET)
             ),
+            quotas=self.reclaim_quotas(),
         )
 
-    def _post_filter(self, decision: Decision, log: Any) -> tuple[Preemption | None, str]:
+    def reclaim_quotas(self) -> Quotas | None:
+        """The ElasticQuotas as preemption reads them (None without any: kube's rules): the
+        usage now, pods charged as CapacityScheduling charges them (DRA devices included).
+        Fair shares are not passed yet: reclaim's fair-share rules stay off until the
+        fair-share policy has a setting (``Quotas.fair_share``)."""
+        if not len(self.quotas):
+            return None
+        dra = self.cache.dra
+        return Quotas(
+            self.quota_snapshot(),
+            held=lambda p: charged(p, dra, bound=True),
+            asked=lambda p: charged(p, dra),
+        )
+
+    def _post_filter(
+        self, decision: Decision, log: Any
+    ) -> tuple[Preemption | None, str, Quotas | None]:
         """kube's PostFilter after a failed cycle: a preemption, or why none (kube's
-        ``preemption: ...`` text, to append to the FailedScheduling message)."""
+        ``preemption: ...`` text, to append to the FailedScheduling message); and the quotas
+        it read (reclaimed victims are announced as such)."""
         pod = decision.pod
         nominated = self.preemptor.nominations.get(pod.key)
         if nominated is not None and pod.nominated_node_name != nominated[1]:
@@ -926,11 +945,12 @@ class Scheduler:
         try:
             found = preempt(self.framework, snapshot, decision, inputs)
             if found is not None:
-                return found, ""
-            return None, no_preemption_message(self.framework, snapshot, decision, inputs)
+                return found, "", inputs.quotas
+            why = no_preemption_message(self.framework, snapshot, decision, inputs)
+            return None, why, inputs.quotas
         except Exception as exc:  # a bug in preemption costs the pod its preemption only
             log.exception("preemption_failed", reason=repr(exc))
-            return None, f"internal error: {exc}"
+            return None, f"internal error: {exc}", None
 
     def schedule_one(
         self,
@@ -1001,7 +1021,7 @@ class Scheduler:
             )
             if made is not None and self.writer is not None:
                 self._spawn(self._delete_stale_claim(pod, made, log))
-            found, why = self._post_filter(decision, log)
+            found, why, quotas = self._post_filter(decision, log)
             nominated: str | None = None
             message = decision.summary
             if found is None:
@@ -1012,7 +1032,7 @@ class Scheduler:
                     nominated = ""
             else:
                 nominated = found.node
-                self._preempting(pod, found, log, trace_id)
+                self._preempting(pod, found, log, quotas)
             self._failed(
                 info,
                 log,
@@ -1088,7 +1108,7 @@ class Scheduler:
                 nominated=nominated,
             )
 
-    def _preempting(self, pod: Pod, found: Preemption, log: Any, trace_id: str) -> None:
+    def _preempting(self, pod: Pod, found: Preemption, log: Any, quotas: Quotas | None) -> None:
         """Nominate ``pod`` to the chosen node now (the next cycles count it there); the
         writes follow in a task: victims marked and deleted, lower-priority nominations to
         that node cleared. The preemptor's own ``nominatedNodeName`` goes with its
@@ -1098,7 +1118,8 @@ class Scheduler:
             node=found.node,
             reason="victims: " + ", ".join(f"{v.namespace}/{v.name}" for v in found.victims),
         )
-        self.preempt_for(f"pod {pod.uid}", [(pod, found.node)], found.victims, log)
+        taken = reclaimed(quotas, pod, found.victims, found.node)
+        self.preempt_for(f"pod {pod.uid}", [(pod, found.node)], found.victims, log, taken)
 
     def preempt_for(
         self,
@@ -1106,19 +1127,31 @@ class Scheduler:
         nominations: Sequence[tuple[Pod, str]],
         victims: Sequence[Pod],
         log: Any,
+        taken: Mapping[str, Reclaimed] | None = None,
     ) -> None:
         """One path for a pod's and a gang's preemption: each pod nominated to its node now
         (in memory; its ``nominatedNodeName`` goes with its PodScheduled=False), the
         nominations of lower-priority pods to those nodes ended, and in a task the victims
-        marked, deleted and given a ``Preempted`` Event naming ``preemptor`` and their node,
-        and the ended nominations cleared in the API."""
+        marked, deleted and given a ``Preempted`` Event naming ``preemptor`` and their node
+        (a victim ``taken`` from another quota: naming the quota and pod that reclaimed it,
+        and counted in ``lattice_quota_reclaim_evictions_total``), and the ended
+        nominations cleared in the API."""
         cleared = self.preemptor.nominate(nominations)
         self.metrics.preemption_victims.observe(len(victims))
         snapshot = self.cache.snapshot
         default = nominations[0][1] if nominations else ""
         placed = [(v, snapshot.node_of_pod(v.key) or default) for v in victims]
         if self.writer is not None:
-            self._spawn(self.preemptor.evict(preemptor, placed, cleared, log))
+            self._spawn(
+                self.preemptor.evict(
+                    preemptor,
+                    placed,
+                    cleared,
+                    log,
+                    reclaimed=taken or {},
+                    counted=self.metrics.reclaim_eviction,
+                )
+            )
 
     def end_nominations(self, keys: Sequence[str]) -> None:
         """Forget these pods' nominations (by :attr:`Pod.key`): a gang whose preemption can

@@ -47,6 +47,7 @@ from types import MappingProxyType
 from typing import Final
 
 from scheduler.core.fairshare import FairShare, excess
+from scheduler.core.profile import CAPACITY_SCHEDULING
 from scheduler.core.quota import (
     Nominated,
     Quota,
@@ -61,7 +62,7 @@ from scheduler.core.quota import (
 )
 from scheduler.model.pod import Pod
 
-QUOTA_PLUGINS: Final = frozenset({"CapacityScheduling"})
+QUOTA_PLUGINS: Final = frozenset({CAPACITY_SCHEDULING})
 """The PreFilter plugins that apply the quota rules: a dry run skips them and checks the
 quotas with the victims gone itself (:meth:`Rules.admits`)."""
 
@@ -140,10 +141,19 @@ class Rules:
     """Fair share on, and the pod's quota stays within its fair share with it."""
 
     @classmethod
-    def of(cls, quotas: Quotas, pod: Pod, nominated: Sequence[tuple[Pod, str]]) -> Rules:
+    def of(
+        cls,
+        quotas: Quotas,
+        pod: Pod,
+        nominated: Sequence[tuple[Pod, str]],
+        *,
+        request: Vector | None = None,
+    ) -> Rules:
+        """The rules for ``pod`` (``request``: what it charges, if not its own request: a
+        gang's sum)."""
         snapshot = quotas.snapshot
         own = snapshot.of(pod.namespace)
-        request = quotas.asked(pod)
+        request = quotas.asked(pod) if request is None else request
         pending = tuple(
             Nominated(other.namespace, other.priority, quotas.asked(other))
             for other, _ in nominated
@@ -224,6 +234,10 @@ class Rules:
             for name, amount in held.items()
             if amount > 0
         )
+
+    def could_take_unit(self, unit: Sequence[Pod]) -> bool:
+        """:meth:`may_take` for a unit on the use as it is."""
+        return self.may_take(unit, self.ledger())
 
     def could_take(self, other: Pod) -> bool:
         """:meth:`may_take` on the use as it is: is a terminating pod one this pod could

@@ -222,6 +222,10 @@ class Metrics:
     """Per ElasticQuota and resource: ``used``, ``min`` and ``max`` (cpu in cores, other
     resources in their units: bytes, devices); a resource a quota does not bound has no
     ``max`` series."""
+    quota_reclaim_evictions: Counter
+    """Per ElasticQuota (``namespace``, ``quota``): its pods evicted by reclaim, that is for
+    a pod of another quota (what it borrowed taken back, or, with fair share, what it held
+    above its share). Preemption within one quota is not counted here."""
     _quota_series: set[tuple[str, str, str, str]] = field(default_factory=set)
     """The label sets of :attr:`quota_resources` last published (to remove the stale)."""
 
@@ -444,6 +448,13 @@ class Metrics:
                 namespace=NAMESPACE,
                 registry=reg,
             ),
+            quota_reclaim_evictions=Counter(
+                "quota_reclaim_evictions",
+                "Pods of this ElasticQuota evicted by reclaim for a pod of another quota.",
+                ["namespace", "quota"],
+                namespace=NAMESPACE,
+                registry=reg,
+            ),
         )
         for outcome in GANG_OUTCOMES:
             metrics.gang_attempts.labels(outcome=outcome)
@@ -472,6 +483,10 @@ class Metrics:
     def quota_series(self) -> int:
         """Quota series published now (0: nothing to remove either)."""
         return len(self._quota_series)
+
+    def reclaim_eviction(self, namespace: str, quota: str) -> None:
+        """A pod of ``namespace/quota`` evicted by reclaim."""
+        self.quota_reclaim_evictions.labels(namespace=namespace, quota=quota).inc()
 
     def set_quotas(self, rows: Iterable[tuple[str, str, str, str, float]]) -> None:
         """Publish every quota's amounts as (namespace, quota, resource, bound, value);

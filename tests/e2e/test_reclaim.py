@@ -140,7 +140,10 @@ async def outcome(
     await case.running(bound)
 
     async def gone() -> bool:
-        return all(await case.alive(short, name) is None for short, name in evicted)
+        for short, name in evicted:
+            if await case.alive(short, name) is not None:
+                return False
+        return True
 
     await poll(gone, within=30, interval=0.3)
     await asyncio.sleep(2.0)  # a wrong eviction or binding would show by now

@@ -49,7 +49,7 @@ def _ours(metrics: Metrics) -> dict[str, str]:
 
 def test_every_metric_follows_the_naming_convention() -> None:
     families = _ours(Metrics.create())
-    assert len(families) == 25
+    assert len(families) == 26
     for name, kind in families.items():
         assert NAME.match(name), name
         assert name.endswith(UNIT_BY_TYPE[kind]), (name, kind)
@@ -131,6 +131,7 @@ def test_expected_names() -> None:
         "lattice_reports_dropped_total",
         "lattice_gpu_devices",
         "lattice_quota_resource_units",
+        "lattice_quota_reclaim_evictions_total",
     }
 
 
@@ -230,3 +231,14 @@ def test_set_quotas_publishes_and_drops_stale_series() -> None:
         _sample(metrics, gauge, namespace="team-b", quota="q", resource="cpu", bound="min") is None
     )
     assert metrics.quota_series == 1
+
+
+def test_reclaim_evictions_are_counted_per_quota() -> None:
+    metrics = Metrics.create()
+    name = "lattice_quota_reclaim_evictions_total"
+    assert _sample(metrics, name, namespace="team-a", quota="q") is None  # no series before
+    metrics.reclaim_eviction("team-a", "q")
+    metrics.reclaim_eviction("team-a", "q")
+    metrics.reclaim_eviction("team-b", "q")
+    assert _sample(metrics, name, namespace="team-a", quota="q") == 2.0
+    assert _sample(metrics, name, namespace="team-b", quota="q") == 1.0

@@ -7,11 +7,13 @@ nominated pods' room counted as upstream counts it). Pods of other namespaces, a
 pod of a cycle that carries no quotas (``Cycle.quota`` None: simulations, preemption's dry
 runs, tests), skip it. The plugin has no Filter of its own: the verdict is the pod's.
 
-The refusal is UnschedulableAndUnresolvable, not upstream's Unschedulable: upstream's
-PostFilter is its own quota-aware preemption, while kube's DefaultPreemption here cannot see
-quotas and would evict pods for a pod the quota still refuses afterwards. Until reclaim
-exists (issue #38), a refused pod waits for an event that frees quota: a pod of a quota
-namespace deleted or finished, or a quota changed.
+The refusal is Unschedulable, as upstream's: every node is then a potential node for the
+PostFilter, whose reclaim rules (:mod:`scheduler.core.reclaim`, applied by
+:mod:`scheduler.core.preemption` whenever quotas exist) may evict borrowers' pods for a
+pod whose quota is below its min, even where nodes still have room; the dry run checks the
+quota with the victims gone itself (it skips this PreFilter). When nothing can be
+reclaimed, the pod waits for an event that frees quota: a pod of a quota namespace deleted
+or finished, or a quota changed.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ class CapacityScheduling:
             # Success, not Skip: the verdict was given (and a Skip would name the plugin
             # among those skipped in explanations).
             return PREFILTER_SUCCESS
-        return PreFilterResult(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, verdict.message)
+        return PreFilterResult(Code.UNSCHEDULABLE, verdict.message)
 
     def filter(self, cycle: Cycle, candidates: BoolArray) -> FilterResult | None:
         return None  # every node passes: the PreFilter judged the pod as a whole
