@@ -118,6 +118,17 @@ class Case:
         return {e.involved_object.name: e.message for e in events.items}
 
     async def teardown(self) -> None:
+        """Pods gone first (their room and quota use with them), then quotas, namespaces."""
+        for name in self.namespaces:
+            await self.core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+
+        async def empty() -> bool:
+            for name in self.namespaces:
+                if (await self.core.list_namespaced_pod(name)).items:
+                    return False
+            return True
+
+        await poll(empty, within=60, interval=0.3)
         for name in self.namespaces:
             with contextlib.suppress(client.ApiException):
                 for item in (
