@@ -51,6 +51,13 @@ import numpy as np
 
 from scheduler.core.fairshare import FairShare, QuotaState, deficit, excess, fair_shares
 from scheduler.core.profile import DEFAULT_PROFILE
+from scheduler.core.quota import (
+    Quota,
+    QuotaSnapshot,
+    admit,
+    more_than_min_with,
+    used_over_min,
+)
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
@@ -64,14 +71,14 @@ FAIR: Final = "fair"
 POLICIES: Final = (NONE, CAPACITY, FAIR)
 
 DEFAULT_TENANTS: Final = (
-    "a:40%:100%:1:0.5",
-    "b:30%:60%:2:0.35",
-    "c:20%:-:1:0.3:0.4-0.8",
-    "d:10%:30%:1:0.1",
+    "a:30%:100%:1:0.45",
+    "b:30%:70%:2:0.55",
+    "c:25%:-:1:0.25:0.4-0.8",
+    "d:15%:30%:1:0.05",
 )
-"""Four tenants of unequal demand whose minimums add up to the cluster: ``a`` asks more
-than its minimum all along, ``b`` (weight 2) borrows, ``c`` arrives late and must reclaim,
-``d`` is small and capped."""
+"""Four tenants of unequal demand whose minimums add up to the cluster: ``a`` and ``b``
+(weight 2) ask more than their minimums and share what is left, ``c`` arrives late and must
+reclaim its minimum from them, ``d`` asks less than its minimum and lends the rest."""
 _SEED_STRIDE: Final = 1 << 32
 
 
@@ -99,7 +106,9 @@ def _gpus(text: str, cluster: int, what: str) -> int:
             return int(Fraction(text[:-1]) * cluster / 100)
         return int(text)
     except (ValueError, ZeroDivisionError):
-        raise TenantError(f"{what}: want GPUs or a percentage of the cluster, got {text!r}")
+        raise TenantError(
+            f"{what}: want GPUs or a percentage of the cluster, got {text!r}"
+        ) from None
 
 
 def parse_tenant(text: str, cluster_gpus: int) -> Tenant:
@@ -120,7 +129,7 @@ def parse_tenant(text: str, cluster_gpus: int) -> Tenant:
             a, _, b = parts[5].partition("-")
             start, end = float(a), float(b)
     except ValueError:
-        raise TenantError(f"tenant {text!r}: weight, load and window must be numbers")
+        raise TenantError(f"tenant {text!r}: weight, load and window must be numbers") from None
     if low < 0 or (high is not None and high < low):
         raise TenantError(f"tenant {name}: want 0 <= min <= max")
     if weight <= 0 or not load > 0 or not 0 <= start < end <= 1:
@@ -202,6 +211,7 @@ class TenantFigures:
             "fairGpus": round(self.fair_area / span, 3),
             "guaranteedGpus": round(self.guaranteed_area / span, 3),
             "deviationPercent": _round(self.deviation_pct),
+            "leftoverOfFairPercent": _round(self.leftover_pct),
             "waitP50": _round(_pct(self.waits, 50)),
             "waitP99": _round(_pct(self.waits, 99)),
             "owedEpisodes": len(self.owed),
@@ -214,7 +224,17 @@ class TenantFigures:
 
     @property
     def deviation_pct(self) -> float | None:
+        """Time-averaged ``|used - fair|`` as a share of the time-averaged fair share."""
         return 100 * self.deviation_area / self.fair_area if self.fair_area > 0 else None
+
+    @property
+    def leftover_pct(self) -> float | None:
+        """What it got beyond its guarantee against what its fair share gives it beyond it
+        (time averages; 100: exactly its weighted part of the leftover)."""
+        fair_extra = self.fair_area - self.guaranteed_area
+        if fair_extra <= 1e-9 * max(self.fair_area, 1.0):
+            return None
+        return 100 * (self.used_area - self.guaranteed_area) / fair_extra
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:
@@ -256,12 +276,9 @@ class _Cluster:
         self.topology = TopologyState(DEFAULT_PROFILE.topology)
         self.topology.gpu_demand.set_resources(DEFAULT_PROFILE.gpu_placement.resources)
         self.cols = [
-            c
-            for c in (
-                self.snapshot.resource_column(GPU_RESOURCE),
-                self.snapshot.resource_column(CPU),
-                self.snapshot.resource_column(MEMORY),
-            )
+            self.snapshot.resource_column(GPU_RESOURCE),
+            self.snapshot.resource_column(CPU),
+            self.snapshot.resource_column(MEMORY),
         ]
         self.running: dict[int, tuple[Job, int, float]] = {}  # id -> (job, node index, start)
         self.on_node: dict[int, set[int]] = {}
@@ -347,11 +364,15 @@ def simulate_policy(
         amounts = {GPU_RESOURCE: used[n]}
         return (deficit if sign < 0 else excess)(amounts, fair[n], capacity)
 
+    def quota_of(n: str) -> Quota:
+        t = by_name[n]
+        cap = {} if t.max is None else {GPU_RESOURCE: t.max}
+        return Quota(n, n, {GPU_RESOURCE: t.min}, cap, {GPU_RESOURCE: used[n]})
+
     def admitted(job: Job) -> bool:
-        t = by_name[job.tenant]
-        if t.max is not None and used[job.tenant] + job.gpus > t.max:
-            return False
-        return sum(used.values()) + job.gpus <= sum_min
+        """CapacityScheduling's PreFilter, the production rules (scheduler.core.quota)."""
+        quotas = QuotaSnapshot({n: quota_of(n) for n in names})
+        return admit(quotas, job.tenant, {GPU_RESOURCE: job.gpus}).admitted
 
     def start(job: Job, node: str, now: float, annotations: Any) -> None:
         nonlocal seq
@@ -388,10 +409,8 @@ def simulate_policy(
 
     def reclaim(job: Job, now: float) -> bool:
         """Evict borrowers so ``job`` fits on a node and under the pool; True if it did."""
-        borrowers = {n for n in names if used[n] > by_name[n].min}
-        eligible = [
-            j for j, (other, _, _) in cluster.running.items() if other.tenant in borrowers
-        ]
+        borrowers = {n for n in names if used_over_min(quota_of(n))}
+        eligible = [j for j, (other, _, _) in cluster.running.items() if other.tenant in borrowers]
         if not eligible:
             return False
         free = cluster.free()
@@ -435,9 +454,10 @@ def simulate_policy(
                 if over <= 0:
                     break
                 other = cluster.running[j][0]
-                if used[other.tenant] - taken.get(other.tenant, 0) - other.gpus < by_name[
-                    other.tenant
-                ].min:
+                if (
+                    used[other.tenant] - taken.get(other.tenant, 0) - other.gpus
+                    < by_name[other.tenant].min
+                ):
                     continue
                 victims.append(j)
                 taken[other.tenant] = taken.get(other.tenant, 0) + other.gpus
@@ -455,14 +475,12 @@ def simulate_policy(
         return True
 
     def try_place(job: Job, now: float, max_free: int) -> bool:
-        t = by_name[job.tenant]
-        may_reclaim = quota and used[job.tenant] + job.gpus <= t.min
-        if quota and not admitted(job):
-            if not (may_reclaim and reclaim(job, now)):
-                return False
-        elif job.gpus > max_free:
-            if not (may_reclaim and reclaim(job, now)):
-                return False
+        may_reclaim = quota and not more_than_min_with(
+            quota_of(job.tenant), {GPU_RESOURCE: job.gpus}
+        )
+        blocked = (quota and not admitted(job)) or job.gpus > max_free
+        if blocked and not (may_reclaim and reclaim(job, now)):
+            return False
         chosen = schedule(job)
         if chosen is None and may_reclaim and reclaim(job, now):
             chosen = schedule(job)
@@ -713,6 +731,7 @@ def format_table(result: TenantRun) -> str:
         "guaranteed",
         "fair",
         "|used-fair| %",
+        "leftover/fair %",
         "wait p50/p99 s",
         "to-min p99 s",
         "owed (open)",
@@ -730,6 +749,7 @@ def format_table(result: TenantRun) -> str:
                     f"{f.guaranteed_area / h:.1f}",
                     f"{f.fair_area / h:.1f}",
                     _cell(f.deviation_pct, "{:.1f}"),
+                    _cell(f.leftover_pct),
                     f"{_cell(_pct(f.waits, 50))}/{_cell(_pct(f.waits, 99))}",
                     _cell(_pct(f.owed, 99)),
                     f"{len(f.owed)} ({f.still_owed})",
@@ -753,4 +773,49 @@ def format_table(result: TenantRun) -> str:
             for r in result.runs
         )
     )
+    return "\n".join(lines)
+
+
+def format_summary(results: Sequence[TenantRun]) -> str:
+    """One row per policy over several seeds: per-tenant deviation from fair share (mean and
+    worst), pooled waits and times to min, evictions against their lower bound."""
+    columns = (
+        "policy",
+        "|used-fair| % mean/max",
+        "wait p50/p99 s",
+        "to-min p99 s",
+        "still owed",
+        "evictions (bound)",
+        "s above max",
+    )
+    rows: list[tuple[str, ...]] = [columns]
+    policies = list(dict.fromkeys(r.policy for run in results for r in run.runs))
+    for policy in policies:
+        runs = [r for run in results for r in run.runs if r.policy == policy]
+        figures = [f for r in runs for f in r.tenants.values()]
+        devs = [d for f in figures if (d := f.deviation_pct) is not None]
+        waits = [w for f in figures for w in f.waits]
+        owed = [o for f in figures for o in f.owed]
+        rows.append(
+            (
+                policy,
+                f"{_cell(float(np.mean(devs)) if devs else None, '{:.1f}')}/"
+                f"{_cell(max(devs, default=None), '{:.1f}')}",
+                f"{_cell(_pct(waits, 50))}/{_cell(_pct(waits, 99))}",
+                _cell(_pct(owed, 99)),
+                str(sum(f.still_owed for f in figures)),
+                f"{sum(r.evictions for r in runs)} ({sum(r.eviction_bound for r in runs)})",
+                f"{sum(f.above_max_s for f in figures):.0f}",
+            )
+        )
+    seeds = ", ".join(str(run.seed) for run in results)
+    widths = [max(len(row[c]) for row in rows) for c in range(len(columns))]
+    lines = [f"over seeds {seeds}:"]
+    for row in rows:
+        lines.append(
+            "  ".join(
+                [row[0].ljust(widths[0])]
+                + [v.rjust(w) for v, w in zip(row[1:], widths[1:], strict=True)]
+            ).rstrip()
+        )
     return "\n".join(lines)
