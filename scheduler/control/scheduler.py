@@ -74,6 +74,7 @@ from scheduler.control.binder import Binder
 from scheduler.control.cache import SchedulerCache
 from scheduler.control.dra import DraObjects
 from scheduler.control.dra import Kind as DraKind
+from scheduler.control.fairness import TenantRanks
 from scheduler.control.gang_flow import GangFlow
 from scheduler.control.gangs import GangEntry, entry_key, gang_of
 from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
@@ -93,7 +94,7 @@ from scheduler.control.queue import (
 from scheduler.control.queued import BrokenPod, QueuedPod, relevant_update
 from scheduler.control.quotas import QuotaBook
 from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
-from scheduler.control.settings import SchedulerSettings
+from scheduler.control.settings import QuotaPolicy, SchedulerSettings
 from scheduler.control.storage import POD_GONE, Kind, Storage
 from scheduler.control.timing import timed
 from scheduler.control.transient import describe, failure_of, is_transient, written_or_failure
@@ -232,6 +233,9 @@ class Scheduler:
         self.wall_clock = wall_clock
         """Unix time: agents date their samples with it, so report ages are measured on it."""
         self.queue: SchedulingQueue[QueuedPod] = SchedulingQueue(is_relevant_update=relevant_update)
+        self.tenant_ranks = TenantRanks()
+        """Fair-share ranks of the quota namespaces, read by the queue under policy Fair."""
+        self._apply_quota_policy(settings)
         self.writer = writer
         self.metrics = metrics
         self.clock = clock
@@ -332,6 +336,7 @@ class Scheduler:
             self.binder.resize(settings.bind_concurrency)
         if self.writer is not None:
             self.writer.reconfigure(settings.client_qps, settings.client_burst)
+        self._apply_quota_policy(settings)
         changed = settings.profile != self.settings.profile
         levels_changed = settings.topology.levels != self.settings.topology.levels
         self.settings = settings
@@ -342,6 +347,11 @@ class Scheduler:
             self.queue.move_all_on_event(
                 ClusterEvent(ClusterEventType.PROFILE_CHANGED, subject=settings.profile.name)
             )
+
+    def _apply_quota_policy(self, settings: SchedulerSettings) -> None:
+        """Fair: equal priorities ordered by tenant rank; Capacity: arrival order."""
+        fair = settings.quota.policy is QuotaPolicy.FAIR
+        self.queue.set_tenant_rank(self.tenant_ranks.rank if fair else None)
 
     # -- watch side ---------------------------------------------------------
     def pod_upserted(self, body: Body) -> None:

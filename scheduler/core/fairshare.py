@@ -290,3 +290,14 @@ def queue_order(
 def total(shares: Iterable[FairShare], resource: str) -> Fraction:
     """Sum of the quotas' shares of one resource (never above capacity)."""
     return sum((s.share.get(resource, Fraction(0)) for s in shares), Fraction(0))
+
+
+def tenant_ranks(
+    capacity: Amounts,
+    quotas: Mapping[str, QuotaState],
+    shares: Mapping[str, FairShare] | None = None,
+) -> dict[str, Fraction]:
+    """The queue's rank of each quota, lower first: minus its :func:`deficit`, so the
+    tenant furthest below its fair share ranks first and one above it ranks last."""
+    shares = fair_shares(capacity, quotas) if shares is None else shares
+    return {n: -deficit(q.used, shares[n], capacity) for n, q in quotas.items()}
