@@ -16,7 +16,14 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from scheduler.core.fairshare import QuotaState, WeightError, parse_weight, tenant_ranks
+from scheduler.core.fairshare import (
+    FairShare,
+    QuotaState,
+    WeightError,
+    fair_shares,
+    parse_weight,
+    tenant_ranks,
+)
 from scheduler.core.quota import QuotaSnapshot, Vector, add
 
 __all__ = ["TenantRanks", "weights_of"]
@@ -49,6 +56,8 @@ class TenantRanks:
 
     def __init__(self) -> None:
         self._ranks: dict[str, Fraction] = {}
+        self._shares: dict[str, FairShare] = {}
+        self._capacity: dict[str, int] = {}
 
     def rank(self, namespace: str) -> Fraction:
         return self._ranks.get(namespace, Fraction(0))
@@ -71,7 +80,16 @@ class TenantRanks:
             )
             for ns, q in quotas.quotas.items()
         }
-        self._ranks = tenant_ranks(capacity, states)
+        self._shares = fair_shares(capacity, states)
+        self._capacity = dict(capacity)
+        self._ranks = tenant_ranks(capacity, states, self._shares)
+
+    def shares(self) -> tuple[dict[str, FairShare], dict[str, int]] | None:
+        """The fair shares of the last refresh (by namespace) and the capacity they divide,
+        for reclaim; None before the first refresh."""
+        if not self._shares:
+            return None
+        return dict(self._shares), dict(self._capacity)
 
     def snapshot(self) -> dict[str, Fraction]:
         return dict(self._ranks)

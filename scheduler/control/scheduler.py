@@ -925,16 +925,21 @@ class Scheduler:
 
     def reclaim_quotas(self) -> Quotas | None:
         """The ElasticQuotas as preemption reads them (None without any: kube's rules): the
-        usage now, pods charged as CapacityScheduling charges them (DRA devices included).
-        Fair shares are not passed yet: reclaim's fair-share rules stay off until the
-        fair-share policy has a setting (``Quotas.fair_share``)."""
+        usage now, pods charged as CapacityScheduling charges them (DRA devices included);
+        under ``spec.quota.policy: Fair``, the fair shares of the tenant ranks' last refresh
+        (none yet: CapacityScheduling's rules alone)."""
         if not len(self.quotas):
             return None
         dra = self.cache.dra
+        shares = (
+            self.tenant_ranks.shares() if self.settings.quota.policy is QuotaPolicy.FAIR else None
+        )
         return Quotas(
             self.quota_snapshot(),
             held=lambda p: charged(p, dra, bound=True),
             asked=lambda p: charged(p, dra),
+            fair_share=None if shares is None else shares[0],
+            capacity={} if shares is None else shares[1],
         )
 
     def _post_filter(

@@ -72,7 +72,9 @@ class QuotaPolicy(enum.StrEnum):
     FAIR = "Fair"
     """CapacityScheduling's admission and reclaim, plus weighted fair share: among pending
     pods of equal priority the tenant furthest below its fair share goes first, and reclaim
-    takes from the quota furthest above its fair share first."""
+    takes from the quota furthest above its fair share first; a quota above its min but
+    within its fair share may also reclaim from quotas above theirs, each only down to its
+    fair share (:mod:`scheduler.core.reclaim`)."""
     CAPACITY = "Capacity"
     """CapacityScheduling exactly: equal priorities in arrival order."""
 
