@@ -14,6 +14,7 @@ from scheduler.sim.tenants import (
     CAPACITY,
     FAIR,
     NONE,
+    PolicyRun,
     Tenant,
     TenantError,
     parse_tenant,
@@ -91,12 +92,11 @@ def test_streams_are_seeded_windowed_and_namespaced() -> None:
 # --- the policies
 
 
-def _run(policy: str, tenants: list[str], *, seed: int = 1, horizon: float = 8) -> dict:
+def _run(policy: str, tenants: list[str], *, seed: int = 1, horizon: float = 8) -> PolicyRun:
     trace = _cluster()
     parsed = [parse_tenant(t, trace.gpus) for t in tenants]
     jobs, h = tenant_stream(trace, parsed, RUNS, horizon_runs=horizon, seed=seed)
-    run = simulate_policy(trace, parsed, jobs, h, policy, warmup=h / 6, seed=seed)
-    return {"run": run, "span": h - h / 6}
+    return simulate_policy(trace, parsed, jobs, h, policy, warmup=h / 6, seed=seed)
 
 
 LATE = ["a:12:32:1:0.8", "b:12:24:1:0.6", "c:8:-:1:0.4:0.4-0.9"]
@@ -105,7 +105,7 @@ LATE = ["a:12:32:1:0.8", "b:12:24:1:0.6", "c:8:-:1:0.4:0.4-0.9"]
 
 def test_quota_policies_keep_max_and_reclaim_for_the_late_tenant() -> None:
     for policy in (CAPACITY, FAIR):
-        run = _run(policy, LATE)["run"]
+        run = _run(policy, LATE)
         assert all(f.above_max_s == 0 for f in run.tenants.values()), policy
         assert run.evictions > 0, policy
         assert run.evictions >= run.eviction_bound, policy
@@ -116,7 +116,7 @@ def test_quota_policies_keep_max_and_reclaim_for_the_late_tenant() -> None:
 
 
 def test_no_quota_never_evicts_and_lets_a_tenant_past_its_max() -> None:
-    run = _run(NONE, ["a:12:12:1:0.8", *LATE[1:]])["run"]
+    run = _run(NONE, ["a:12:12:1:0.8", *LATE[1:]])
     assert run.evictions == 0
     assert run.tenants["a"].above_max_s > 0
 
@@ -127,9 +127,9 @@ def test_fair_shares_the_leftover_by_weight() -> None:
     tenants = ["a:4:-:1:1.0", "b:4:-:3:1.0", "d:24:-:1:0.05"]
     capacity = _run(CAPACITY, tenants, horizon=16)
     fair = _run(FAIR, tenants, horizon=16)
-    b_cap = capacity["run"].tenants["b"]
-    b_fair = fair["run"].tenants["b"]
-    a_fair = fair["run"].tenants["a"]
+    b_cap = capacity.tenants["b"]
+    b_fair = fair.tenants["b"]
+    a_fair = fair.tenants["a"]
     assert b_fair.used_area > b_cap.used_area
     assert b_fair.used_area > 1.5 * a_fair.used_area
     dev_fair = b_fair.deviation_pct
