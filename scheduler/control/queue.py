@@ -157,6 +157,9 @@ class ClusterEventType(enum.StrEnum):
     DRA_CHANGED = "ResourceClaimOrSliceChanged"
     """A DeviceClass, ResourceClaim or ResourceSlice changed: only pods with resource
     claims can be concerned (kube registers DynamicResources for these)."""
+    QUOTA_CHANGED = "ElasticQuotaChanged"
+    """An ElasticQuota was added, changed or deleted: its namespace's pods, and those of
+    every other quota namespace (the sum of mins moved), may be admitted now."""
     PROFILE_CHANGED = "ProfileChanged"
     """The LatticeScheduler spec changed the profile: any verdict may differ (kube-scheduler
     gets a new configuration only by a restart, which retries every pod)."""

@@ -92,6 +92,7 @@ from scheduler.control.queue import (
     pod_key,
 )
 from scheduler.control.queued import BrokenPod, QueuedPod, relevant_update
+from scheduler.control.quotas import QuotaBook
 from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import QuotaPolicy, SchedulerSettings
 from scheduler.control.storage import POD_GONE, Kind, Storage
@@ -115,6 +116,7 @@ from scheduler.core.plugins.dynamic_resources import (
     stale_extended_claim,
 )
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
+from scheduler.core.quota import Nominated, QuotaContext, QuotaSnapshot, charged
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
 from scheduler.core.volumes import VolumePlan
@@ -289,6 +291,8 @@ class Scheduler:
         CSIStorageCapacities, and the PreBind waits."""
         self.dra = DraObjects(self.cache.dra, log=self.log)
         """DeviceClasses, ResourceClaims, ResourceSlices: what DynamicResources reads."""
+        self.quotas = QuotaBook()
+        """ElasticQuotas (CapacityScheduling's admission); usage is the cache's."""
         self._prebinding: dict[str, bool] = {}
         self._extended_claims: dict[str, tuple[str, str, str]] = {}
         """Per pod uid in PreBind or binding: the claim created for its extended resources
@@ -720,6 +724,47 @@ class Scheduler:
         """Gangs with a PodGroup (a re-list reconciles them)."""
         return self.gang_flow.podgroup_keys()
 
+    def quota_upserted(self, body: Body) -> None:
+        before = self.quotas.namespaces()
+        if self.quotas.upserted(body):
+            self._quota_changed(before, body)
+
+    def quota_deleted(self, body: Body) -> None:
+        before = self.quotas.namespaces()
+        if self.quotas.deleted(body):
+            self._quota_changed(before, body)
+
+    def _quota_changed(self, before: set[str], body: Body) -> None:
+        """A quota's spec changed, or it came or went: the sum of mins moved too, so every
+        waiting pod of a namespace with a quota (then or now) may be admitted now."""
+        meta = body.get("metadata") or {}
+        governed = before | self.quotas.namespaces()
+        self.queue.move_all_on_event(
+            ClusterEvent(
+                ClusterEventType.QUOTA_CHANGED,
+                subject=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+            ),
+            lambda p: p.namespace in governed,
+        )
+
+    def quota_snapshot(self) -> QuotaSnapshot:
+        """The quotas with their namespaces' usage now (bound and assumed pods)."""
+        return self.quotas.snapshot(self.cache.quota_usage, self.cache.dra)
+
+    def quota_context(self, *, exclude: frozenset[str] = frozenset()) -> QuotaContext | None:
+        """What CapacityScheduling reads in a cycle; None without quotas (it then skips
+        every pod). Nominated pods of quota namespaces hold their quota room, except those
+        keyed in ``exclude`` (a gang's own members)."""
+        if not len(self.quotas):
+            return None
+        snapshot = self.quota_snapshot()
+        nominated = tuple(
+            (p.uid, Nominated(p.namespace, p.priority, charged(p, self.cache.dra)))
+            for p, _ in (self.nominated() if self.preemptor.nominations else ())
+            if snapshot.governs(p.namespace) and p.key not in exclude
+        )
+        return QuotaContext(snapshot, nominated)
+
     # -- scheduling side ----------------------------------------------------
     async def open_connections(self) -> int:
         """As many connections as bindings and reports can have in flight, opened before
@@ -853,6 +898,7 @@ class Scheduler:
             dra=self.cache.dra,
             batch=self.batch if restrict_to is None else None,
             search=search,
+            quota=self.quota_context(exclude=ignore_nominated) if restrict_to is None else None,
         )
 
     def preemption_inputs(self) -> Inputs:
@@ -1575,6 +1621,29 @@ class Scheduler:
             # a second between refreshes is plenty for a gauge.
             self.metrics.set_load_nodes(self.load_status_counts())
             self.set_gpu_gauges()
+            self.set_quota_gauges()
+
+    def set_quota_gauges(self) -> None:
+        """used, min and max of every ElasticQuota, per resource (cpu in cores)."""
+        if not len(self.quotas) and not self.metrics.quota_series:
+            return
+        snapshot = self.quota_snapshot()
+        rows: list[tuple[str, str, str, str, float]] = []
+        for quota in snapshot.quotas.values():
+            for bound, vector in (("used", quota.used), ("min", quota.min), ("max", quota.max)):
+                for resource, amount in vector.items():
+                    value = amount / 1000 if resource == CPU else float(amount)
+                    rows.append((quota.namespace, quota.name, resource, bound, value))
+        self.metrics.set_quotas(rows)
+
+    async def write_quota_statuses(self) -> None:
+        """``status.used`` of every ElasticQuota whose usage changed (leader only)."""
+        if self.writer is None or not len(self.quotas):
+            return
+        try:
+            await self.quotas.write_statuses(self.writer, self.quota_snapshot())
+        except Exception as exc:  # best effort: the difference is retried next round
+            self.log.warning("quota_status_failed", reason=str(exc)[:200])
 
     def set_gpu_gauges(self) -> None:
         """The fleet's GPUs: allocatable, free, stranded (by the learned request mix)."""

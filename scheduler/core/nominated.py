@@ -43,6 +43,7 @@ from scheduler.model.pod import Pod
 if TYPE_CHECKING:
     from scheduler.core.dra.search import DeviceSearch
     from scheduler.core.dra.state import DraState
+    from scheduler.core.quota import QuotaContext
     from scheduler.core.volumes import VolumeState
 
 
@@ -76,6 +77,7 @@ def schedule_with_nominated(
     dra: DraState | None = None,
     batch: Batch | None = None,
     search: DeviceSearch | None = None,
+    quota: QuotaContext | None = None,
 ) -> Decision:
     """:meth:`Framework.schedule` with ``nominated`` (pending pods and their nominated
     nodes) counted as described in the module docstring; ``batch`` only serves a cycle
@@ -93,6 +95,7 @@ def schedule_with_nominated(
             dra=dra,
             batch=None if nominated else batch,
             search=search,
+            quota=quota,
         )
 
     without = run(restrict_to)

@@ -15,7 +15,11 @@ Interface (stable; the reclaim and fair-share work builds on it)
   DeviceClass maps an extended resource name (:func:`claim_request`).
 * :func:`over_max`, :func:`aggregated_over_min` — the two PreFilter rules, each returning
   the first offending resource or None; :func:`admit` and :func:`admit_gang` combine them into
-  a :class:`Verdict` whose message says which rule refused and by how much.
+  a :class:`Verdict` whose message says which rule refused and by how much;
+  :func:`gang_room` says how many of a gang's members fit (its quorum as one unit or none).
+* :class:`QuotaContext` — what a cycle carries (``Cycle.quota``): the snapshot and the
+  nominated pods whose quota room is spoken for; :func:`charged` is a pod's request with
+  its claims looked up in the cluster's DRA objects.
 * :func:`used_over_min`, :func:`more_than_min_with` — whether a quota borrows (reclaim's
   victim rule) and whether a preemptor's request would take its quota past ``min``.
 
@@ -51,6 +55,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from scheduler.core.dra.objects import EXACT_COUNT, DeviceClass, ExactRequest, ResourceClaim
+from scheduler.core.dra.state import DraState
 from scheduler.model._fields import mapping, string
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.names import CPU, EPHEMERAL_STORAGE, HUGEPAGES_PREFIX, MEMORY
@@ -246,11 +251,30 @@ def claim_request(
     return out
 
 
+def pod_claims(pod: Pod, claims: Mapping[tuple[str, str], ResourceClaim]) -> list[ResourceClaim]:
+    """The pod's ResourceClaims that exist (by name, or generated from a template)."""
+    out: list[ResourceClaim] = []
+    for ref in pod.resource_claims:
+        name = ref.claim_name or pod.generated_claims.get(ref.name)
+        claim = claims.get((pod.namespace, name)) if name else None
+        if claim is not None:
+            out.append(claim)
+    return out
+
+
 def pod_request(pod: Pod, *, bound: bool = False, claims: Vector = _EMPTY) -> dict[str, int]:
     """What a pod charges to its quota: NodeResourcesFit's request (``bound``: what a placed
     pod holds, in-place resize honoured) plus its claims' devices (:func:`claim_request`)."""
     base = pod.resources.accounted if bound else pod.resources.requests
     return add(base, claims) if claims else dict(base)
+
+
+def charged(pod: Pod, dra: DraState | None, *, bound: bool = False) -> dict[str, int]:
+    """:func:`pod_request` with the pod's claims looked up in the cluster's DRA objects."""
+    if dra is None or not pod.resource_claims:
+        return pod_request(pod, bound=bound)
+    claims = claim_request(pod_claims(pod, dra.claims), dra.classes)
+    return pod_request(pod, bound=bound, claims=claims)
 
 
 def _first_over(
@@ -417,6 +441,49 @@ def admit_gang(
     return admit(
         snapshot, namespace, add(*requests), priority=priority, nominated=nominated, what=what
     )
+
+
+def gang_room(
+    snapshot: QuotaSnapshot,
+    namespace: str,
+    requests: Sequence[Vector],
+    need: int,
+    *,
+    priority: int = 0,
+    nominated: Iterable[Nominated] = (),
+) -> tuple[int, Verdict]:
+    """How many of a gang's members (in order) its quota admits together: the quorum
+    (the first ``need``) as one unit or nothing, then as many more as fit. Returns the
+    count and the quorum's verdict (count 0 when refused)."""
+    nominated = tuple(nominated)
+    verdict = admit_gang(
+        snapshot, namespace, requests[:need], priority=priority, nominated=nominated
+    )
+    if not verdict.admitted:
+        return 0, verdict
+    count = max(need, 0)
+    while (
+        count < len(requests)
+        and admit_gang(
+            snapshot, namespace, requests[: count + 1], priority=priority, nominated=nominated
+        ).admitted
+    ):
+        count += 1
+    return count, verdict
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaContext:
+    """What one cycle's CapacityScheduling PreFilter reads: the quotas as the cache has
+    them now, and the nominated pods whose room is spoken for."""
+
+    snapshot: QuotaSnapshot
+    nominated: tuple[tuple[str, Nominated], ...] = ()
+    """(pod uid, nominated pod) of namespaces with a quota."""
+
+    def others(self, uid: str) -> list[Nominated]:
+        """The nominated pods other than the pod being scheduled."""
+        return [n for key, n in self.nominated if key != uid]
 
 
 def _amount(resource: str, vector: Vector) -> str:

@@ -8,10 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from scheduler.core.batch import Batch
 from scheduler.core.dra.objects import DeviceClass, ResourceClaim
+from scheduler.core.framework import Code
 from scheduler.core.quota import (
     Nominated,
     Quota,
+    QuotaContext,
     QuotaSnapshot,
     Rule,
     add,
@@ -21,15 +24,18 @@ from scheduler.core.quota import (
     claim_request,
     format_amount,
     format_vector,
+    gang_room,
     more_than_min_with,
     over_max,
     parse_quota,
     pod_request,
     used_over_min,
 )
+from scheduler.core.schedule import Framework
+from scheduler.core.snapshot import Snapshot
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.quantity import Quantity
-from tests.builders import make_pod, quota_body
+from tests.builders import cluster, make_node, make_pod, quota_body
 from tests.core.dra.builders import claim, device_class, exactly, first_available, request
 
 GPU = "nvidia.com/gpu"
@@ -356,3 +362,65 @@ def test_admission_is_monotone_and_matches_a_direct_reading(
     less = {r: max(0, a - smaller_by.get(r, 0)) for r, a in request.items()}
     if verdict.admitted:
         assert admit(s, "ns0", less).admitted
+
+
+# --- the PreFilter in the framework --------------------------------------------------------
+
+
+def _gpu_nodes() -> Snapshot:
+    return cluster([make_node(f"n{i}", cpu="32", memory="64Gi").resource(GPU, 8) for i in range(2)])
+
+
+def test_capacity_scheduling_prefilter_refuses_before_any_node_and_skips_others() -> None:
+    snapshot = _gpu_nodes()
+    context = QuotaContext(snap(quota("team-a", min={GPU: 8}, max={GPU: 8}, used={GPU: 6})))
+    pod = make_pod("p", cpu="1", namespace="team-a", resources={GPU: "4"}).build()
+    decision = Framework().schedule(snapshot, pod, quota=context)
+    assert decision.selected is None
+    rejection = decision.explanation.prefilter_rejection
+    assert rejection is not None
+    assert rejection.plugin == "CapacityScheduling"
+    assert rejection.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert rejection.message == "quota team-a/q: 6 of max 8 nvidia.com/gpu used, pod asks 4"
+    other = make_pod("o", cpu="1", namespace="elsewhere", resources={GPU: "4"}).build()
+    assert Framework().schedule(snapshot, other, quota=context).selected is not None
+    # Without quotas in the cycle (simulations, tests) the plugin stays out of the way.
+    assert Framework().schedule(snapshot, pod).selected is not None
+
+
+def test_nominated_pods_of_the_quota_hold_their_room_except_the_pod_itself() -> None:
+    snapshot = _gpu_nodes()
+    q = snap(quota("team-a", min={GPU: 8}, max={GPU: 8}, used={GPU: 2}))
+    pod = make_pod("p", cpu="1", namespace="team-a", resources={GPU: "4"}).uid("me").build()
+    own = QuotaContext(q, (("me", Nominated("team-a", 0, {GPU: 4})),))
+    assert Framework().schedule(snapshot, pod, quota=own).selected is not None
+    held = QuotaContext(q, (("other", Nominated("team-a", 5, {GPU: 4})),))
+    assert Framework().schedule(snapshot, pod, quota=held).selected is None
+
+
+def test_pods_of_a_quota_namespace_are_never_served_from_the_batch_memo() -> None:
+    snapshot = _gpu_nodes()
+    q = snap(quota("team-a", min={GPU: 16}, max={GPU: 6}))
+    batch = Batch()
+    framework = Framework()
+    for i in range(3):
+        pod = make_pod(f"p{i}", cpu="1", namespace="team-a", resources={GPU: "2"}).build()
+        context = QuotaContext(q.with_used("team-a", {GPU: 2 * i}))
+        decision = framework.schedule(snapshot, pod, batch=batch, quota=context)
+        assert decision.selected is not None
+        snapshot.add_pod(pod, decision.selected)
+        batch.assumed(snapshot, decision.selected)
+    assert batch.hits == 0
+    pod = make_pod("p3", cpu="1", namespace="team-a", resources={GPU: "2"}).build()
+    context = QuotaContext(q.with_used("team-a", {GPU: 6}))
+    assert framework.schedule(snapshot, pod, batch=batch, quota=context).selected is None
+
+
+def test_gang_room_admits_the_quorum_as_a_unit_then_as_many_as_fit() -> None:
+    s = snap(quota("a", min={GPU: 16}, max={GPU: 7}))
+    members = [{GPU: 2}] * 5
+    count, verdict = gang_room(s, "a", members, 2)
+    assert (count, verdict.admitted) == (3, True)
+    count, verdict = gang_room(s, "a", members, 4)
+    assert count == 0
+    assert verdict.message == "quota a/q: 0 of max 7 nvidia.com/gpu used, gang of 4 asks 8"
