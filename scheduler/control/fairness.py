@@ -5,9 +5,10 @@ the queue reads it. :meth:`TenantRanks.refresh` takes the quotas as they are (th
 :class:`~scheduler.core.quota.QuotaSnapshot` with each namespace's usage), the weights read
 from the ElasticQuotas' ``lattice.dev/quota-weight`` annotations (:func:`weights_of`), the
 cluster's allocatable totals and the requests of the pending pods per namespace (demand =
-used + pending), and recomputes every rank at once; :meth:`TenantRanks.rank` is the dict
-lookup the queue makes per namespace at every pop. A namespace without a quota ranks 0, as
-does every namespace before the first refresh, which leaves kube's order unchanged.
+used + pending), and recomputes every rank at once over the resources some quota names;
+:meth:`TenantRanks.rank` is the dict lookup the queue makes per namespace at every pop. A
+namespace without a quota ranks 0, as does every namespace before the first refresh, which
+leaves kube's order unchanged.
 """
 
 from __future__ import annotations
@@ -69,20 +70,27 @@ class TenantRanks:
         capacity: Vector,
         pending: Mapping[str, Vector],
     ) -> None:
-        """Recompute every rank from the quotas' state now."""
+        """Recompute every rank from the quotas' state now, over the resources some quota
+        names (those the min rule governs: a GPU-only quota is not ranked by cpu)."""
+        named = quotas.named()
+
+        def only(vector: Vector) -> dict[str, int]:
+            return {r: v for r, v in vector.items() if r in named}
+
         states = {
             ns: QuotaState(
-                min=q.min,
-                max=q.max,
-                used=q.used,
-                demand=add(q.used, pending.get(ns, {})),
+                min=only(q.min),
+                max=only(q.max),
+                used=only(q.used),
+                demand=only(add(q.used, pending.get(ns, {}))),
                 weight=weights.get(ns, Fraction(1)),
             )
             for ns, q in quotas.quotas.items()
         }
-        self._shares = fair_shares(capacity, states)
-        self._capacity = dict(capacity)
-        self._ranks = tenant_ranks(capacity, states, self._shares)
+        governed = only(capacity)
+        self._shares = fair_shares(governed, states)
+        self._capacity = dict(governed)
+        self._ranks = tenant_ranks(governed, states, self._shares)
 
     def shares(self) -> tuple[dict[str, FairShare], dict[str, int]] | None:
         """The fair shares of the last refresh (by namespace) and the capacity they divide,

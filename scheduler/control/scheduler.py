@@ -62,11 +62,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from fractions import Fraction
+from typing import Any, ClassVar
 
 import structlog
 
@@ -74,7 +76,7 @@ from scheduler.control.binder import Binder
 from scheduler.control.cache import SchedulerCache
 from scheduler.control.dra import DraObjects
 from scheduler.control.dra import Kind as DraKind
-from scheduler.control.fairness import TenantRanks
+from scheduler.control.fairness import TenantRanks, weights_of
 from scheduler.control.gang_flow import GangFlow
 from scheduler.control.gangs import GangEntry, entry_key, gang_of
 from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
@@ -116,7 +118,7 @@ from scheduler.core.plugins.dynamic_resources import (
     stale_extended_claim,
 )
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
-from scheduler.core.quota import Nominated, QuotaContext, QuotaSnapshot, charged
+from scheduler.core.quota import Nominated, QuotaContext, QuotaSnapshot, add, charged
 from scheduler.core.reclaim import Quotas, Reclaimed, reclaimed
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
@@ -235,6 +237,10 @@ class Scheduler:
         self.queue: SchedulingQueue[QueuedPod] = SchedulingQueue(is_relevant_update=relevant_update)
         self.tenant_ranks = TenantRanks()
         """Fair-share ranks of the quota namespaces, read by the queue under policy Fair."""
+        self._quota_weights: dict[str, Fraction] = {}
+        """``lattice.dev/quota-weight`` of each quota, by ``namespace/name``."""
+        self._ranks_key: tuple[int, ...] | None = None
+        self._ranks_at = -math.inf
         self._apply_quota_policy(settings)
         self.writer = writer
         self.metrics = metrics
@@ -727,13 +733,61 @@ class Scheduler:
 
     def quota_upserted(self, body: Body) -> None:
         before = self.quotas.namespaces()
+        self._note_weight(body)
         if self.quotas.upserted(body):
             self._quota_changed(before, body)
 
     def quota_deleted(self, body: Body) -> None:
         before = self.quotas.namespaces()
+        meta = body.get("metadata") or {}
+        self._quota_weights.pop(f"{meta.get('namespace', '')}/{meta.get('name', '')}", None)
         if self.quotas.deleted(body):
             self._quota_changed(before, body)
+
+    def _note_weight(self, body: Body) -> None:
+        """The quota's fair-share weight; a bad annotation weighs 1 and is logged."""
+        meta = body.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        weights, errors = weights_of([body])
+        weight = next(iter(weights.values()), Fraction(1))
+        for error in errors.values():
+            self.log.warning("quota_weight_invalid", quota=key, reason=error)
+        if self._quota_weights.get(key) != weight:
+            self._quota_weights[key] = weight
+            self._ranks_key = None
+
+    RANKS_EVERY: ClassVar[float] = 0.1
+    """Seconds between two recomputations of the tenant ranks while the cluster changes
+    (every cycle changes it): a rank a few cycles old orders the queue just as well."""
+
+    def refresh_tenant_ranks(self) -> None:
+        """Recompute the fair-share ranks the queue orders by (policy Fair, quotas present)
+        when usage, quotas or the queue changed, at most every :attr:`RANKS_EVERY` s.
+        Demand is use plus the requests of the namespace's waiting pods (gangs' members
+        are not counted until they are bound)."""
+        if self.settings.quota.policy is not QuotaPolicy.FAIR or not len(self.quotas):
+            return
+        key = (self.cache.snapshot.generation, self.quotas.version, len(self.queue))
+        now = self.clock()
+        if key == self._ranks_key or now - self._ranks_at < self.RANKS_EVERY:
+            return
+        self._ranks_key, self._ranks_at = key, now
+        quotas = self.quota_snapshot()
+        pending: dict[str, dict[str, int]] = {}
+        for queue_name in (QueueName.ACTIVE, QueueName.BACKOFF, QueueName.UNSCHEDULABLE):
+            for pod in self.queue.pods(queue_name):
+                if isinstance(pod, Pod) and pod.namespace in quotas.quotas:
+                    pending[pod.namespace] = add(
+                        pending.get(pod.namespace, {}), charged(pod, self.cache.dra)
+                    )
+        snap = self.cache.snapshot
+        totals = snap.allocatable.sum(axis=1)
+        capacity = {r: int(v) for r, v in zip(snap.resource_names, totals, strict=True)}
+        weights = {
+            ns: self._quota_weights.get(f"{ns}/{q.name}", Fraction(1))
+            for ns, q in quotas.quotas.items()
+        }
+        self.tenant_ranks.refresh(quotas, weights, capacity, pending)
 
     def _quota_changed(self, before: set[str], body: Body) -> None:
         """A quota's spec changed, or it came or went: the sum of mins moved too, so every
@@ -779,6 +833,7 @@ class Scheduler:
     async def run(self) -> None:
         """Schedule until the queue is closed; then wait for in-flight bindings."""
         while True:
+            self.refresh_tenant_ranks()
             info = await self.queue.pop()
             if info is None:
                 break

@@ -31,9 +31,9 @@ among the victims of one node, the units of the quota furthest above its fair sh
 quotas nearest their share first; and among nodes, right after PodDisruptionBudgets, the
 candidate whose victims' quotas are all furthest above their share wins; (2) a preemptor
 above its min whose quota stays within its fair share with the pod (in every resource it
-asks for) may also evict pods of other quotas, each only while that quota keeps at least its
-fair share without it (in every resource the victim holds), so two quotas never evict each
-other back and forth.
+asks for that the shares divide: :attr:`Quotas.capacity`) may also evict pods of other
+quotas, each only while that quota keeps at least its fair share without it (in every such
+resource the victim holds), so two quotas never evict each other back and forth.
 
 Pure: a :class:`Ledger` is a per-node copy of the use; nothing else is mutated.
 """
@@ -174,7 +174,7 @@ class Rules:
             within_share = all(
                 own.used.get(name, 0) + amount <= share.share.get(name, Fraction(0))
                 for name, amount in same.items()
-                if amount > 0
+                if amount > 0 and name in quotas.capacity
             )
         return cls(quotas, pod, own, request, pending, above_min, within_share)
 
@@ -229,10 +229,9 @@ class Rules:
             return False
         held = add(*(self.quotas.held(p) for p in unit))
         left = subtract(ledger.used[ns], held)
-        return any(a > 0 for a in held.values()) and all(
-            left.get(name, 0) >= share.share.get(name, Fraction(0))
-            for name, amount in held.items()
-            if amount > 0
+        governed = {n: a for n, a in held.items() if a > 0 and n in self.quotas.capacity}
+        return bool(governed) and all(
+            left.get(name, 0) >= share.share.get(name, Fraction(0)) for name in governed
         )
 
     def could_take_unit(self, unit: Sequence[Pod]) -> bool:

@@ -282,6 +282,8 @@ class _Cluster:
         ]
         self.running: dict[int, tuple[Job, int, float]] = {}  # id -> (job, node index, start)
         self.on_node: dict[int, set[int]] = {}
+        self.version = 0
+        """Bumped by every placement and removal: verdicts of an older version may differ."""
 
     def free(self) -> Any:
         """Free (gpu, cpu, memory) per node, a 3 x nodes array."""
@@ -301,12 +303,14 @@ class _Cluster:
         assert index is not None
         self.running[job.id] = (job, index, now)
         self.on_node.setdefault(index, set()).add(job.id)
+        self.version += 1
 
     def remove(self, job_id: int) -> Job:
         job, index, _ = self.running.pop(job_id)
         self.on_node[index].discard(job_id)
         self.snapshot.remove_pod(job.pod)
         self.topology.pod_removed(job.pod.key)
+        self.version += 1
         return job
 
 
@@ -492,8 +496,22 @@ def simulate_policy(
             run.tenants[job.tenant].waits.append(now - job.created)
         return True
 
-    def max_free() -> int:
-        return int(cluster.free()[0].max()) if cluster.snapshot.num_nodes else 0
+    free_at: list[int] = [-1, 0]  # (version, largest free GPUs on a node)
+    failed: dict[tuple[str, int, int, int], int] = {}  # request -> version it failed at
+
+    def attempt(job: Job, now: float) -> bool:
+        """``try_place``, skipped where the same tenant's same request failed and nothing
+        was placed or freed since (the verdict could only repeat)."""
+        r = job.pod.resources.requests
+        key = (job.tenant, job.gpus, r.get(CPU, 0), r.get(MEMORY, 0))
+        if failed.get(key) == cluster.version:
+            return False
+        if free_at[0] != cluster.version:
+            free_at[:] = [cluster.version, int(cluster.free()[0].max())]
+        if try_place(job, now, free_at[1]):
+            return True
+        failed[key] = cluster.version
+        return False
 
     def pass_(now: float) -> None:
         nonlocal attempts
@@ -501,7 +519,7 @@ def simulate_policy(
         if policy != FAIR:
             for job, _ in list(pending.values()):
                 if job.id in pending:
-                    try_place(job, now, max_free())
+                    attempt(job, now)
             return
         queues = {n: [j for j, _ in pending.values() if j.tenant == n] for n in names}
         active = [n for n in names if queues[n]]
@@ -511,7 +529,7 @@ def simulate_policy(
             n = active[0]
             placed = False
             for job in queues[n]:
-                if job.id in pending and try_place(job, now, max_free()):
+                if job.id in pending and attempt(job, now):
                     queues[n] = [j for j in queues[n] if j.id in pending]
                     placed = True
                     break

@@ -14,7 +14,8 @@ from scheduler.control.settings import QuotaPolicy, SettingsError, default_spec,
 from scheduler.core.fairshare import WEIGHT_ANNOTATION
 from scheduler.core.quota import Quota, QuotaSnapshot
 from scheduler.obs.metrics import Metrics
-from tests.builders import make_pod
+from tests.builders import make_pod, quota_body
+from tests.control.test_quotas import gpu_pod, scheduler
 
 GPU = "nvidia.com/gpu"
 
@@ -90,3 +91,36 @@ def test_the_policy_switches_the_queue_order_live() -> None:
     assert [p.name for p in sched.queue.pods(QueueName.ACTIVE)] == ["second", "first"]
     sched.apply_settings(parse_spec({"quota": {"policy": "Capacity"}}, "lattice"))
     assert [p.name for p in sched.queue.pods(QueueName.ACTIVE)] == ["first", "second"]
+
+
+def _weighted(ns: str, min_gpus: int, weight: str | None = None) -> dict[str, Any]:
+    body = quota_body(ns, "q", min={GPU: min_gpus})
+    if weight is not None:
+        body["metadata"]["annotations"] = {WEIGHT_ANNOTATION: weight}
+    return body
+
+
+def test_the_scheduler_ranks_quota_namespaces_from_use_and_pending_pods() -> None:
+    """a and b both borrow beyond their min of 2 on 16 GPUs; b (weight 3) asks much more.
+    Fair shares: a 5, b 11 (the 12 left split 1:3, a capped by its demand). Both use 5: b is
+    6/16 below its share, a at it, so b's pod goes first though a's came first."""
+    sched, _ = scheduler(nodes=2, gpus=8)
+    sched.quota_upserted(_weighted("team-a", 2))
+    sched.quota_upserted(_weighted("team-b", 2, "3"))
+    sched.quota_upserted(_weighted("team-d", 12, "oops"))  # weighs 1, logged
+    sched.pod_upserted(gpu_pod("a-run", 5, ns="team-a", node="n0"))
+    sched.pod_upserted(gpu_pod("b-run", 5, ns="team-b", node="n1"))
+    sched.pod_upserted(gpu_pod("a-wait", 1, ns="team-a"))
+    for i in range(5):
+        sched.pod_upserted(gpu_pod(f"b-wait-{i}", 2, ns="team-b"))
+    sched.refresh_tenant_ranks()
+    assert sched.tenant_ranks.snapshot() == {
+        "team-a": Fraction(0),
+        "team-b": Fraction(-6, 16),
+        "team-d": Fraction(0),
+    }
+    order = [p.name for p in sched.queue.pods(QueueName.ACTIVE)]
+    assert order[0] == "b-wait-0"
+    assert order.index("a-wait") == len(order) - 1
+    sched.apply_settings(parse_spec({"quota": {"policy": "Capacity"}}, "lattice"))
+    assert sched.queue.pods(QueueName.ACTIVE)[0].name == "a-wait"

@@ -380,7 +380,8 @@ def test_capacity_scheduling_prefilter_refuses_before_any_node_and_skips_others(
     rejection = decision.explanation.prefilter_rejection
     assert rejection is not None
     assert rejection.plugin == "CapacityScheduling"
-    assert rejection.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    # Unschedulable, as upstream: every node stays a potential node for reclaim's PostFilter
+    assert rejection.code is Code.UNSCHEDULABLE
     assert rejection.message == "quota team-a/q: 6 of max 8 nvidia.com/gpu used, pod asks 4"
     other = make_pod("o", cpu="1", namespace="elsewhere", resources={GPU: "4"}).build()
     assert Framework().schedule(snapshot, other, quota=context).selected is not None
