@@ -1,8 +1,9 @@
 """Reclaim evicts no more than needed, checked against a brute force on small clusters.
 
-Every drawn case is a few nodes of 4 bytes of memory, pods of 1-3 bytes in three quota
-namespaces (and one without a quota), and a pending pod the quota PreFilter or
-NodeResourcesFit refused. For every preemption found, independently of the evaluator:
+Every drawn case (400, derandomized so the counts below are stable) is a few nodes of 4
+bytes of memory, pods of 1-3 bytes in three quota namespaces (and one without a quota), and
+a pending pod the quota PreFilter or NodeResourcesFit refused. For every preemption found,
+independently of the evaluator:
 
 * the victims are allowed by CapacityScheduling's rules, stated statically (own quota's
   lower-priority pods above min; other quotas' pods that borrowed, below min);
@@ -155,7 +156,7 @@ def brute_force_minimum(
     return best
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None, derandomize=True)
 @given(cases())
 def test_reclaim_evicts_no_more_than_needed(case: Case) -> None:
     placed, pod, quotas, num_nodes, uniform = case
