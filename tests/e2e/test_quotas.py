@@ -333,6 +333,11 @@ async def test_borrowing_kube_scheduler_pods_and_status_used(
             return got if got == {"cpu": "20m", "memory": "150"} else None
 
         assert await poll(used, within=20, interval=0.3) == {"cpu": "20m", "memory": "150"}
+        table = plane.run("get", "elasticquota", "-n", ns1)
+        header, row = table.splitlines()[:2]
+        assert header.split()[:4] == ["NAME", "MIN", "MAX", "USED"]
+        assert row.split()[0] == "eq1"
+        assert '"memory":"150"' in row
 
 
 async def test_usage_is_rebuilt_after_a_restart(
