@@ -134,8 +134,7 @@ class QuotaBook:
         self._entries: dict[str, _Entry] = {}
         self._written: dict[str, dict[str, str]] = {}
         """What this process wrote last per quota (the watch may lag behind its own write)."""
-        self.version = 0
-        """Bumped on every change of a quota's spec: cycles waiting on quota wake up."""
+        self._namespaces: frozenset[str] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -143,8 +142,11 @@ class QuotaBook:
     def keys(self) -> set[str]:
         return set(self._entries)
 
-    def namespaces(self) -> set[str]:
-        return {e.namespace for e in self._entries.values()}
+    def namespaces(self) -> frozenset[str]:
+        """Namespaces with a quota (valid or not), kept between changes: read per cycle."""
+        if self._namespaces is None:
+            self._namespaces = frozenset(e.namespace for e in self._entries.values())
+        return self._namespaces
 
     def upserted(self, body: Mapping[str, Any]) -> bool:
         """A quota was added or changed; True when its spec (what admission reads) changed."""
@@ -161,10 +163,8 @@ class QuotaBook:
         if self._written.get(key, shown) != shown:
             self._written.pop(key)  # someone else wrote it since: the object's word counts
         self._entries[key] = _Entry(ns, name, quota, error, shown)
-        changed = old is None or (old.quota, old.error) != (quota, error)
-        if changed:
-            self.version += 1
-        return changed
+        self._namespaces = None
+        return old is None or (old.quota, old.error) != (quota, error)
 
     def deleted(self, body: Mapping[str, Any]) -> bool:
         meta = body.get("metadata") or {}
@@ -172,7 +172,7 @@ class QuotaBook:
         self._written.pop(key, None)
         if self._entries.pop(key, None) is None:
             return False
-        self.version += 1
+        self._namespaces = None
         return True
 
     def snapshot(self, usage: NamespaceUsage, dra: DraState | None = None) -> QuotaSnapshot:

@@ -766,7 +766,7 @@ class Scheduler:
         are not counted until they are bound)."""
         if self.settings.quota.policy is not QuotaPolicy.FAIR or not len(self.quotas):
             return
-        key = (self.cache.snapshot.generation, self.quotas.version, len(self.queue))
+        key = (self.cache.snapshot.generation, len(self.queue))
         now = self.clock()
         if key == self._ranks_key or now - self._ranks_at < self.RANKS_EVERY:
             return
@@ -788,9 +788,10 @@ class Scheduler:
         }
         self.tenant_ranks.refresh(quotas, weights, capacity, pending)
 
-    def _quota_changed(self, before: set[str], body: Body) -> None:
+    def _quota_changed(self, before: frozenset[str], body: Body) -> None:
         """A quota's spec changed, or it came or went: the sum of mins moved too, so every
         waiting pod of a namespace with a quota (then or now) may be admitted now."""
+        self._ranks_key = None  # the fair shares moved with the quotas
         meta = body.get("metadata") or {}
         governed = before | self.quotas.namespaces()
         self.queue.move_all_on_event(
@@ -805,11 +806,16 @@ class Scheduler:
         """The quotas with their namespaces' usage now (bound and assumed pods)."""
         return self.quotas.snapshot(self.cache.quota_usage, self.cache.dra)
 
-    def quota_context(self, *, exclude: frozenset[str] = frozenset()) -> QuotaContext | None:
-        """What CapacityScheduling reads in a cycle; None without quotas (it then skips
-        every pod). Nominated pods of quota namespaces hold their quota room, except those
-        keyed in ``exclude`` (a gang's own members)."""
-        if not len(self.quotas):
+    def quota_context(
+        self, *, exclude: frozenset[str] = frozenset(), namespace: str | None = None
+    ) -> QuotaContext | None:
+        """What CapacityScheduling reads in a cycle; None without quotas, or when
+        ``namespace`` (the pod's) has none: the plugin then skips the pod. Nominated pods
+        of quota namespaces hold their quota room, except those keyed in ``exclude`` (a
+        gang's own members)."""
+        if not len(self.quotas) or (
+            namespace is not None and namespace not in self.quotas.namespaces()
+        ):
             return None
         snapshot = self.quota_snapshot()
         nominated = tuple(
@@ -953,7 +959,11 @@ class Scheduler:
             dra=self.cache.dra,
             batch=self.batch if restrict_to is None else None,
             search=search,
-            quota=self.quota_context(exclude=ignore_nominated) if restrict_to is None else None,
+            quota=(
+                self.quota_context(exclude=ignore_nominated, namespace=pod.namespace)
+                if restrict_to is None
+                else None
+            ),
         )
 
     def preemption_inputs(self) -> Inputs:

@@ -21,7 +21,9 @@ Interface (stable; the reclaim and fair-share work builds on it)
   nominated pods whose quota room is spoken for; :func:`charged` is a pod's request with
   its claims looked up in the cluster's DRA objects.
 * :func:`used_over_min`, :func:`more_than_min_with` — whether a quota borrows (reclaim's
-  victim rule) and whether a preemptor's request would take its quota past ``min``.
+  victim rule) and whether a preemptor's request would take its quota past ``min``; pass
+  ``governed=snapshot.named()`` to read them as admission does (resources no quota names
+  left out), None for upstream's reading of every resource.
 
 Semantics (CapacityScheduling's PreFilter, ``elasticquota.go``)
 ---------------------------------------------------------------
@@ -303,16 +305,29 @@ def aggregated_over_min(snapshot: QuotaSnapshot, request: Vector) -> str | None:
     return _first_over(total, _EMPTY, snapshot.total_min(), keys, missing=0)
 
 
-def used_over_min(quota: Quota) -> bool:
-    """``usedOverMin``: the quota uses more than its ``min`` somewhere (it borrows)."""
-    return _first_over(quota.used, _EMPTY, quota.min, (*quota.used, *NATIVE), missing=0) is not None
+def _within(keys: Iterable[str], governed: frozenset[str] | None) -> list[str]:
+    return [k for k in keys if governed is None or k in governed]
 
 
-def more_than_min_with(quota: Quota, request: Vector) -> bool:
+def used_over_min(quota: Quota, *, governed: frozenset[str] | None = None) -> bool:
+    """``usedOverMin``: the quota uses more than its ``min`` somewhere (it borrows).
+
+    ``governed``: only these resources count (pass :meth:`QuotaSnapshot.named`, as
+    admission does, so a resource no quota names never makes a quota a borrower); None
+    compares every resource as upstream does (cpu used under a GPU-only ``min`` borrows)."""
+    keys = _within((*quota.used, *NATIVE), governed)
+    return _first_over(quota.used, _EMPTY, quota.min, keys, missing=0) is not None
+
+
+def more_than_min_with(
+    quota: Quota, request: Vector, *, governed: frozenset[str] | None = None
+) -> bool:
     """``usedOverMinWith``: ``used + request`` would exceed ``min`` in a resource of the
     request (or cpu, memory, ephemeral-storage). False means the preemptor stays within its
-    guarantee and may reclaim from borrowers; True limits it to its own quota's pods."""
-    return _first_over(quota.used, request, quota.min, (*request, *NATIVE), missing=0) is not None
+    guarantee and may reclaim from borrowers; True limits it to its own quota's pods.
+    ``governed`` as for :func:`used_over_min`."""
+    keys = _within((*request, *NATIVE), governed)
+    return _first_over(quota.used, request, quota.min, keys, missing=0) is not None
 
 
 class Rule(StrEnum):
@@ -372,6 +387,7 @@ def _nominated_totals(
     aggregate rule, those plus other quotas' nominated pods whose quota does not borrow."""
     same: dict[str, int] = {}
     every: dict[str, int] = {}
+    governed = snapshot.named()
     for n in nominated:
         quota = snapshot.quotas.get(n.namespace)
         if quota is None:
@@ -380,7 +396,7 @@ def _nominated_totals(
             if n.priority >= priority:
                 same = add(same, n.request)
                 every = add(every, n.request)
-        elif not used_over_min(quota):
+        elif not used_over_min(quota, governed=governed):
             every = add(every, n.request)
     return same, every
 

@@ -246,6 +246,12 @@ def test_used_over_min_and_more_than_min_with() -> None:
     assert more_than_min_with(q, {GPU: 1})
     # a scalar used past min but not requested is not compared (upstream loops the request)
     assert not more_than_min_with(q.with_used({GPU: 9}), {"cpu": 1})
+    # restricted to the resources quotas name: cpu under a GPU-only min does not borrow
+    gpu_only = quota("a", min={GPU: 4}, used={GPU: 4, "cpu": 8000})
+    assert used_over_min(gpu_only)
+    assert not used_over_min(gpu_only, governed=frozenset({GPU}))
+    assert more_than_min_with(gpu_only, {"cpu": 1})
+    assert not more_than_min_with(gpu_only, {"cpu": 1}, governed=frozenset({GPU}))
 
 
 # --- requests --------------------------------------------------------------------------

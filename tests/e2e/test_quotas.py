@@ -25,6 +25,7 @@ from kubernetes_asyncio import client
 from lattice_dev.devcluster.cluster import ClusterConfig
 from lattice_dev.devcluster.kube import create_nodes, node_is_ready, poll
 from lattice_dev.devcluster.profiles import get_profile
+from scheduler.cli import main
 from tests.e2e.lattice_proc import LatticeProcess
 from tests.e2e.test_scheduler import Plane, lattice_plane
 
@@ -289,10 +290,14 @@ async def test_a_quota_over_its_min_cannot_grow_past_the_sum_of_mins(
 
 
 async def test_borrowing_kube_scheduler_pods_and_status_used(
-    sched: LatticeProcess, api: client.ApiClient
+    sched: LatticeProcess,
+    plane: Plane,
+    api: client.ApiClient,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A quota borrows the unused min of another up to the sum of mins; pods bound by
-    kube-scheduler in a quota namespace count as used; status.used shows the use."""
+    kube-scheduler in a quota namespace count as used; status.used shows the use; `lattice
+    explain` shows the quota view."""
     async with namespaces(api, "b-ns1", "b-ns2") as (ns1, ns2):
         await create_quota(
             api, ns1, "eq1", {"min": {"memory": "50", "cpu": "1"}, "max": {"memory": "300"}}
@@ -314,6 +319,12 @@ async def test_borrowing_kube_scheduler_pods_and_status_used(
         assert (
             "quota b-ns1/eq1: all quotas use 150 of the 200 memory their mins sum to, pod asks 60"
         ) in message
+        # `lattice explain` shows the same view, rule and totals.
+        argv = ["explain", "--kubeconfig", str(plane.cluster.kubeconfig), f"{ns1}/more"]
+        assert await asyncio.to_thread(main, [*argv, "-o", "json"]) == 0
+        view = json.loads(capsys.readouterr().out)["quota"]
+        assert (view["name"], view["rule"], view["admitted"]) == ("eq1", "min", False)
+        assert (view["allQuotasUsed"]["memory"], view["sumOfMins"]["memory"]) == ("150", "200")
         custom = client.CustomObjectsApi(api)
 
         async def used() -> dict[str, Any] | None:
@@ -322,6 +333,11 @@ async def test_borrowing_kube_scheduler_pods_and_status_used(
             return got if got == {"cpu": "20m", "memory": "150"} else None
 
         assert await poll(used, within=20, interval=0.3) == {"cpu": "20m", "memory": "150"}
+        table = plane.run("get", "elasticquota", "-n", ns1)
+        header, row = table.splitlines()[:2]
+        assert header.split()[:4] == ["NAME", "MIN", "MAX", "USED"]
+        assert row.split()[0] == "eq1"
+        assert '"memory":"150"' in row
 
 
 async def test_usage_is_rebuilt_after_a_restart(
