@@ -767,7 +767,7 @@ class Scheduler:
         are not counted until they are bound)."""
         if self.settings.quota.policy is not QuotaPolicy.FAIR or not len(self.quotas):
             return
-        key = (self.cache.snapshot.generation, self.quotas.version, len(self.queue))
+        key = (self.cache.snapshot.generation, len(self.queue))
         now = self.clock()
         if key == self._ranks_key or now - self._ranks_at < self.RANKS_EVERY:
             return
@@ -792,6 +792,7 @@ class Scheduler:
     def _quota_changed(self, before: frozenset[str], body: Body) -> None:
         """A quota's spec changed, or it came or went: the sum of mins moved too, so every
         waiting pod of a namespace with a quota (then or now) may be admitted now."""
+        self._ranks_key = None  # the fair shares moved with the quotas
         meta = body.get("metadata") or {}
         governed = before | self.quotas.namespaces()
         self.queue.move_all_on_event(

@@ -167,7 +167,7 @@ class Rules:
                 if n.namespace == pod.namespace and n.priority >= pod.priority
             ),
         )
-        above_min = own is not None and more_than_min_with(own, same)
+        above_min = own is not None and more_than_min_with(own, same, governed=snapshot.named())
         within_share = False
         share = None if quotas.fair_share is None else quotas.fair_share.get(pod.namespace)
         if own is not None and share is not None:
@@ -177,6 +177,12 @@ class Rules:
                 if amount > 0 and name in quotas.capacity
             )
         return cls(quotas, pod, own, request, pending, above_min, within_share)
+
+    @property
+    def governed(self) -> frozenset[str]:
+        """The resources the min rule governs (some quota names them): only these make a
+        quota a borrower or take a preemptor past its min, as in admission."""
+        return self.quotas.snapshot.named()
 
     @property
     def fair(self) -> bool:
@@ -206,16 +212,16 @@ class Rules:
         if len(namespaces) != 1:
             return False
         (ns,) = namespaces
-        governed = self.quotas.snapshot.governs(ns)
+        has_quota = self.quotas.snapshot.governs(ns)
         lower = all(p.priority < self.pod.priority for p in unit)
         if self.own is None:
-            return not governed and lower
+            return not has_quota and lower
         if ns not in ledger.used:
             return False
         if ns == self.pod.namespace:
             return self.above_min and lower
         if not self.above_min:
-            return used_over_min(ledger.quota(ns))
+            return used_over_min(ledger.quota(ns), governed=self.governed)
         if self.within_share:
             return self._keeps_share(ns, unit, ledger)
         return False
@@ -281,7 +287,8 @@ def reclaimed(
         theirs = snapshot.of(victim.namespace)
         if theirs is None or victim.namespace == pod.namespace:
             continue
-        why = "used more than its min" if used_over_min(theirs) else "was above its fair share"
+        borrowed = used_over_min(theirs, governed=snapshot.named())
+        why = "used more than its min" if borrowed else "was above its fair share"
         out[victim.key] = Reclaimed(
             theirs.namespace,
             theirs.name,

@@ -266,6 +266,27 @@ def test_a_borrower_is_not_taken_below_its_min_on_one_node() -> None:
     assert summary(run(placed, qpod("p", "ns3", 100, 0, HIGH), None)) == ("n1", {"a", "b"})
 
 
+def test_gpu_only_quotas_reclaim_gpus_whatever_cpu_the_pods_ask() -> None:
+    # Quotas name GPUs only; the pods ask cpu too. cpu is governed by no quota, so it makes
+    # neither team-b's pod "above its min" nor team-a a borrower (admission's reading).
+    gpu = "nvidia.com/gpu"
+    node = [make_node("g1", cpu="32", memory="64Gi", pods=32).resource(gpu, 8)]
+
+    def gpod(name: str, ns: str, gpus: int, priority: int) -> Pod:
+        builder = make_pod(name, cpu="4", namespace=ns, resources={gpu: str(gpus)})
+        return builder.priority(priority).uid(name).build()
+
+    placed = [(gpod(f"a{i}", "team-a", 2, HIGH), "g1") for i in range(4)]
+    qs = [
+        Quota("team-a", "q", {gpu: 4}, {gpu: 8}),
+        Quota("team-b", "q", {gpu: 4}, {gpu: 8}),
+    ]
+    got = run(placed, gpod("b0", "team-b", 4, LOW), quotas_of(qs, placed), node_list=node)
+    assert got is not None
+    assert len(got.victims) == 2
+    assert {v.namespace for v in got.victims} == {"team-a"}
+
+
 def test_a_pod_without_quota_cannot_take_quota_pods() -> None:
     placed = [(qpod("a", "ns1", 100, 0, LOW), "n1")]
     quotas = quotas_of([eq("ns1")], placed)

@@ -122,9 +122,10 @@ def allowed(pod: Pod, victim: Pod, quotas: QuotaSnapshot) -> bool:
         return theirs is None and victim.priority < pod.priority
     if theirs is None:
         return False
-    if more_than_min_with(own, pod_request(pod)):
+    governed = quotas.named()
+    if more_than_min_with(own, pod_request(pod), governed=governed):
         return victim.namespace == pod.namespace and victim.priority < pod.priority
-    return victim.namespace != pod.namespace and used_over_min(theirs)
+    return victim.namespace != pod.namespace and used_over_min(theirs, governed=governed)
 
 
 def brute_force_minimum(
