@@ -29,6 +29,7 @@ from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.model.pod import Pod
 from scheduler.model.pod_facts import PodFacts
+from scheduler.solver.preempt import candidate_units
 from tests.builders import cluster, make_node, make_pod
 
 FRAMEWORK = Framework()
@@ -425,3 +426,29 @@ def test_the_snapshot_is_left_as_it_was() -> None:
     ns1 = quotas.snapshot.of("ns1")
     assert ns1 is not None
     assert ns1.used.get("cpu") == 3
+
+
+# --- gangs as preemptors ------------------------------------------------------------------
+
+
+def test_a_gang_preempts_only_what_the_quota_rules_allow() -> None:
+    placed = [
+        (qpod("a0", "team-a", 0, 2000, LOW), "n1"),
+        (qpod("a1", "team-a", 0, 2000, HIGH), "n1"),
+        (qpod("b0", "team-b", 0, 2000, LOW), "n1"),
+        (qpod("b1", "team-b", 0, 2000, LOW), "n1"),
+    ]
+    node = [make_node("n1", cpu="8", memory="8Gi", pods=32)]
+    snapshot = cluster(node, placed)
+    members = [qpod(f"g{i}", "team-b", 0, 2000, MID) for i in range(2)]
+
+    def units(quotas: Quotas | None) -> set[str]:
+        found = candidate_units(FRAMEWORK, snapshot, members, Inputs(quotas=quotas))
+        return {p.name for unit in found for p in unit}
+
+    assert units(None) == {"a0", "b0", "b1"}  # kube's rule: every lower-priority pod
+    cpu = "cpu"
+    above = [Quota("team-a", "q", {cpu: 8000}, {}), Quota("team-b", "q", {cpu: 2000}, {})]
+    assert units(quotas_of(above, placed)) == {"b0", "b1"}  # above its min: its own only
+    below = [Quota("team-a", "q", {cpu: 2000}, {}), Quota("team-b", "q", {cpu: 10000}, {})]
+    assert units(quotas_of(below, placed)) == {"a0", "a1"}  # within: the borrower's, any priority
