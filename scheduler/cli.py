@@ -444,6 +444,50 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="CP-SAT's limit per solve, as spec.gang.solverTimeLimitSeconds (default 1)",
     )
 
+    from scheduler.sim.tenants import POLICIES as QUOTA_POLICIES
+
+    tenants = sim.add_argument_group(
+        "tenants under quotas (--tenants)",
+        "Tenants share the cluster under ElasticQuotas: each a min, a max and a weight and a "
+        "Poisson stream of the trace's GPU task shapes with run times drawn from "
+        "--durations. Replayed per seed under each --quota-policies: none (today), "
+        "capacity (CapacityScheduling: max, sum of mins, reclaim by a quota below its min) "
+        "and fair (Lattice: the same plus weighted fair-share queue order and reclaim from "
+        "the quota furthest above its fair share). Needs --nodes, --tasks and --durations; "
+        "prints per tenant GPUs used against guaranteed and fair share, waits, time to "
+        "reach min and evictions (or -o json).",
+    )
+    tenants.add_argument(
+        "--tenants",
+        nargs="*",
+        metavar="NAME:MIN:MAX:WEIGHT:LOAD[:START-END]",
+        help="the tenants (MIN/MAX in GPUs or N%% of the cluster, MAX - for none; LOAD: "
+        "offered GPU load as a fraction of the cluster; START-END: active window as "
+        "fractions of the horizon); none given: four tenants of unequal demand whose mins "
+        "add up to the cluster",
+    )
+    tenants.add_argument(
+        "--quota-policies",
+        nargs="+",
+        choices=QUOTA_POLICIES,
+        default=list(QUOTA_POLICIES),
+        help=f"default: {' '.join(QUOTA_POLICIES)}",
+    )
+    tenants.add_argument(
+        "--horizon",
+        type=_POSITIVE,
+        default=10.0,
+        metavar="RUNS",
+        help="length of the streams in mean run times (default 10)",
+    )
+    tenants.add_argument(
+        "--warmup",
+        type=_number(float, minimum=0, strict=False),
+        default=2.0,
+        metavar="RUNS",
+        help="mean run times left out of the figures while the cluster fills (default 2)",
+    )
+
 
 def _member_range(text: str) -> tuple[int, int]:
     low, sep, high = text.partition("-")
@@ -472,8 +516,12 @@ def _simulate(args: argparse.Namespace) -> int:
         print(f"lattice simulate: {message}", file=sys.stderr)
         return code
 
+    if args.gangs and args.tenants is not None:
+        return refuse("give either --gangs or --tenants, not both", 2)
     if args.gangs:
         return _simulate_gangs(args, refuse)
+    if args.tenants is not None:
+        return _simulate_tenants(args, refuse)
     csv_given = args.nodes is not None or args.tasks is not None
     if args.dump is not None and csv_given:
         return refuse("give either --dump or --nodes and --tasks, not both", 2)
@@ -584,6 +632,72 @@ def _simulate_gangs(args: argparse.Namespace, refuse: Callable[[str, int], int])
             f"patience {patience:g} s, CP-SAT limit {args.solver_time_limit:g} s per solve"
         )
         print(format_rows(results))
+    return 0
+
+
+def _simulate_tenants(args: argparse.Namespace, refuse: Callable[[str, int], int]) -> int:
+    from scheduler.sim.gangs import every_kth_node
+    from scheduler.sim.tenants import (
+        DEFAULT_TENANTS,
+        TenantError,
+        format_summary,
+        format_table,
+        parse_tenant,
+        simulate,
+    )
+    from scheduler.sim.trace import TraceError, durations_of, load_alibaba
+
+    if args.nodes is None or args.tasks is None or args.durations is None:
+        return refuse("--tenants needs --nodes, --tasks and --durations TASKS.csv", 2)
+    others = {
+        "--dump": args.dump is not None,
+        "--churn": args.churn is not None,
+        "--synthetic": args.synthetic is not None,
+        "--plot": args.plot is not None,
+        "--deletions": args.deletions,
+        "--wait": args.wait,
+    }
+    clash = [flag for flag, given in others.items() if given]
+    if clash:
+        return refuse(f"--tenants does not take {', '.join(clash)}", 2)
+    seeds = list(dict.fromkeys(args.seeds)) if args.seeds else [args.seed]
+    runs = []
+    try:
+        trace = every_kth_node(load_alibaba(args.nodes, args.tasks), int(args.every_kth_node))
+        durations = durations_of(load_alibaba(args.nodes, args.durations))
+        tenants = [parse_tenant(t, trace.gpus) for t in (args.tenants or DEFAULT_TENANTS)]
+        policies = list(dict.fromkeys(args.quota_policies))
+        progress = not args.no_progress and sys.stderr.isatty()
+
+        def announce(seed: int) -> Callable[[str], object] | None:
+            if not progress:
+                return None
+            return lambda policy: print(f"seed {seed}: {policy}", file=sys.stderr)
+
+        for seed in seeds:
+            runs.append(
+                simulate(
+                    trace,
+                    tenants,
+                    durations,
+                    policies=policies,
+                    horizon_runs=args.horizon,
+                    warmup_runs=args.warmup,
+                    seed=seed,
+                    on_policy=announce(seed),
+                )
+            )
+    except (TraceError, TenantError, ValueError) as exc:
+        return refuse(str(exc), 1)
+    except KeyboardInterrupt:
+        return 130
+    if args.output == "json":
+        print(json.dumps({"runs": [r.to_json() for r in runs]}, indent=2))
+    else:
+        print("\n\n".join(format_table(r) for r in runs))
+        if len(runs) > 1:
+            print()
+            print(format_summary(runs))
     return 0
 
 

@@ -458,3 +458,24 @@ def cluster(
         [(as_pod(p), node) for p, node in pods],
         namespaces,
     )
+
+
+def quota_body(
+    namespace: str,
+    name: str = "quota",
+    *,
+    min: Mapping[str, str | int] | None = None,
+    max: Mapping[str, str | int] | None = None,
+) -> Body:
+    """A scheduler-plugins ``ElasticQuota`` body (``scheduling.x-k8s.io/v1alpha1``)."""
+    spec: Body = {}
+    if min is not None:
+        spec["min"] = dict(min)
+    if max is not None:
+        spec["max"] = dict(max)
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "ElasticQuota",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }

@@ -229,6 +229,12 @@ class App:
                 log.warning("status_write_failed", reason=str(exc))
             await asyncio.sleep(self.cfg.status_interval)
 
+    async def _quota_status_loop(self) -> None:
+        """ElasticQuota ``status.used``, written on change only, at most once a second."""
+        while True:
+            await self.scheduler.write_quota_statuses()
+            await asyncio.sleep(1.0)
+
     async def _gang_status_loop(self) -> None:
         """PodGroup status, written on change only, at most once a second per gang."""
         while True:
@@ -248,6 +254,7 @@ class App:
         self._leading_since = time.monotonic()
         self._spawn(self._status_loop())
         self._spawn(self._gang_status_loop())
+        self._spawn(self._quota_status_loop())
         await self.scheduler.run()
 
     def health(self) -> str | None:

@@ -28,6 +28,7 @@ import structlog
 from scheduler.control.intake import Fingerprint, resize_view
 from scheduler.control.lifecycle import IllegalTransitionError, PodLifecycle, PodState
 from scheduler.control.queue import PodKey, pod_key
+from scheduler.control.quotas import NamespaceUsage
 from scheduler.core.dra.state import DraState
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
@@ -98,6 +99,9 @@ class SchedulerCache:
         self.volumes = VolumeState()
         """Storage objects (fed by :class:`~scheduler.control.storage.Storage`) and which
         placed pods use which claims (fed here, with the snapshot)."""
+        self.quota_usage = NamespaceUsage()
+        """Per namespace, what its placed pods hold: ElasticQuota usage, fed with the
+        snapshot so it counts exactly the pods the snapshot does."""
         self.lifecycle = PodLifecycle(assumed_ttl=assumed_ttl)
         self._pods: dict[PodKey, CachedPod] = {}
         self._node_rv: dict[str, int | None] = {}
@@ -139,12 +143,14 @@ class SchedulerCache:
 
     def _placed(self, pod: Pod, node: str, annotations: Mapping[str, str] | None = None) -> None:
         self.snapshot.add_pod(pod, node)
+        self.quota_usage.placed(pod)
         self.topology.pod_placed(pod, node, annotations)
         if pod.storage_volumes:
             self.volumes.add_pod(pod)
 
     def _removed(self, pod: Pod) -> None:
         self.snapshot.remove_pod(pod)
+        self.quota_usage.removed(pod)
         self.topology.pod_removed(pod.key)
         self.volumes.remove_pod(pod.key)
 

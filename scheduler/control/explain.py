@@ -37,6 +37,7 @@ from scheduler.control.dra import DraObjects
 from scheduler.control.dra import Kind as DraKind
 from scheduler.control.kubeconfig import StartupError, load_credentials
 from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
+from scheduler.control.quotas import NamespaceUsage, QuotaBook
 from scheduler.control.release import choose_release, server_version
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL, GangSettings, parse_spec
 from scheduler.core.dra.allocator import diagnose
@@ -49,6 +50,19 @@ from scheduler.core.load import LoadView, load_report
 from scheduler.core.plugins.dynamic_resources import DynamicResources
 from scheduler.core.plugins.gpu_placement import GpuPlacement
 from scheduler.core.profile import DEFAULT_PROFILE, DYNAMIC_RESOURCES, GPU_PLACEMENT, Profile
+from scheduler.core.quota import GROUP as QUOTA_GROUP
+from scheduler.core.quota import PLURAL as QUOTA_PLURAL
+from scheduler.core.quota import VERSION as QUOTA_VERSION
+from scheduler.core.quota import (
+    Quota,
+    QuotaContext,
+    QuotaSnapshot,
+    Verdict,
+    admit,
+    charged,
+    format_amount,
+    format_vector,
+)
 from scheduler.core.schedule import Framework, framework_for, schedule
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
@@ -118,6 +132,86 @@ class Explained:
     """Per node, the pod's claim requests there (None: it allocates no device)."""
     release_warning: str | None = None
     """Why the release mirrored is not the API server's own (None: it is)."""
+    quota: QuotaExplained | None = None
+    """The pod's ElasticQuota and CapacityScheduling's verdict (None: its namespace has none)."""
+
+
+@dataclass(frozen=True)
+class QuotaExplained:
+    """What CapacityScheduling read for the pod: its quota, every quota's totals, the
+    pod's request and the verdict."""
+
+    namespace: str
+    quota: Quota | None
+    """None when the namespace's quota is invalid (the verdict says why)."""
+    request: dict[str, int]
+    total_used: dict[str, int]
+    total_min: dict[str, int]
+    verdict: Verdict
+
+
+def explain_quota(snapshot: QuotaSnapshot, pod: Pod, dra: DraState | None) -> QuotaExplained | None:
+    """The quota view of ``pod`` (None when its namespace has no quota)."""
+    if not snapshot.governs(pod.namespace):
+        return None
+    request = charged(pod, dra)
+    return QuotaExplained(
+        pod.namespace,
+        snapshot.of(pod.namespace),
+        request,
+        snapshot.total_used(),
+        snapshot.total_min(),
+        admit(snapshot, pod.namespace, request, priority=pod.priority),
+    )
+
+
+def quota_json(q: QuotaExplained) -> dict[str, Any]:
+    quota = q.quota
+    return {
+        "namespace": q.namespace,
+        "name": None if quota is None else quota.name,
+        "admitted": q.verdict.admitted,
+        "rule": q.verdict.rule.value,
+        "message": q.verdict.message,
+        "request": format_vector(q.request),
+        "used": None if quota is None else format_vector(quota.used),
+        "min": None if quota is None else format_vector(quota.min),
+        "max": None if quota is None else format_vector(quota.max),
+        "allQuotasUsed": format_vector(q.total_used),
+        "sumOfMins": format_vector(q.total_min),
+    }
+
+
+def render_quota(q: QuotaExplained) -> str:
+    """One line for the verdict, then per resource: the quota's used, min and max, what
+    the pod asks, and the totals the min rule compares (all quotas' use, sum of mins)."""
+    quota = q.quota
+    verdict = "admitted" if q.verdict.admitted else f"refused ({q.verdict.rule.value} rule)"
+    if quota is None:
+        return f"Quota of namespace {q.namespace}: {verdict}: {q.verdict.message}"
+    lines = [
+        f"Quota {quota.key}: {verdict}" + (f": {q.verdict.message}" if q.verdict.message else "")
+    ]
+    header = ("RESOURCE", "USED", "MIN", "MAX", "POD ASKS", "ALL USED", "SUM OF MINS")
+    rows = [header]
+    names = sorted({*quota.used, *quota.min, *quota.max, *q.request})
+    for r in names:
+        rows.append(
+            (
+                r,
+                format_amount(r, quota.used.get(r, 0)),
+                format_amount(r, quota.min.get(r, 0)),
+                format_amount(r, quota.max[r]) if r in quota.max else "-",
+                format_amount(r, q.request.get(r, 0)),
+                format_amount(r, q.total_used.get(r, 0)),
+                format_amount(r, q.total_min.get(r, 0)),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines += [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,10 +240,15 @@ def run(args: argparse.Namespace) -> int:
             }
         if gang is not None:
             data["gang"] = gang_json(gang)
+        if explained.quota is not None:
+            data["quota"] = quota_json(explained.quota)
         print(json.dumps(data, indent=2))
         return 0
     if decision is not None:
         print(render_table(decision))
+        if explained.quota is not None:
+            print()
+            print(render_quota(explained.quota))
         if explained.gpus is not None:
             print()
             print(render_gpu_table(decision, explained.gpus))
@@ -276,6 +375,16 @@ async def _explain(args: argparse.Namespace) -> Explained:
             )
             profile, gang_settings = settings.profile, settings.gang
             levels = settings.topology.levels
+        quota_bodies: list[dict[str, Any]] = []
+        if body:
+            try:
+                listed_quotas: dict[str, Any] = await custom.list_cluster_custom_object(
+                    QUOTA_GROUP, QUOTA_VERSION, QUOTA_PLURAL
+                )
+                quota_bodies = list(listed_quotas.get("items", []))
+            except client.ApiException as exc:
+                if exc.status not in (403, 404):  # no CRD, or no grant: no quota view
+                    raise
         group_body: dict[str, Any] | None = None
         if gang_ref is not None:
             try:
@@ -332,8 +441,18 @@ async def _explain(args: argparse.Namespace) -> Explained:
     decision = None
     gpus = None
     claims = None
+    quota_view = None
     if body:
         pod = Pod.from_api(as_pending(body))
+        quotas = QuotaBook()
+        for item in quota_bodies:
+            quotas.upserted(item)
+        usage = NamespaceUsage()
+        for row in range(built.snapshot.num_nodes):
+            for placed in built.snapshot.pods_on(row):
+                usage.placed(placed)
+        quota_snapshot = quotas.snapshot(usage, dra)
+        quota_view = explain_quota(quota_snapshot, pod, dra)
         decision = schedule(
             built.snapshot,
             pod,
@@ -343,6 +462,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
             load=view,
             volumes=volumes,
             dra=dra,
+            quota=QuotaContext(quota_snapshot) if len(quotas) else None,
         )
         if GPU_PLACEMENT not in decision.explanation.skipped_scores:
             gpus = gpu_figures(profile, built.snapshot, pod, topology)
@@ -368,7 +488,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
         )
     breakdowns = load_breakdowns(predictor, built.snapshot, now)
     warning = None if release.warning is None else f"{release.warning}; {release.describe()}"
-    return Explained(decision, breakdowns, built.skipped, gang, gpus, claims, warning)
+    return Explained(decision, breakdowns, built.skipped, gang, gpus, claims, warning, quota_view)
 
 
 class _Unlogged:

@@ -2,11 +2,12 @@
 
 :class:`~scheduler.control.intake.Intake` delivers per-stream :class:`Relisted` sets and
 coalesced :class:`Batch`\\ es; :class:`Feed` applies them to the :class:`Scheduler`, one
-call per read. Order within one call: custom resources, nodes and namespaces first, then
-bound pods, then pending pods, so that a pending pod's PodGroup and the nodes it could go
-to are known when it is queued. At start-up the app applies the custom resources,
-namespaces and nodes first, the bound pods' :class:`~scheduler.control.intake.Page`\\ s as
-they are read, and the pending pods once every stream has synced.
+call per read. Order within one call: custom resources (ElasticQuotas first), nodes and
+namespaces first, then bound pods, then pending pods, so that a pending pod's PodGroup,
+its quota and the nodes it could go to are known when it is queued. At start-up the app
+applies the custom resources, namespaces and nodes first, the bound pods'
+:class:`~scheduler.control.intake.Page`\\ s as they are read, and the pending pods once
+every stream has synced.
 
 Fast paths skip the work of the common no-op events without parsing (each compares every
 field that the snapshot, the affinity graph and the device ledger read; see
@@ -72,6 +73,10 @@ from scheduler.control.intake import (
 )
 from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
 from scheduler.control.queue import PodKey, pod_key
+from scheduler.control.quotas import GROUP as QUOTA_GROUP
+from scheduler.control.quotas import PLURAL as QUOTA_PLURAL
+from scheduler.control.quotas import STREAM as QUOTAS
+from scheduler.control.quotas import VERSION as QUOTA_VERSION
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import API_GROUP, API_VERSION
 from scheduler.control.storage import Kind, object_key
@@ -84,6 +89,7 @@ NRTS: Final = f"{nrt.PLURAL}.{nrt.GROUP}"
 PODGROUPS: Final = f"{PODGROUP_PLURAL}.{PODGROUP_GROUP}"
 
 _ORDER: Final = (
+    QUOTAS,
     PODGROUPS,
     TOPOLOGIES,
     NRTS,
@@ -126,6 +132,7 @@ def resources(scheduler_name: str, *, device_taint_rules: bool = False) -> list[
     DeviceTaintRules only where the API server serves them (``device_taint_rules``)."""
     return [
         intake.custom(PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL, key=PODGROUPS),
+        intake.custom(QUOTA_GROUP, QUOTA_VERSION, QUOTA_PLURAL, key=QUOTAS),
         intake.custom(API_GROUP, API_VERSION, "nodetopologies", key=TOPOLOGIES),
         intake.custom(nrt.GROUP, nrt.VERSION, nrt.PLURAL, key=NRTS),
         intake.namespaces(),
@@ -182,6 +189,7 @@ class Feed:
         """Per stream, what the current list's pages showed so far (key -> uid)."""
         self._handlers: dict[str, Callable[[Sequence[Event]], None]] = {
             PODGROUPS: self._podgroups,
+            QUOTAS: self._quotas,
             TOPOLOGIES: self._topologies,
             NRTS: self._nrts,
             intake.NAMESPACES: self._namespaces,
@@ -192,6 +200,7 @@ class Feed:
         }
         self._relisters: dict[str, Callable[[Sequence[RawObject]], None]] = {
             PODGROUPS: self._podgroups_listed,
+            QUOTAS: self._quotas_listed,
             TOPOLOGIES: self._topologies_listed,
             NRTS: self._nrts_listed,
             intake.NAMESPACES: self._namespaces_listed,
@@ -504,6 +513,21 @@ class Feed:
             self.scheduler.podgroup_deleted({"metadata": {"namespace": namespace, "name": name}})
         for obj in items:
             self.scheduler.podgroup_upserted(obj)
+
+    def _quotas(self, events: Sequence[Event]) -> None:
+        for ev in events:
+            if ev.type is EventType.DELETED:
+                self.scheduler.quota_deleted(ev.obj)
+            else:
+                self.scheduler.quota_upserted(ev.obj)
+
+    def _quotas_listed(self, items: Sequence[RawObject]) -> None:
+        listed = {f"{ns}/{name}" for ns, name, _ in map(_meta, items)}
+        for key in self.scheduler.quotas.keys() - listed:
+            namespace, name = key.split("/", 1)
+            self.scheduler.quota_deleted({"metadata": {"namespace": namespace, "name": name}})
+        for obj in items:
+            self.scheduler.quota_upserted(obj)
 
 
 def describe(stats: FeedStats) -> dict[str, Any]:

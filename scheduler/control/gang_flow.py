@@ -53,6 +53,7 @@ from scheduler.core.dra.state import ClaimPlan, DraState
 from scheduler.core.explain import Decision
 from scheduler.core.load import LoadView
 from scheduler.core.preemption import Inputs
+from scheduler.core.quota import QuotaContext, charged, gang_room
 from scheduler.core.schedule import Framework
 from scheduler.core.volumes import gang_volume_refusal
 from scheduler.model.errors import InvalidObjectError
@@ -104,6 +105,8 @@ class Host(Protocol):
     def preemption_inputs(self) -> Inputs: ...
 
     def nominated(self) -> list[tuple[Pod, str]]: ...
+
+    def quota_context(self, *, exclude: frozenset[str] = frozenset()) -> QuotaContext | None: ...
 
     def preempt_for(
         self,
@@ -482,6 +485,12 @@ class GangFlow:
                     info, gang, f"gang {gang.key}: {refusal}", log, started, unschedulable=True
                 )
                 return
+        members, refusal = self._quota_admitted(gang.namespace, members, need)
+        if refusal:  # a pod of a quota namespace finishing, or a quota change, wakes it
+            self._failed(
+                info, gang, f"gang {gang.key}: {refusal}", log, started, unschedulable=True
+            )
+            return
         built = time.perf_counter()
         try:
             problem = build_problem(
@@ -838,6 +847,27 @@ class GangFlow:
         gang.placed.discard(key)
         gang.pending[key] = pod
 
+    def _quota_admitted(
+        self, namespace: str, members: list[Pod], need: int
+    ) -> tuple[list[Pod], str]:
+        """CapacityScheduling for a gang: its quorum is admitted against its namespace's
+        ElasticQuota as one unit or not at all (members, refusal message), and only as many
+        more members as the quota admits go to the solver, so no plan can pass ``max``."""
+        context = self._host.quota_context(exclude=frozenset(m.key for m in members))
+        if context is None or not context.snapshot.governs(namespace) or need <= 0:
+            return members, ""
+        count, verdict = gang_room(
+            context.snapshot,
+            namespace,
+            [charged(m, self._cache.dra) for m in members],
+            need,
+            priority=min(m.priority for m in members),
+            nominated=context.others(""),
+        )
+        if count == 0:
+            return members, verdict.message
+        return members[:count], ""
+
     def _commit(
         self,
         info: QueuedPodInfo[QueuedPod],
@@ -856,6 +886,15 @@ class GangFlow:
         own = frozenset(m.key for m in members)
         slices = dict(plan.slices)
         slice_key = gang.spec.slice_key if gang.spec is not None else None
+        planned_members = [members[i] for i, _ in plan.placements]
+        kept, refusal = self._quota_admitted(gang.namespace, planned_members, gang.need)
+        if refusal or len(kept) < len(planned_members):
+            # Quota used while the solver ran: the plan as a whole is no longer admitted.
+            message = (
+                f"gang {gang.key}: the plan no longer fits: {refusal or 'quota used meanwhile'}"
+            )
+            self._failed(info, gang, message, log, started, unschedulable=True, race=True)
+            return
         for index, planned in plan.placements:
             pod = members[index]
             key = pod_key(pod.namespace, pod.name)

@@ -35,6 +35,9 @@ from scheduler.control.ratelimit import TokenBucket
 from scheduler.control.transient import TRANSPORT_ERRORS, describe
 from scheduler.core.dra.objects import ResourceClaim
 from scheduler.core.dra.state import ClaimWrite
+from scheduler.core.quota import GROUP as QUOTA_GROUP
+from scheduler.core.quota import PLURAL as QUOTA_PLURAL
+from scheduler.core.quota import VERSION as QUOTA_VERSION
 from scheduler.core.volumes import PERSISTENT_VOLUME, VolumePatch
 
 TRACE_ANNOTATION = "lattice.dev/trace-id"
@@ -227,6 +230,29 @@ class KubeWriter:
                 PODGROUP_VERSION,
                 namespace,
                 PODGROUP_PLURAL,
+                name,
+                {"status": status},
+                _preload_content=False,
+                _content_type="application/merge-patch+json",
+            )
+            await _release_checked(resp)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def elasticquota_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        """Merge-patch an ElasticQuota's status subresource (``status.used``); a quota that
+        is gone is ignored."""
+        await self.report_limiter.acquire()
+        try:
+            patch = cast(Any, self._objects).patch_namespaced_custom_object_status
+            resp = await patch(
+                QUOTA_GROUP,
+                QUOTA_VERSION,
+                namespace,
+                QUOTA_PLURAL,
                 name,
                 {"status": status},
                 _preload_content=False,

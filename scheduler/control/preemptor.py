@@ -25,6 +25,7 @@ from typing import Any
 from scheduler.control.kubeio import KubeWriter, PodRef
 from scheduler.control.kubeio import api_now as dt_now
 from scheduler.control.reporter import Reporter
+from scheduler.core.reclaim import Reclaimed
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.pdb import PodDisruptionBudget
 from scheduler.model.pod import Pod
@@ -187,9 +188,15 @@ class Preemptor:
         victims: Sequence[tuple[Pod, str]],
         cleared: Sequence[Pod],
         log: Any,
+        *,
+        reclaimed: Mapping[str, Reclaimed] | None = None,
+        counted: Callable[[str, str], None] | None = None,
     ) -> None:
         """Mark, delete and announce each victim (on its node), then clear the ended
-        nominations (see the module docstring)."""
+        nominations (see the module docstring). A victim in ``reclaimed`` (by
+        :attr:`Pod.key`) was taken from another ElasticQuota: its Event says so, and
+        ``counted(namespace, quota)`` is called once it is deleted."""
+        taken = reclaimed or {}
         writer = self.writer
         assert writer is not None
         condition = {
@@ -214,12 +221,19 @@ class Preemptor:
                 log.warning("victim_eviction_failed", node=node, reason=f"{key}: {exc!r}")
                 return
             log.info("victim_deleted", node=node, reason=key)
+            reclaim = taken.get(victim.key)
+            if reclaim is not None and counted is not None:
+                counted(reclaim.namespace, reclaim.quota)
             if self.reporter is not None:
                 self.reporter.event(
                     ref,
                     reason="Preempted",
                     action="Preempting",
-                    message=f"Preempted by {preemptor} on node {node}",
+                    message=(
+                        reclaim.message
+                        if reclaim is not None
+                        else f"Preempted by {preemptor} on node {node}"
+                    ),
                 )
 
         await asyncio.gather(*(one(v, node) for v, node in victims))

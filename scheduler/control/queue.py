@@ -69,9 +69,10 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Generic, NamedTuple, NewType, Protocol, TypeVar
+from fractions import Fraction
+from typing import Any, Final, Generic, NamedTuple, NewType, Protocol, TypeVar
 
 from scheduler.model.pod import Pod
 
@@ -156,6 +157,9 @@ class ClusterEventType(enum.StrEnum):
     DRA_CHANGED = "ResourceClaimOrSliceChanged"
     """A DeviceClass, ResourceClaim or ResourceSlice changed: only pods with resource
     claims can be concerned (kube registers DynamicResources for these)."""
+    QUOTA_CHANGED = "ElasticQuotaChanged"
+    """An ElasticQuota was added, changed or deleted: its namespace's pods, and those of
+    every other quota namespace (the sum of mins moved), may be admitted now."""
     PROFILE_CHANGED = "ProfileChanged"
     """The LatticeScheduler spec changed the profile: any verdict may differ (kube-scheduler
     gets a new configuration only by a restart, which retries every pod)."""
@@ -282,10 +286,10 @@ class _Cell(Generic[T]):
 class _IndexedHeap(Generic[T]):
     """A heap with removal by key: removed cells are marked dead and skipped (lazy deletion)."""
 
-    def __init__(self) -> None:
+    def __init__(self, seq: Iterator[int] | None = None) -> None:
         self._heap: list[_Cell[T]] = []
         self._index: dict[PodKey, _Cell[T]] = {}
-        self._seq = itertools.count()
+        self._seq = seq if seq is not None else itertools.count()
 
     def __len__(self) -> int:
         return len(self._index)
@@ -331,6 +335,82 @@ class _IndexedHeap(Generic[T]):
     def ordered(self) -> list[T]:
         return [c.item for c in sorted(self._index.values())]
 
+    def cells(self) -> list[_Cell[T]]:
+        return list(self._index.values())
+
+
+TenantRank = Callable[[str], Fraction]
+"""A namespace's place among tenants, lower first (see :meth:`SchedulingQueue.set_tenant_rank`)."""
+
+
+class _TenantHeap(Generic[T]):
+    """The active queue: one :class:`_IndexedHeap` per namespace, ranks ``(-priority,
+    enqueued_at)``. Without a tenant rank the head is the least (rank, push order) of all,
+    exactly a single heap's; with one, among the namespaces whose head has the highest
+    priority the one the tenant rank puts first wins (ties: the single heap's order). Pops
+    cost one look per namespace with pending pods."""
+
+    def __init__(self) -> None:
+        self._seq = itertools.count()
+        self._by_ns: dict[str, _IndexedHeap[T]] = {}
+        self._ns_of: dict[PodKey, str] = {}
+        self.rank: TenantRank | None = None
+
+    def __len__(self) -> int:
+        return len(self._ns_of)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._ns_of
+
+    def get(self, key: PodKey) -> T | None:
+        ns = self._ns_of.get(key)
+        return None if ns is None else self._by_ns[ns].get(key)
+
+    def push(self, key: PodKey, rank: tuple[float, ...], item: T) -> None:
+        ns = key.split("/", 1)[0]
+        heap = self._by_ns.get(ns)
+        if heap is None:
+            heap = self._by_ns[ns] = _IndexedHeap(self._seq)
+        heap.push(key, rank, item)
+        self._ns_of[key] = ns
+
+    def discard(self, key: PodKey) -> T | None:
+        ns = self._ns_of.pop(key, None)
+        if ns is None:
+            return None
+        heap = self._by_ns[ns]
+        item = heap.discard(key)
+        if not heap:
+            del self._by_ns[ns]
+        return item
+
+    def _order(self, ns: str, cell: _Cell[T]) -> tuple[Any, ...]:
+        if self.rank is None:
+            return (cell.rank, cell.seq)
+        return (cell.rank[0], self.rank(ns), cell.rank[1:], cell.seq)
+
+    def pop_head(self) -> T | None:
+        best: tuple[tuple[Any, ...], str, PodKey] | None = None
+        for ns, heap in self._by_ns.items():
+            head = heap.peek()
+            assert head is not None  # empty sub-heaps are dropped
+            order = self._order(ns, head)
+            if best is None or order < best[0]:
+                best = (order, ns, head.key)
+        if best is None:
+            return None
+        _, ns, key = best
+        heap = self._by_ns[ns]
+        item = heap.pop_head()
+        if not heap:
+            del self._by_ns[ns]
+        del self._ns_of[key]
+        return item
+
+    def ordered(self) -> list[T]:
+        cells = [(ns, c) for ns, heap in self._by_ns.items() for c in heap.cells()]
+        return [c.item for _, c in sorted(cells, key=lambda nc: self._order(*nc))]
+
 
 def _differs(old: object, new: object) -> bool:
     return old != new
@@ -352,7 +432,7 @@ class SchedulingQueue(Generic[P]):
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._config = config if config is not None else QueueConfig()
         self._is_relevant_update = is_relevant_update
-        self._active: _IndexedHeap[_Entry[P]] = _IndexedHeap()
+        self._active: _TenantHeap[_Entry[P]] = _TenantHeap()
         self._backoff: _IndexedHeap[_Entry[P]] = _IndexedHeap()
         # Insertion order is enqueue order (only requeue_after_failure inserts, with now),
         # which lets flush stop at the first pod that has not overstayed.
@@ -382,6 +462,14 @@ class SchedulingQueue(Generic[P]):
     def closed(self) -> bool:
         return self._closed
 
+    def set_tenant_rank(self, rank: TenantRank | None) -> None:
+        """Order pods of equal priority by their namespace's rank, lower first, before
+        enqueue time (the fair-share policy: the tenant furthest below its fair share
+        first); None restores kube's order. Priority always comes first. ``rank`` is called
+        once per namespace with pending pods at every pop: it must be cheap (a lookup in
+        ranks the caller recomputes when usage or demand changes)."""
+        self._active.rank = rank
+
     def where(self, key: PodKey) -> QueueName | None:
         found = self._find(key)
         return None if found is None else found[0]
@@ -399,7 +487,11 @@ class SchedulingQueue(Generic[P]):
     def pods(self, queue: QueueName) -> list[P]:
         """The pods in one place; active in pop order, backoff in expiry order."""
         container = self._container(queue)
-        entries = container.ordered() if isinstance(container, _IndexedHeap) else container.values()
+        entries = (
+            container.ordered()
+            if isinstance(container, _IndexedHeap | _TenantHeap)
+            else container.values()
+        )
         return [e.pod for e in entries]
 
     def __len__(self) -> int:
@@ -596,7 +688,9 @@ class SchedulingQueue(Generic[P]):
 
     # -- internals -----------------------------------------------------------------------
 
-    def _container(self, queue: QueueName) -> _IndexedHeap[_Entry[P]] | dict[PodKey, _Entry[P]]:
+    def _container(
+        self, queue: QueueName
+    ) -> _TenantHeap[_Entry[P]] | _IndexedHeap[_Entry[P]] | dict[PodKey, _Entry[P]]:
         match queue:
             case QueueName.ACTIVE:
                 return self._active

@@ -62,11 +62,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from fractions import Fraction
+from typing import Any, ClassVar
 
 import structlog
 
@@ -74,6 +76,7 @@ from scheduler.control.binder import Binder
 from scheduler.control.cache import SchedulerCache
 from scheduler.control.dra import DraObjects
 from scheduler.control.dra import Kind as DraKind
+from scheduler.control.fairness import TenantRanks, weights_of
 from scheduler.control.gang_flow import GangFlow
 from scheduler.control.gangs import GangEntry, entry_key, gang_of
 from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
@@ -91,8 +94,9 @@ from scheduler.control.queue import (
     pod_key,
 )
 from scheduler.control.queued import BrokenPod, QueuedPod, relevant_update
+from scheduler.control.quotas import QuotaBook
 from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
-from scheduler.control.settings import SchedulerSettings
+from scheduler.control.settings import QuotaPolicy, SchedulerSettings
 from scheduler.control.storage import POD_GONE, Kind, Storage
 from scheduler.control.timing import timed
 from scheduler.control.transient import describe, failure_of, is_transient, written_or_failure
@@ -115,6 +119,8 @@ from scheduler.core.plugins.dynamic_resources import (
 )
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
 from scheduler.core.profile import DYNAMIC_RESOURCES
+from scheduler.core.quota import Nominated, QuotaContext, QuotaSnapshot, add, charged
+from scheduler.core.reclaim import Quotas, Reclaimed, reclaimed
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
 from scheduler.core.volumes import VolumePlan
@@ -230,6 +236,13 @@ class Scheduler:
         self.wall_clock = wall_clock
         """Unix time: agents date their samples with it, so report ages are measured on it."""
         self.queue: SchedulingQueue[QueuedPod] = SchedulingQueue(is_relevant_update=relevant_update)
+        self.tenant_ranks = TenantRanks()
+        """Fair-share ranks of the quota namespaces, read by the queue under policy Fair."""
+        self._quota_weights: dict[str, Fraction] = {}
+        """``lattice.dev/quota-weight`` of each quota, by ``namespace/name``."""
+        self._ranks_key: tuple[int, ...] | None = None
+        self._ranks_at = -math.inf
+        self._apply_quota_policy(settings)
         self.writer = writer
         self.metrics = metrics
         self.clock = clock
@@ -286,6 +299,8 @@ class Scheduler:
         CSIStorageCapacities, and the PreBind waits."""
         self.dra = DraObjects(self.cache.dra, log=self.log)
         """DeviceClasses, ResourceClaims, ResourceSlices: what DynamicResources reads."""
+        self.quotas = QuotaBook()
+        """ElasticQuotas (CapacityScheduling's admission); usage is the cache's."""
         self._prebinding: dict[str, bool] = {}
         self._extended_claims: dict[str, tuple[str, str, str]] = {}
         """Per pod uid in PreBind or binding: the claim created for its extended resources
@@ -328,6 +343,7 @@ class Scheduler:
             self.binder.resize(settings.bind_concurrency)
         if self.writer is not None:
             self.writer.reconfigure(settings.client_qps, settings.client_burst)
+        self._apply_quota_policy(settings)
         changed = settings.profile != self.settings.profile
         levels_changed = settings.topology.levels != self.settings.topology.levels
         self.settings = settings
@@ -338,6 +354,11 @@ class Scheduler:
             self.queue.move_all_on_event(
                 ClusterEvent(ClusterEventType.PROFILE_CHANGED, subject=settings.profile.name)
             )
+
+    def _apply_quota_policy(self, settings: SchedulerSettings) -> None:
+        """Fair: equal priorities ordered by tenant rank; Capacity: arrival order."""
+        fair = settings.quota.policy is QuotaPolicy.FAIR
+        self.queue.set_tenant_rank(self.tenant_ranks.rank if fair else None)
 
     # -- watch side ---------------------------------------------------------
     def pod_upserted(self, body: Body) -> None:
@@ -711,6 +732,101 @@ class Scheduler:
         """Gangs with a PodGroup (a re-list reconciles them)."""
         return self.gang_flow.podgroup_keys()
 
+    def quota_upserted(self, body: Body) -> None:
+        before = self.quotas.namespaces()
+        self._note_weight(body)
+        if self.quotas.upserted(body):
+            self._quota_changed(before, body)
+
+    def quota_deleted(self, body: Body) -> None:
+        before = self.quotas.namespaces()
+        meta = body.get("metadata") or {}
+        self._quota_weights.pop(f"{meta.get('namespace', '')}/{meta.get('name', '')}", None)
+        if self.quotas.deleted(body):
+            self._quota_changed(before, body)
+
+    def _note_weight(self, body: Body) -> None:
+        """The quota's fair-share weight; a bad annotation weighs 1 and is logged."""
+        meta = body.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        weights, errors = weights_of([body])
+        weight = next(iter(weights.values()), Fraction(1))
+        for error in errors.values():
+            self.log.warning("quota_weight_invalid", quota=key, reason=error)
+        if self._quota_weights.get(key) != weight:
+            self._quota_weights[key] = weight
+            self._ranks_key = None
+
+    RANKS_EVERY: ClassVar[float] = 0.1
+    """Seconds between two recomputations of the tenant ranks while the cluster changes
+    (every cycle changes it): a rank a few cycles old orders the queue just as well."""
+
+    def refresh_tenant_ranks(self) -> None:
+        """Recompute the fair-share ranks the queue orders by (policy Fair, quotas present)
+        when usage, quotas or the queue changed, at most every :attr:`RANKS_EVERY` s.
+        Demand is use plus the requests of the namespace's waiting pods (gangs' members
+        are not counted until they are bound)."""
+        if self.settings.quota.policy is not QuotaPolicy.FAIR or not len(self.quotas):
+            return
+        key = (self.cache.snapshot.generation, len(self.queue))
+        now = self.clock()
+        if key == self._ranks_key or now - self._ranks_at < self.RANKS_EVERY:
+            return
+        self._ranks_key, self._ranks_at = key, now
+        quotas = self.quota_snapshot()
+        pending: dict[str, dict[str, int]] = {}
+        for queue_name in (QueueName.ACTIVE, QueueName.BACKOFF, QueueName.UNSCHEDULABLE):
+            for pod in self.queue.pods(queue_name):
+                if isinstance(pod, Pod) and pod.namespace in quotas.quotas:
+                    pending[pod.namespace] = add(
+                        pending.get(pod.namespace, {}), charged(pod, self.cache.dra)
+                    )
+        snap = self.cache.snapshot
+        totals = snap.allocatable.sum(axis=1)
+        capacity = {r: int(v) for r, v in zip(snap.resource_names, totals, strict=True)}
+        weights = {
+            ns: self._quota_weights.get(f"{ns}/{q.name}", Fraction(1))
+            for ns, q in quotas.quotas.items()
+        }
+        self.tenant_ranks.refresh(quotas, weights, capacity, pending)
+
+    def _quota_changed(self, before: frozenset[str], body: Body) -> None:
+        """A quota's spec changed, or it came or went: the sum of mins moved too, so every
+        waiting pod of a namespace with a quota (then or now) may be admitted now."""
+        self._ranks_key = None  # the fair shares moved with the quotas
+        meta = body.get("metadata") or {}
+        governed = before | self.quotas.namespaces()
+        self.queue.move_all_on_event(
+            ClusterEvent(
+                ClusterEventType.QUOTA_CHANGED,
+                subject=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+            ),
+            lambda p: p.namespace in governed,
+        )
+
+    def quota_snapshot(self) -> QuotaSnapshot:
+        """The quotas with their namespaces' usage now (bound and assumed pods)."""
+        return self.quotas.snapshot(self.cache.quota_usage, self.cache.dra)
+
+    def quota_context(
+        self, *, exclude: frozenset[str] = frozenset(), namespace: str | None = None
+    ) -> QuotaContext | None:
+        """What CapacityScheduling reads in a cycle; None without quotas, or when
+        ``namespace`` (the pod's) has none: the plugin then skips the pod. Nominated pods
+        of quota namespaces hold their quota room, except those keyed in ``exclude`` (a
+        gang's own members)."""
+        if not len(self.quotas) or (
+            namespace is not None and namespace not in self.quotas.namespaces()
+        ):
+            return None
+        snapshot = self.quota_snapshot()
+        nominated = tuple(
+            (p.uid, Nominated(p.namespace, p.priority, charged(p, self.cache.dra)))
+            for p, _ in (self.nominated() if self.preemptor.nominations else ())
+            if snapshot.governs(p.namespace) and p.key not in exclude
+        )
+        return QuotaContext(snapshot, nominated)
+
     # -- scheduling side ----------------------------------------------------
     async def open_connections(self) -> int:
         """As many connections as bindings and reports can have in flight, opened before
@@ -724,6 +840,7 @@ class Scheduler:
     async def run(self) -> None:
         """Schedule until the queue is closed; then wait for in-flight bindings."""
         while True:
+            self.refresh_tenant_ranks()
             info = await self.queue.pop()
             if info is None:
                 break
@@ -844,6 +961,11 @@ class Scheduler:
             dra=self.cache.dra,
             batch=self.batch if restrict_to is None else None,
             search=search,
+            quota=(
+                self.quota_context(exclude=ignore_nominated, namespace=pod.namespace)
+                if restrict_to is None
+                else None
+            ),
         )
 
     def preemption_inputs(self) -> Inputs:
@@ -864,11 +986,34 @@ class Scheduler:
             search=DeviceSearch(
                 min(self.settings.profile.dynamic_resources.search_budget, ON_LOOP_BUDGET)
             ),
+            quotas=self.reclaim_quotas(),
         )
 
-    def _post_filter(self, decision: Decision, log: Any) -> tuple[Preemption | None, str]:
+    def reclaim_quotas(self) -> Quotas | None:
+        """The ElasticQuotas as preemption reads them (None without any: kube's rules): the
+        usage now, pods charged as CapacityScheduling charges them (DRA devices included);
+        under ``spec.quota.policy: Fair``, the fair shares of the tenant ranks' last refresh
+        (none yet: CapacityScheduling's rules alone)."""
+        if not len(self.quotas):
+            return None
+        dra = self.cache.dra
+        shares = (
+            self.tenant_ranks.shares() if self.settings.quota.policy is QuotaPolicy.FAIR else None
+        )
+        return Quotas(
+            self.quota_snapshot(),
+            held=lambda p: charged(p, dra, bound=True),
+            asked=lambda p: charged(p, dra),
+            fair_share=None if shares is None else shares[0],
+            capacity={} if shares is None else shares[1],
+        )
+
+    def _post_filter(
+        self, decision: Decision, log: Any
+    ) -> tuple[Preemption | None, str, Quotas | None]:
         """kube's PostFilter after a failed cycle: a preemption, or why none (kube's
-        ``preemption: ...`` text, to append to the FailedScheduling message)."""
+        ``preemption: ...`` text, to append to the FailedScheduling message); and the quotas
+        it read (reclaimed victims are announced as such)."""
         pod = decision.pod
         nominated = self.preemptor.nominations.get(pod.key)
         if nominated is not None and pod.nominated_node_name != nominated[1]:
@@ -881,11 +1026,12 @@ class Scheduler:
         try:
             found = preempt(self.framework, snapshot, decision, inputs)
             if found is not None:
-                return found, ""
-            return None, no_preemption_message(self.framework, snapshot, decision, inputs)
+                return found, "", inputs.quotas
+            why = no_preemption_message(self.framework, snapshot, decision, inputs)
+            return None, why, inputs.quotas
         except Exception as exc:  # a bug in preemption costs the pod its preemption only
             log.exception("preemption_failed", reason=repr(exc))
-            return None, f"internal error: {exc}"
+            return None, f"internal error: {exc}", None
 
     def schedule_one(
         self,
@@ -957,7 +1103,7 @@ class Scheduler:
             )
             if made is not None and self.writer is not None:
                 self._spawn(self._delete_stale_claim(pod, made, log))
-            found, why = self._post_filter(decision, log)
+            found, why, quotas = self._post_filter(decision, log)
             nominated: str | None = None
             message = decision.summary
             if found is None:
@@ -968,7 +1114,7 @@ class Scheduler:
                     nominated = ""
             else:
                 nominated = found.node
-                self._preempting(pod, found, log, trace_id)
+                self._preempting(pod, found, log, quotas)
             self._failed(
                 info,
                 log,
@@ -1044,7 +1190,7 @@ class Scheduler:
                 nominated=nominated,
             )
 
-    def _preempting(self, pod: Pod, found: Preemption, log: Any, trace_id: str) -> None:
+    def _preempting(self, pod: Pod, found: Preemption, log: Any, quotas: Quotas | None) -> None:
         """Nominate ``pod`` to the chosen node now (the next cycles count it there); the
         writes follow in a task: victims marked and deleted, lower-priority nominations to
         that node cleared. The preemptor's own ``nominatedNodeName`` goes with its
@@ -1054,7 +1200,8 @@ class Scheduler:
             node=found.node,
             reason="victims: " + ", ".join(f"{v.namespace}/{v.name}" for v in found.victims),
         )
-        self.preempt_for(f"pod {pod.uid}", [(pod, found.node)], found.victims, log)
+        taken = reclaimed(quotas, pod, found.victims, found.node)
+        self.preempt_for(f"pod {pod.uid}", [(pod, found.node)], found.victims, log, taken)
 
     def preempt_for(
         self,
@@ -1062,19 +1209,31 @@ class Scheduler:
         nominations: Sequence[tuple[Pod, str]],
         victims: Sequence[Pod],
         log: Any,
+        taken: Mapping[str, Reclaimed] | None = None,
     ) -> None:
         """One path for a pod's and a gang's preemption: each pod nominated to its node now
         (in memory; its ``nominatedNodeName`` goes with its PodScheduled=False), the
         nominations of lower-priority pods to those nodes ended, and in a task the victims
-        marked, deleted and given a ``Preempted`` Event naming ``preemptor`` and their node,
-        and the ended nominations cleared in the API."""
+        marked, deleted and given a ``Preempted`` Event naming ``preemptor`` and their node
+        (a victim ``taken`` from another quota: naming the quota and pod that reclaimed it,
+        and counted in ``lattice_quota_reclaim_evictions_total``), and the ended
+        nominations cleared in the API."""
         cleared = self.preemptor.nominate(nominations)
         self.metrics.preemption_victims.observe(len(victims))
         snapshot = self.cache.snapshot
         default = nominations[0][1] if nominations else ""
         placed = [(v, snapshot.node_of_pod(v.key) or default) for v in victims]
         if self.writer is not None:
-            self._spawn(self.preemptor.evict(preemptor, placed, cleared, log))
+            self._spawn(
+                self.preemptor.evict(
+                    preemptor,
+                    placed,
+                    cleared,
+                    log,
+                    reclaimed=taken or {},
+                    counted=self.metrics.reclaim_eviction,
+                )
+            )
 
     def end_nominations(self, keys: Sequence[str]) -> None:
         """Forget these pods' nominations (by :attr:`Pod.key`): a gang whose preemption can
@@ -1567,6 +1726,29 @@ class Scheduler:
             # a second between refreshes is plenty for a gauge.
             self.metrics.set_load_nodes(self.load_status_counts())
             self.set_gpu_gauges()
+            self.set_quota_gauges()
+
+    def set_quota_gauges(self) -> None:
+        """used, min and max of every ElasticQuota, per resource (cpu in cores)."""
+        if not len(self.quotas) and not self.metrics.quota_series:
+            return
+        snapshot = self.quota_snapshot()
+        rows: list[tuple[str, str, str, str, float]] = []
+        for quota in snapshot.quotas.values():
+            for bound, vector in (("used", quota.used), ("min", quota.min), ("max", quota.max)):
+                for resource, amount in vector.items():
+                    value = amount / 1000 if resource == CPU else float(amount)
+                    rows.append((quota.namespace, quota.name, resource, bound, value))
+        self.metrics.set_quotas(rows)
+
+    async def write_quota_statuses(self) -> None:
+        """``status.used`` of every ElasticQuota whose usage changed (leader only)."""
+        if self.writer is None or not len(self.quotas):
+            return
+        try:
+            await self.quotas.write_statuses(self.writer, self.quota_snapshot())
+        except Exception as exc:  # best effort: the difference is retried next round
+            self.log.warning("quota_status_failed", reason=str(exc)[:200])
 
     def set_gpu_gauges(self) -> None:
         """The fleet's GPUs: allocatable, free, stranded (by the learned request mix)."""

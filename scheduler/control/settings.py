@@ -8,6 +8,7 @@ the previous settings stay in force: a typo must not stop scheduling.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,44 @@ class SchedulerSettings:
     per pod (the binding itself and PodScheduled=True still say where it went)."""
     gang: GangSettings = field(default_factory=lambda: GangSettings())
     topology: TopologySettings = field(default_factory=lambda: TopologySettings())
+    quota: QuotaSettings = field(default_factory=lambda: QuotaSettings())
+
+
+class QuotaPolicy(enum.StrEnum):
+    """spec.quota.policy: what decides between tenants beyond CapacityScheduling's rules."""
+
+    FAIR = "Fair"
+    """CapacityScheduling's admission and reclaim, plus weighted fair share: among pending
+    pods of equal priority the tenant furthest below its fair share goes first, and reclaim
+    takes from the quota furthest above its fair share first; a quota above its min but
+    within its fair share may also reclaim from quotas above theirs, each only down to its
+    fair share (:mod:`scheduler.core.reclaim`)."""
+    CAPACITY = "Capacity"
+    """CapacityScheduling exactly: equal priorities in arrival order."""
+
+
+@dataclass(frozen=True)
+class QuotaSettings:
+    """spec.quota. Fair by default: it keeps every rule CapacityScheduling guarantees (max,
+    the sum of mins, who may reclaim from whom) and only decides what CapacityScheduling
+    leaves to arrival order, which is what lets the first team to submit take the idle
+    GPUs; with no ``lattice.dev/quota-weight`` annotation the leftover is split evenly."""
+
+    policy: QuotaPolicy = QuotaPolicy.FAIR
+
+
+def parse_quota_settings(raw: object) -> QuotaSettings:
+    if raw is None:
+        return QuotaSettings()
+    if not isinstance(raw, Mapping):
+        raise SettingsError("spec.quota must be an object")
+    problems = [f"spec.quota: unknown key {k!r}" for k in raw if k != "policy"]
+    policy: object = raw.get("policy", QuotaPolicy.FAIR.value)
+    if policy not in {p.value for p in QuotaPolicy}:
+        problems.append(f"spec.quota.policy: {policy!r} is not Fair or Capacity")
+    if problems:
+        raise SettingsError("; ".join(problems))
+    return QuotaSettings(policy=QuotaPolicy(str(policy)))
 
 
 @dataclass(frozen=True)
@@ -258,6 +297,7 @@ def default_spec(scheduler_name: str) -> dict[str, Any]:
             "searchBudgetSeconds": s.profile.dynamic_resources.search_budget,
         },
         "topology": {"levels": list(s.topology.levels)},
+        "quota": {"policy": s.quota.policy.value},
     }
 
 
@@ -437,4 +477,5 @@ def parse_spec(
         scheduled_events=_bool(spec, "scheduledEvents", True),
         gang=parse_gang(spec.get("gang")),
         topology=parse_topology(spec.get("topology")),
+        quota=parse_quota_settings(spec.get("quota")),
     )

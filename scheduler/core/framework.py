@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from scheduler.core.dra.search import DeviceSearch
     from scheduler.core.dra.state import ClaimPlan, DraState
     from scheduler.core.load import LoadView
+    from scheduler.core.quota import QuotaContext
     from scheduler.core.topology.state import TopologyState
     from scheduler.core.volumes import VolumePlan, VolumeState
 
@@ -122,6 +123,7 @@ class Cycle:
         "dra",
         "load",
         "pod",
+        "quota",
         "search",
         "snapshot",
         "state",
@@ -139,6 +141,7 @@ class Cycle:
         volumes: VolumeState | None = None,
         dra: DraState | None = None,
         search: DeviceSearch | None = None,
+        quota: QuotaContext | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.pod = pod
@@ -155,6 +158,8 @@ class Cycle:
         # The attempt's device search (None: DynamicResources searches inline, with a
         # budget of its own; see scheduler.core.dra.search).
         self.search = search
+        # ElasticQuotas and their usage (None: CapacityScheduling stays out of the way).
+        self.quota = quota
         self.state: dict[str, Any] = {}
         self._memo: dict[str, Any] = {}
 

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from scheduler.core.dra.objects import DeviceId
     from scheduler.core.dra.search import DeviceSearch
     from scheduler.core.dra.state import DraState
+    from scheduler.core.quota import QuotaContext
     from scheduler.core.volumes import VolumeState
 
 
@@ -153,6 +154,7 @@ def schedule_with_nominated(
     dra: DraState | None = None,
     batch: Batch | None = None,
     search: DeviceSearch | None = None,
+    quota: QuotaContext | None = None,
 ) -> Decision:
     """:meth:`Framework.schedule` with ``nominated`` (pending pods and their nominated
     nodes) counted as described in the module docstring; ``batch`` only serves a cycle
@@ -171,6 +173,7 @@ def schedule_with_nominated(
             dra=dra,
             batch=batch,
             search=search,
+            quota=quota,
         )
 
 
@@ -188,6 +191,7 @@ def _schedule_with_nominated(
     dra: DraState | None,
     batch: Batch | None,
     search: DeviceSearch | None,
+    quota: QuotaContext | None,
 ) -> Decision:
 
     def run(only: frozenset[str] | None) -> Decision:
@@ -202,6 +206,7 @@ def _schedule_with_nominated(
             dra=dra,
             batch=None if nominated else batch,
             search=search,
+            quota=quota,
         )
 
     without = run(restrict_to)

@@ -71,6 +71,7 @@ from scheduler.core.load import LoadView
 from scheduler.core.nominated import nominee_devices_held
 from scheduler.core.plugins.inter_pod_affinity import required_state
 from scheduler.core.profile import DYNAMIC_RESOURCES, INTER_POD_AFFINITY, NODE_RESOURCES_FIT
+from scheduler.core.reclaim import QUOTA_PLUGINS, Ledger, Quotas, Rules
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.core.topology.state import TopologyState
@@ -88,6 +89,7 @@ MIN_CANDIDATES_ABSOLUTE: Final = 100
 NEVER_MESSAGE: Final = "not eligible due to preemptionPolicy=Never."
 TERMINATING_MESSAGE: Final = "not eligible due to a terminating pod on the nominated node."
 NO_VICTIMS_MESSAGE: Final = "No preemption victims found for incoming pod"
+QUOTA_MESSAGE: Final = "the pod's ElasticQuota would not admit it with the victims gone"
 NOT_HELPFUL_MESSAGE: Final = "Preemption is not helpful for scheduling"
 
 
@@ -142,6 +144,9 @@ class Inputs:
     search: DeviceSearch | None = None
     """One device search budget for every dry run of this PostFilter (None: each dry run
     has its own): the dry runs run on the event loop."""
+    quotas: Quotas | None = None
+    """The ElasticQuotas (None or none at all: kube's rules): victims are then chosen by
+    reclaim's rules (:mod:`scheduler.core.reclaim`) and the quota checked with them gone."""
 
     def facts_of(self, pod: Pod) -> PodFacts:
         return self.facts.get(pod.key, NO_FACTS)
@@ -211,10 +216,20 @@ def units_on_node(pods: Sequence[Pod], inputs: Inputs) -> list[tuple[Unit, list[
     return list(grouped.values())
 
 
+def reclaim_rules(pod: Pod, inputs: Inputs) -> Rules | None:
+    """Reclaim's rules for ``pod`` when quotas exist, else None (kube's rules)."""
+    quotas = inputs.quotas
+    if quotas is None or not quotas.active:
+        return None
+    return Rules.of(quotas, pod, inputs.nominated)
+
+
 def ineligible_reason(
     snapshot: Snapshot, pod: Pod, decision: Decision, inputs: Inputs
 ) -> str | None:
-    """``PodEligibleToPreemptOthers``: None when the pod may preempt, else kube's message."""
+    """``PodEligibleToPreemptOthers``: None when the pod may preempt, else kube's message.
+    With quotas, the pod waits for a pod terminating by preemption on its nominated node
+    that reclaim's rules would have let it evict (CapacityScheduling's variant)."""
     if inputs.facts_of(pod).preemption_policy is PreemptionPolicy.NEVER:
         return NEVER_MESSAGE
     nominated = pod.nominated_node_name
@@ -228,8 +243,11 @@ def ineligible_reason(
     row = snapshot.index_of(nominated)
     if row is None:
         return None
+    rules = reclaim_rules(pod, inputs)
     for other in snapshot.pods_on(row):
-        if other.priority < pod.priority and inputs.facts_of(other).terminating_by_preemption:
+        if not inputs.facts_of(other).terminating_by_preemption:
+            continue
+        if rules.could_take(other) if rules is not None else other.priority < pod.priority:
             return TERMINATING_MESSAGE
     return None
 
@@ -244,10 +262,22 @@ def potential_nodes(snapshot: Snapshot, decision: Decision) -> list[str]:
     return [n for n in snapshot.node_names if codes.get(n) == Code.UNSCHEDULABLE]
 
 
-def pick_one(candidates: Sequence[Candidate], inputs: Inputs) -> tuple[Candidate, list[Candidate]]:
-    """``pickOneNodeForPreemption``'s criteria in order; the first of the best, and all tied."""
+def pick_one(
+    candidates: Sequence[Candidate], inputs: Inputs, rules: Rules | None = None
+) -> tuple[Candidate, list[Candidate]]:
+    """``pickOneNodeForPreemption``'s criteria in order; the first of the best, and all tied.
+    With fair share on, right after PDB violations: the candidate whose victims' quotas are
+    all furthest above their fair share (the smallest excess among its victims, largest)."""
     remaining = list(candidates)
-    for score in _criteria(inputs):
+    criteria = _criteria(inputs)
+    if rules is not None and rules.fair:
+        fair = rules
+
+        def least_excess(c: Candidate) -> float:
+            return float(min(fair.excess(v.namespace) for v in c.victims))
+
+        criteria.insert(1, least_excess)
+    for score in criteria:
         scores = [score(c) for c in remaining]
         best = max(scores)
         remaining = [c for c, s in zip(remaining, scores, strict=True) if s == best]
@@ -312,7 +342,7 @@ def select_victims(
     pdbs: Sequence[PodDisruptionBudget],
     fits_with: Callable[[int], bool],
     drop: Callable[[int], None],
-    importance: Callable[[Unit], tuple[int, float]],
+    importance: Callable[[Unit], tuple[float, ...]],
 ) -> tuple[list[Pod], int]:
     """The reprieve loop of ``SelectVictimsOnNode`` over units already removed and sorted
     most important first: ``fits_with(i)`` puts unit ``i`` back and says whether the pod
@@ -339,6 +369,55 @@ def select_victims(
     return [p for unit in chosen for p in unit], violations
 
 
+class _Victims:
+    """Which pods of a node may go for the pod: kube's rule (lower priority; a gang whole),
+    or reclaim's (:class:`~scheduler.core.reclaim.Rules`) with a ledger of the quotas' use
+    that follows the victims out and back."""
+
+    def __init__(self, pod: Pod, inputs: Inputs) -> None:
+        self.pod = pod
+        self.inputs = inputs
+        self.rules = reclaim_rules(pod, inputs)
+
+    def potential(self, pods: Sequence[Pod]) -> list[Pod]:
+        """The node's potential victims (``pods``: all of the node's), in node order. Under
+        reclaim, taken least important first, each unit while the rules still allow it."""
+        inputs, rules = self.inputs, self.rules
+        if rules is None:
+            return [p for p in pods if inputs.evictable(p, self.pod.priority)]
+        ledger = rules.ledger()
+        units = units_on_node(pods, inputs)
+        order = sorted(
+            range(len(units)), key=lambda i: unit_importance(units[i][0], inputs), reverse=True
+        )
+        taken: set[int] = set()
+        for i in order:
+            if rules.may_take(units[i][0], ledger):
+                ledger.take(units[i][0])
+                taken.add(i)
+        return [p for i, (_, on_node) in enumerate(units) if i in taken for p in on_node]
+
+    def ledger_without(self, units: Sequence[Unit]) -> Ledger | None:
+        """The quotas' use with every unit gone (None: no quotas)."""
+        if self.rules is None:
+            return None
+        ledger = self.rules.ledger()
+        for unit in units:
+            ledger.take(unit)
+        return ledger
+
+    def admits(self, ledger: Ledger | None) -> bool:
+        return ledger is None or self.rules is None or self.rules.admits(ledger)
+
+    def order(self, unit: Unit) -> tuple[float, int, float]:
+        """The reprieve order (kept first): kube's importance; with fair share, the units of
+        quotas nearest their fair share first, so the furthest above gives first."""
+        importance = unit_importance(unit, self.inputs)
+        rules = self.rules
+        excess = float(rules.excess(unit[0].namespace)) if rules is not None and rules.fair else 0.0
+        return (excess, *importance)
+
+
 class _Simulation:
     """Removes and restores pods of one node in the snapshot, the device ledger and the
     claims' users (kube's RemovePod/AddPod: VolumeRestrictions then sees a victim's
@@ -356,6 +435,9 @@ class _Simulation:
         """Pods taken out of the claims' users, to put back on restore."""
         self.freed: dict[str, list[DeviceId]] = {}
         """DRA devices of removed pods, counted free until put back."""
+        self.victims = _Victims(pod, inputs)
+        self.ledger: Ledger | None = None
+        """The quotas' use with the node's current victims gone (reclaim only)."""
         for other, node in inputs.nominated:
             if other.priority >= pod.priority and other.key != pod.key:
                 self.nominated.setdefault(node, []).append(other)
@@ -425,20 +507,24 @@ class _Simulation:
         return with_nominated or filter_failure(fw, snap, pod, node, inputs)
 
     def fits(self, node: str) -> bool:
-        return self.failure(node) is None
+        return self.victims.admits(self.ledger) and self.failure(node) is None
 
     def status_on(self, node: str) -> tuple[str, ...] | None:
         """Why ``node`` is no candidate (the dry run's status), None if it is one."""
         row = self.snapshot.index_of(node)
         assert row is not None
         original = list(self.snapshot.pods_on(row))
-        lower = [p for p in original if self.inputs.evictable(p, self.pod.priority)]
+        lower = self.victims.potential(original)
         if not lower:
             return (NO_VICTIMS_MESSAGE,)
         for victim in lower:
             self.remove(victim)
         try:
-            return self.failure(node)
+            failure = self.failure(node)
+            ledger = self.victims.ledger_without([u for u, _ in units_on_node(lower, self.inputs)])
+            if failure is None and not self.victims.admits(ledger):
+                return (QUOTA_MESSAGE,)
+            return failure
         finally:
             self.restore(node, original)
 
@@ -447,33 +533,36 @@ class _Simulation:
         assert row is not None
         original = list(self.snapshot.pods_on(row))
         inputs = self.inputs
-        lower = [p for p in original if inputs.evictable(p, self.pod.priority)]
+        chooser = self.victims
+        lower = chooser.potential(original)
         if not lower:
             return None
         for victim in lower:
             self.remove(victim)
+        units = sorted(units_on_node(lower, inputs), key=lambda u: chooser.order(u[0]))
+        self.ledger = chooser.ledger_without([u for u, _ in units])
         try:
             if not self.fits(node):
                 return None
 
-            def importance(u: Unit) -> tuple[int, float]:
-                return unit_importance(u, inputs)
-
-            units = sorted(units_on_node(lower, inputs), key=lambda u: importance(u[0]))
-
             def fits_with(i: int) -> bool:
                 for victim in units[i][1]:
                     self.add(victim, node)
+                if self.ledger is not None:
+                    self.ledger.give(units[i][0])
                 return self.fits(node)
 
             def drop(i: int) -> None:
                 for victim in units[i][1]:
                     self.remove(victim)
+                if self.ledger is not None:
+                    self.ledger.take(units[i][0])
 
             victims, violations = select_victims(
-                [u for u, _ in units], inputs.pdbs, fits_with, drop, importance
+                [u for u, _ in units], inputs.pdbs, fits_with, drop, chooser.order
             )
         finally:
+            self.ledger = None
             self.restore(node, original)
         if not victims:
             return None
@@ -502,6 +591,8 @@ def filter_failure(
     )
     skipped: set[str] = set()
     for plugin in framework.plugins.pre_filters:
+        if plugin.name in QUOTA_PLUGINS:
+            continue  # the dry run's quota check is reclaim's ledger (Rules.admits)
         result = plugin.pre_filter(cycle)
         if result.code is Code.SKIP:
             skipped.add(plugin.name)
@@ -550,7 +641,11 @@ def counted_path(framework: Framework, snapshot: Snapshot, pod: Pod, inputs: Inp
     with_pre_filter: set[str] = set()
     for plugin in framework.plugins.pre_filters:
         with_pre_filter.add(plugin.name)
-        if plugin.name in POD_INDEPENDENT_FILTERS or plugin.name == NODE_RESOURCES_FIT:
+        if (
+            plugin.name in POD_INDEPENDENT_FILTERS
+            or plugin.name == NODE_RESOURCES_FIT
+            or plugin.name in QUOTA_PLUGINS
+        ):
             continue
         if (
             plugin.name == INTER_POD_AFFINITY
@@ -575,6 +670,8 @@ class _Room:
         self.snapshot = snapshot
         self.pod = pod
         self.inputs = inputs
+        self.victims = _Victims(pod, inputs)
+        self._potential: dict[int, list[Pod]] = {}
         self.checked = NODE_RESOURCES_FIT in framework.profile.filters
         self.anti_terms = (
             [TermKey.of_affinity(t) for t in pod.required_anti_affinity]
@@ -624,20 +721,27 @@ class _Room:
                 if col is not None:
                     self.added[col, row] += amount
 
+    def potential(self, row: int) -> list[Pod]:
+        """The row's potential victims (:meth:`_Victims.potential`), computed once."""
+        found = self._potential.get(row)
+        if found is None:
+            found = self.victims.potential(list(self.snapshot.pods_on(row)))
+            self._potential[row] = found
+        return found
+
     def screen(self, rows: Sequence[int]) -> BoolArray:
         """Per entry of ``rows``: could the pod's requests and a pod slot fit with every
         lower-priority pod removed (and the nominated pods of >= priority added)? False
         where there is no lower-priority pod at all. Vectorised over nodes."""
-        snapshot, pod = self.snapshot, self.pod
+        snapshot = self.snapshot
         n = snapshot.num_nodes
         lower_count = np.zeros(n, dtype=np.int64)
         freed = np.zeros((len(self.index), n), dtype=np.int64)
         for row in rows:
-            for other in snapshot.pods_on(row):
-                if self.inputs.evictable(other, pod.priority):
-                    lower_count[row] += 1
-                    for name, amount in other.resources.accounted.items():
-                        freed[self.index[name], row] += amount
+            for other in self.potential(row):
+                lower_count[row] += 1
+                for name, amount in other.resources.accounted.items():
+                    freed[self.index[name], row] += amount
         ok = lower_count > 0
         if self.checked:
             slots = snapshot.pod_counts - lower_count + self.added_count + 1
@@ -659,15 +763,15 @@ class _Room:
     def _staying(self, row: int, key: TermKey, by_domain: Mapping[str, int]) -> int | None:
         """Pods ``key`` selects that stay in the node's domain when the node's lower-priority
         pods leave and its nominated pods arrive; None when the node lacks the key."""
-        snapshot, pod = self.snapshot, self.pod
+        snapshot = self.snapshot
         column = snapshot.label_column(key.topology_key)
         vid = -1 if column is None else int(column.ids[row])
         if column is None or vid < 0:
             return None
         graph = snapshot.affinity_graph
         staying = by_domain.get(column.values[vid], 0)
-        for other in snapshot.pods_on(row):
-            if self.inputs.evictable(other, pod.priority) and graph.selects_pod(key, other):
+        for other in self.potential(row):
+            if graph.selects_pod(key, other):
                 staying -= 1
         for other in self.nominated_on.get(snapshot.node_names[row], ()):
             if graph.selects_pod(key, other):
@@ -692,12 +796,15 @@ class _Room:
     def select_on(self, node: str) -> Candidate | None:
         """``SelectVictimsOnNode`` when counts decide (:func:`counted_path`): sums of requests
         and of pods the anti-affinity terms select, instead of filter calls."""
-        snapshot, pod, inputs = self.snapshot, self.pod, self.inputs
+        snapshot, inputs = self.snapshot, self.inputs
         row = snapshot.index_of(node)
         assert row is not None
-        lower = [p for p in snapshot.pods_on(row) if inputs.evictable(p, pod.priority)]
+        lower = self.potential(row)
         if not lower or any(col is None for _, col, _ in self.checks):
             return None
+        chooser = self.victims
+        units = sorted(units_on_node(lower, inputs), key=lambda u: chooser.order(u[0]))
+        ledger = chooser.ledger_without([u for u, _ in units])
         cols = [(name, col, amount) for name, col, amount in self.checks if col is not None]
         alloc = [int(snapshot.allocatable[col, row]) for _, col, _ in cols]
         used = [
@@ -717,6 +824,8 @@ class _Room:
         staying_now = [n for _, n in anti]
 
         def fits() -> bool:
+            if not chooser.admits(ledger):
+                return False
             if self.checked and count[0] + 1 > allowed:
                 return False
             if any(n > 0 for n in staying_now):
@@ -734,22 +843,21 @@ class _Room:
         if not fits():
             return None
 
-        def importance(u: Unit) -> tuple[int, float]:
-            return unit_importance(u, inputs)
-
-        units = sorted(units_on_node(lower, inputs), key=lambda u: importance(u[0]))
-
         def fits_with(i: int) -> bool:
             for victim in units[i][1]:
                 shift(victim, +1)
+            if ledger is not None:
+                ledger.give(units[i][0])
             return fits()
 
         def drop(i: int) -> None:
             for victim in units[i][1]:
                 shift(victim, -1)
+            if ledger is not None:
+                ledger.take(units[i][0])
 
         victims, violations = select_victims(
-            [u for u, _ in units], inputs.pdbs, fits_with, drop, importance
+            [u for u, _ in units], inputs.pdbs, fits_with, drop, chooser.order
         )
         if not victims:
             return None
@@ -786,7 +894,8 @@ def _preempt(
     if ineligible_reason(snapshot, pod, decision, inputs) is not None:
         return None
     names = potential_nodes(snapshot, decision)
-    if not names or not snapshot.has_priority_below(pod.priority):
+    rules = reclaim_rules(pod, inputs)
+    if not names or (rules is None and not snapshot.has_priority_below(pod.priority)):
         return None
     rows = [snapshot.index_of(name) for name in names]
     room = _Room(framework, snapshot, pod, inputs)
@@ -795,7 +904,7 @@ def _preempt(
     if not alive:
         return None
     if not force_simulation and counted_path(framework, snapshot, pod, inputs):
-        return _dry_run(names, alive, room.select_on, inputs)
+        return _dry_run(names, alive, room.select_on, inputs, rules)
     # Known to the graph as pending, the pod's own terms are indexed and their counts
     # patched as victims leave and return, instead of recounted over every pod per check.
     register = snapshot.node_of_pod(pod.key) is None
@@ -803,7 +912,7 @@ def _preempt(
         snapshot.add_pod(pod, "")
     try:
         return _dry_run(
-            names, alive, _Simulation(framework, snapshot, pod, inputs).select_on, inputs
+            names, alive, _Simulation(framework, snapshot, pod, inputs).select_on, inputs, rules
         )
     finally:
         if register:
@@ -815,9 +924,11 @@ def _dry_run(
     alive: set[str],
     select: Callable[[str], Candidate | None],
     inputs: Inputs,
+    rules: Rules | None = None,
 ) -> Preemption | None:
-    """``DryRunPreemption`` then ``SelectCandidate`` over the screened potential nodes."""
-    wanted = num_candidates(len(names))
+    """``DryRunPreemption`` then ``SelectCandidate`` over the screened potential nodes.
+    Reclaim examines every node (CapacityScheduling asks for all candidates)."""
+    wanted = len(names) if rules is not None else num_candidates(len(names))
     offset = random.Random(inputs.seed).randrange(len(names))
     clean: list[Candidate] = []
     violating: list[Candidate] = []
@@ -836,7 +947,7 @@ def _dry_run(
     candidates = clean + violating
     if not candidates:
         return None
-    best, tied = pick_one(candidates, inputs)
+    best, tied = pick_one(candidates, inputs, rules)
     return Preemption(
         best.node,
         best.victims,
@@ -861,7 +972,7 @@ def no_preemption_message(
         return reason
     counts: Counter[str] = Counter()
     examined = 0
-    if not snapshot.has_priority_below(pod.priority):
+    if reclaim_rules(pod, inputs) is None and not snapshot.has_priority_below(pod.priority):
         # Nothing lower anywhere: every potential node says so without a simulation.
         examined = len(potential_nodes(snapshot, decision))
         if examined:

@@ -18,6 +18,11 @@ disabled, DRA resource claims when it has no DraState or DynamicResources is dis
 claims using alpha DRA fields) are refused first, by the Unsupported plugin, rather than
 bound where their volumes or devices cannot follow; every other pod skips it.
 
+CapacityScheduling (scheduler-plugins' ElasticQuota admission, :mod:`scheduler.core.quota`)
+runs right after Unsupported: a PreFilter only, refusing the pods of a namespace with an
+ElasticQuota that would pass its ``max`` or the sum of all quotas' ``min``; every other pod,
+and every pod of a cycle without quotas (simulations, tests), skips it.
+
 Lattice adds two plugins of its own, last among the filters. Topology (device and NUMA
 alignment) skips every pod that asks for no GPUs, RDMA NICs or pinned CPUs. LoadAware
 (measured and predicted node load) filters only when a threshold is configured (none is by
@@ -210,9 +215,11 @@ TOPOLOGY: Final = "Topology"
 LOAD_AWARE: Final = "LoadAware"
 GPU_PLACEMENT: Final = "GPUPlacement"
 NODE_DECLARED_FEATURES: Final = "NodeDeclaredFeatures"
+CAPACITY_SCHEDULING: Final = "CapacityScheduling"
 
 DEFAULT_FILTERS: Final = (
     UNSUPPORTED,
+    CAPACITY_SCHEDULING,
     NODE_UNSCHEDULABLE,
     NODE_NAME,
     TAINT_TOLERATION,
@@ -260,8 +267,9 @@ preferred node affinity, pod affinity or spread at weight 2; see ``_ranked_by`` 
 ``plugins/gpu_placement.py``), level with device alignment (Topology), which it never
 contradicts: both fill partly used hardware first."""
 
-LATTICE_PLUGINS: Final = frozenset({TOPOLOGY, LOAD_AWARE, GPU_PLACEMENT})
-"""Lattice's own plugins; without them a profile is kube-scheduler's."""
+LATTICE_PLUGINS: Final = frozenset({CAPACITY_SCHEDULING, TOPOLOGY, LOAD_AWARE, GPU_PLACEMENT})
+"""Lattice's own plugins (and scheduler-plugins' CapacityScheduling, which kube-scheduler
+does not ship); without them a profile is kube-scheduler's."""
 
 
 @dataclass(frozen=True, slots=True)

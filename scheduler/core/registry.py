@@ -23,6 +23,7 @@ from scheduler.core.framework import (
 )
 from scheduler.core.plugins import (
     balanced_allocation,
+    capacity_scheduling,
     dynamic_resources,
     gpu_placement,
     inter_pod_affinity,
@@ -48,6 +49,7 @@ PluginFactory = Callable[[Profile], Plugin]
 
 IN_TREE: Final[tuple[tuple[str, PluginFactory], ...]] = (
     (unsupported.NAME, unsupported.new),
+    (capacity_scheduling.NAME, capacity_scheduling.new),
     (node_unschedulable.NAME, node_unschedulable.new),
     (node_name.NAME, node_name.new),
     (taint_toleration.NAME, taint_toleration.new),

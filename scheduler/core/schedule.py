@@ -66,6 +66,7 @@ from scheduler.model.pod import Pod
 if TYPE_CHECKING:
     from scheduler.core.dra.search import DeviceSearch
     from scheduler.core.dra.state import ClaimPlan, DraState
+    from scheduler.core.quota import QuotaContext
     from scheduler.core.volumes import VolumePlan, VolumeState
 
 SCHEDULING_GATES = "SchedulingGates"
@@ -100,14 +101,19 @@ class Framework:
         dra: DraState | None = None,
         batch: Batch | None = None,
         search: DeviceSearch | None = None,
+        quota: QuotaContext | None = None,
     ) -> Decision:
         """``restrict_to``: consider only these nodes (a gang member re-checked against its
         plan's node or domain); the others are reported as absent, not as rejected.
         ``volumes``: the cluster's storage objects; without them pods with claims are
         refused (the volume plugins cannot judge them); ``dra``: the same for DRA objects
         and pods with resource claims. ``batch``: the controller's batching state
-        (:mod:`scheduler.core.batch`): an identical pod after the last one reuses its cycle."""
+        (:mod:`scheduler.core.batch`): an identical pod after the last one reuses its cycle.
+        ``quota``: the ElasticQuotas (CapacityScheduling); a pod of a namespace with one is
+        never served from the batch memo, since the previous pod used up quota."""
         sig = signature(pod) if batch is not None and restrict_to is None else None
+        if quota is not None and quota.snapshot.governs(pod.namespace):
+            sig = None
         if (
             sig is not None
             and (load is None or not load.may_have_fresh())
@@ -140,7 +146,14 @@ class Framework:
             return Decision(pod, None, Explanation(names, rejected_by), seed)
 
         cycle = Cycle(
-            snapshot, pod, topology=topology, load=load, volumes=volumes, dra=dra, search=search
+            snapshot,
+            pod,
+            topology=topology,
+            load=load,
+            volumes=volumes,
+            dra=dra,
+            search=search,
+            quota=quota,
         )
         skipped: list[str] = []
         rejection: Rejection | None = None
@@ -411,8 +424,16 @@ def schedule(
     load: LoadView | None = None,
     volumes: VolumeState | None = None,
     dra: DraState | None = None,
+    quota: QuotaContext | None = None,
 ) -> Decision:
     """Filter and score every node of ``snapshot`` for ``pod`` and pick one."""
     return framework_for(profile).schedule(
-        snapshot, pod, seed=seed, topology=topology, load=load, volumes=volumes, dra=dra
+        snapshot,
+        pod,
+        seed=seed,
+        topology=topology,
+        load=load,
+        volumes=volumes,
+        dra=dra,
+        quota=quota,
     )

@@ -19,8 +19,8 @@ event and a typo fails loudly instead of inventing a new series. ``plugin`` and
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
 from prometheus_client import (
@@ -218,6 +218,16 @@ class Metrics:
     or the scheduler restarted mid-gang)."""
     gang_admit_duration: Histogram
     """From a gang's quorum to its last member's binding."""
+    quota_resources: Gauge
+    """Per ElasticQuota and resource: ``used``, ``min`` and ``max`` (cpu in cores, other
+    resources in their units: bytes, devices); a resource a quota does not bound has no
+    ``max`` series."""
+    quota_reclaim_evictions: Counter
+    """Per ElasticQuota (``namespace``, ``quota``): its pods evicted by reclaim, that is for
+    a pod of another quota (what it borrowed taken back, or, with fair share, what it held
+    above its share). Preemption within one quota is not counted here."""
+    _quota_series: set[tuple[str, str, str, str]] = field(default_factory=set)
+    """The label sets of :attr:`quota_resources` last published (to remove the stale)."""
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -430,6 +440,21 @@ class Metrics:
                 registry=reg,
                 buckets=_E2E_BUCKETS,
             ),
+            quota_resources=Gauge(
+                "quota_resource_units",
+                "ElasticQuota amounts per resource: used (bound and assumed pods), min, max;"
+                " cpu in cores, other resources in their own units.",
+                ["namespace", "quota", "resource", "bound"],
+                namespace=NAMESPACE,
+                registry=reg,
+            ),
+            quota_reclaim_evictions=Counter(
+                "quota_reclaim_evictions",
+                "Pods of this ElasticQuota evicted by reclaim for a pod of another quota.",
+                ["namespace", "quota"],
+                namespace=NAMESPACE,
+                registry=reg,
+            ),
         )
         for outcome in GANG_OUTCOMES:
             metrics.gang_attempts.labels(outcome=outcome)
@@ -453,6 +478,28 @@ class Metrics:
     def set_load_nodes(self, counts: Mapping[str, int]) -> None:
         for status in LOAD_STATUSES:
             self.load_nodes.labels(status=status).set(counts.get(status, 0))
+
+    @property
+    def quota_series(self) -> int:
+        """Quota series published now (0: nothing to remove either)."""
+        return len(self._quota_series)
+
+    def reclaim_eviction(self, namespace: str, quota: str) -> None:
+        """A pod of ``namespace/quota`` evicted by reclaim."""
+        self.quota_reclaim_evictions.labels(namespace=namespace, quota=quota).inc()
+
+    def set_quotas(self, rows: Iterable[tuple[str, str, str, str, float]]) -> None:
+        """Publish every quota's amounts as (namespace, quota, resource, bound, value);
+        the series of a quota or resource no longer there are removed."""
+        seen: set[tuple[str, str, str, str]] = set()
+        for namespace, quota, resource, bound, value in rows:
+            labels = (namespace, quota, resource, bound)
+            seen.add(labels)
+            self.quota_resources.labels(*labels).set(value)
+        for labels in self._quota_series - seen:
+            self.quota_resources.remove(*labels)
+        self._quota_series.clear()
+        self._quota_series.update(seen)
 
     def observe_attempt(self, result: AttemptResult, seconds: float) -> None:
         """One finished scheduling cycle: count it and time it."""

@@ -80,6 +80,8 @@ from scheduler.core.preemption import (
     split_units_by_pdb,
     unit_importance,
 )
+from scheduler.core.quota import add
+from scheduler.core.reclaim import Rules
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
@@ -133,6 +135,21 @@ def ineligible_reason(snapshot: Snapshot, members: Sequence[Pod], inputs: Inputs
     return None
 
 
+def gang_rules(members: Sequence[Pod], inputs: Inputs) -> Rules | None:
+    """Reclaim's rules for a gang (None without quotas): its lowest-priority member as the
+    preemptor, charged with the whole gang's request. Applied statically (each victim's
+    quota as it is now, not as earlier victims leave it): a gang within its quota's min
+    takes from borrowers, above it only its own quota's lower-priority pods."""
+    quotas = inputs.quotas
+    if quotas is None or not quotas.active or not members:
+        return None
+    lowest = min(members, key=lambda m: m.priority)
+    request = add(*(quotas.asked(m) for m in members))
+    keys = {m.key for m in members}
+    others = [(p, n) for p, n in inputs.nominated if p.key not in keys]
+    return Rules.of(quotas, lowest, others, request=request)
+
+
 def candidate_units(
     framework: Framework,
     snapshot: Snapshot,
@@ -147,7 +164,8 @@ def candidate_units(
     docstring, step 3). ``own_gang``: the preempting gang's key (its placed members stay);
     ``representatives``: one member per class (the problem's), else every member."""
     priority = gang_priority(members)
-    if not snapshot.has_priority_below(priority):
+    rules = gang_rules(members, inputs)
+    if (rules is None or rules.above_min) and not snapshot.has_priority_below(priority):
         return []
     own = {m.key for m in members}
     rows: set[int] = set()
@@ -171,7 +189,11 @@ def candidate_units(
     units: dict[str, Unit] = {}
     for row in sorted(rows):
         for pod in snapshot.pods_on(row):
-            if pod.key in own or not inputs.evictable(pod, priority):
+            if pod.key in own:
+                continue
+            if rules is None and not inputs.evictable(pod, priority):
+                continue
+            if rules is not None and not rules.could_take_unit(inputs.unit_of(pod)):
                 continue
             key = inputs.unit_key(pod)
             if key == own_gang:

@@ -120,6 +120,20 @@ def test_rbac_grants_no_secrets_and_names_the_lease(default: list[dict[str, Any]
         "resources": ["podgroups/status"],
         "verbs": ["get", "patch", "update"],
     } in gangs
+    # ElasticQuota: read, and only status.used written (least privilege).
+    quota_rules = [r for r in gangs if any(n.startswith("elasticquotas") for n in r["resources"])]
+    assert quota_rules == [
+        {
+            "apiGroups": ["scheduling.x-k8s.io"],
+            "resources": ["elasticquotas"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["scheduling.x-k8s.io"],
+            "resources": ["elasticquotas/status"],
+            "verbs": ["patch"],
+        },
+    ]
 
 
 def test_rbac_reads_what_dynamic_resources_reads() -> None:

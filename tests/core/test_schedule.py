@@ -237,14 +237,16 @@ def test_default_profile_order_matches_kube_scheduler() -> None:
     kube's defaults put it, scoring with weight 2 since 1.35; NodeDeclaredFeatures after it,
     appended when its gate is on, a no-op at 1.35 where it is off); Lattice's Unsupported
     (refuses pods with volumes or DRA claims it cannot place yet; a no-op for the others)
-    comes first, Topology (a no-op for pods without devices or pinned CPUs) and LoadAware
-    (a no-op without load reports) come last; GPUPlacement only scores."""
+    comes first, then scheduler-plugins' CapacityScheduling (a PreFilter only, a no-op
+    without ElasticQuotas), Topology (a no-op for pods without devices or pinned CPUs) and
+    LoadAware (a no-op without load reports) come last; GPUPlacement only scores."""
     assert DEFAULT_PROFILE.filters[-2:] == ("Topology", "LoadAware")
     assert dict(DEFAULT_PROFILE.scores)["Topology"] == 5
     assert dict(DEFAULT_PROFILE.scores)["LoadAware"] == 3
     assert dict(DEFAULT_PROFILE.scores)["GPUPlacement"] == 5
     assert DEFAULT_PROFILE.filters[:-2] == (
         "Unsupported",
+        "CapacityScheduling",
         "NodeUnschedulable",
         "NodeName",
         "TaintToleration",

@@ -20,13 +20,14 @@ from scheduler.obs.metrics import (
 )
 
 NAME = re.compile(
-    r"^lattice_(scheduling|framework|queue|binding|graph|cache|load|gang|reports|gpu|dra)_[a-z0-9_]+$"
+    r"^lattice_(scheduling|framework|queue|binding|graph|cache|load|gang|reports|gpu|dra|quota)_[a-z0-9_]+$"
 )
 UNIT_BY_TYPE = {
     "counter": ("_total",),
     # A histogram of counts (CEL evaluations per attempt) is unitless, named for what it counts.
     "histogram": ("_seconds", "_evaluations"),
-    "gauge": ("_pods", "_nodes", "_gangs", "_devices"),
+    # Quota amounts mix units (cores, bytes, devices): the resource label says which.
+    "gauge": ("_pods", "_nodes", "_gangs", "_devices", "_units"),
 }
 
 
@@ -48,7 +49,7 @@ def _ours(metrics: Metrics) -> dict[str, str]:
 
 def test_every_metric_follows_the_naming_convention() -> None:
     families = _ours(Metrics.create())
-    assert len(families) == 24
+    assert len(families) == 26
     for name, kind in families.items():
         assert NAME.match(name), name
         assert name.endswith(UNIT_BY_TYPE[kind]), (name, kind)
@@ -129,6 +130,8 @@ def test_expected_names() -> None:
         "lattice_scheduling_batched_cycles_total",
         "lattice_reports_dropped_total",
         "lattice_gpu_devices",
+        "lattice_quota_resource_units",
+        "lattice_quota_reclaim_evictions_total",
     }
 
 
@@ -205,3 +208,37 @@ def test_open_label_metrics_and_exposition() -> None:
     assert "lattice_binding_errors_total 1.0" in text
     assert "lattice_graph_patches_total 3.0" in text
     assert "lattice_scheduling_e2e_duration_seconds_count 1.0" in text
+
+
+def test_set_quotas_publishes_and_drops_stale_series() -> None:
+    metrics = Metrics.create()
+    gauge = "lattice_quota_resource_units"
+    metrics.set_quotas(
+        [
+            ("team-a", "q", "nvidia.com/gpu", "used", 14.0),
+            ("team-a", "q", "nvidia.com/gpu", "max", 16.0),
+            ("team-b", "q", "cpu", "min", 2.5),
+        ]
+    )
+    labels = {"namespace": "team-a", "quota": "q", "resource": "nvidia.com/gpu"}
+    assert _sample(metrics, gauge, **labels, bound="used") == 14.0
+    assert _sample(metrics, gauge, **labels, bound="max") == 16.0
+    assert metrics.quota_series == 3
+    metrics.set_quotas([("team-a", "q", "nvidia.com/gpu", "used", 15.0)])
+    assert _sample(metrics, gauge, **labels, bound="used") == 15.0
+    assert _sample(metrics, gauge, **labels, bound="max") is None
+    assert (
+        _sample(metrics, gauge, namespace="team-b", quota="q", resource="cpu", bound="min") is None
+    )
+    assert metrics.quota_series == 1
+
+
+def test_reclaim_evictions_are_counted_per_quota() -> None:
+    metrics = Metrics.create()
+    name = "lattice_quota_reclaim_evictions_total"
+    assert _sample(metrics, name, namespace="team-a", quota="q") is None  # no series before
+    metrics.reclaim_eviction("team-a", "q")
+    metrics.reclaim_eviction("team-a", "q")
+    metrics.reclaim_eviction("team-b", "q")
+    assert _sample(metrics, name, namespace="team-a", quota="q") == 2.0
+    assert _sample(metrics, name, namespace="team-b", quota="q") == 1.0

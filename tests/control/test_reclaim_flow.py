@@ -1,0 +1,121 @@
+"""Reclaim in the scheduler process, without a server: a pod of a quota within its min, refused
+by the quota PreFilter although a node has room, evicts a borrower's pod; the victim's
+Event names the quota and pod that reclaimed it and the per-quota counter counts it.
+Preemption inside one quota is announced and counted as plain preemption."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from scheduler.control.queue import pod_key
+from scheduler.control.scheduler import Scheduler
+from scheduler.control.settings import parse_spec
+from scheduler.core.quota import Quota, QuotaSnapshot
+from tests.builders import make_pod, quota_body
+from tests.control.test_gangs import FakeWriter, scheduler
+
+_rv = iter(range(100, 10_000_000))
+COUNTER = "lattice_quota_reclaim_evictions_total"
+
+
+def bound(name: str, ns: str, node: str, cpu: str, priority: int) -> dict[str, Any]:
+    body = make_pod(name, cpu, namespace=ns).priority(priority).uid(f"uid-{name}").obj()
+    body["spec"]["nodeName"] = node
+    body["metadata"]["resourceVersion"] = str(next(_rv))
+    body["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}
+    return body
+
+
+def pending(name: str, ns: str, cpu: str, priority: int) -> dict[str, Any]:
+    body = make_pod(name, cpu, namespace=ns).priority(priority).uid(f"uid-{name}").obj()
+    body["spec"]["schedulerName"] = "lattice"
+    body["metadata"]["resourceVersion"] = str(next(_rv))
+    body["status"] = {"phase": "Pending"}
+    return body
+
+
+def two_teams() -> tuple[Scheduler, FakeWriter]:
+    """Two 4-cpu nodes; team-a (min 2) borrows: 3 cpus on n0, team-b (min 2) uses 1 on n1."""
+    sched, writer = scheduler(2, "4")
+    sched.quota_upserted(quota_body("team-a", min={"cpu": "2"}, max={"cpu": "8"}))
+    sched.quota_upserted(quota_body("team-b", min={"cpu": "2"}, max={"cpu": "8"}))
+    for i in range(3):
+        sched.pod_upserted(bound(f"a{i}", "team-a", "n0", "1", 100))
+    sched.pod_upserted(bound("b0", "team-b", "n1", "1", 1))
+    return sched, writer
+
+
+def cycle(sched: Scheduler, ns: str, name: str) -> None:
+    info = sched.queue.try_pop()
+    assert info is not None
+    assert (info.pod.namespace, info.pod.name) == (ns, name)
+    sched.schedule_one(info)
+
+
+async def test_a_pod_within_its_min_reclaims_from_the_borrower_and_says_so() -> None:
+    sched, writer = two_teams()
+    sched.pod_upserted(pending("b1", "team-b", "1", 1))  # n1 has room; the mins do not
+    cycle(sched, "team-b", "b1")
+    await sched.drain(10)
+    assert len(writer.deletes) == 1
+    victim = writer.deletes[0]
+    assert victim.startswith("a")  # a borrower's pod, whatever its priority (100 > 1)
+    (event,) = [e for e in writer.events if e[2] == "Preempted"]
+    assert event[1] == victim
+    assert event[3] == (
+        "Reclaimed by ElasticQuota team-b/quota for pod team-b/b1 on node n0: "
+        "quota team-a/quota used more than its min"
+    )
+    registry = sched.metrics.registry
+    assert registry.get_sample_value(COUNTER, {"namespace": "team-a", "quota": "quota"}) == 1.0
+    (condition,) = [c for c in writer.conditions if c[0] == "b1"]
+    assert condition[3] == "n0"  # nominated where the victim was
+    assert "all quotas use 4 of the 4 cpu their mins sum to" in condition[2]
+
+
+async def test_preemption_inside_one_quota_is_plain_preemption() -> None:
+    sched, writer = two_teams()
+    # an idle quota's min leaves the sum of mins no limit; nodes full; team-b above its min
+    sched.quota_upserted(quota_body("team-c", min={"cpu": "10"}))
+    sched.pod_upserted(bound("a3", "team-a", "n0", "1", 100))  # n0 full too
+    sched.pod_upserted(bound("b1", "team-b", "n1", "3", 1))
+    sched.pod_upserted(pending("b2", "team-b", "1", 50))
+    cycle(sched, "team-b", "b2")
+    await sched.drain(10)
+    assert sorted(writer.deletes) in (["b0"], ["b1"])
+    (event,) = [e for e in writer.events if e[2] == "Preempted"]
+    assert event[3].startswith("Preempted by pod uid-b2 on node n1")
+    registry = sched.metrics.registry
+    assert registry.get_sample_value(COUNTER, {"namespace": "team-b", "quota": "quota"}) is None
+
+
+def test_the_fair_policy_hands_the_last_shares_to_reclaim() -> None:
+    sched, _ = two_teams()
+    assert sched.reclaim_quotas() is not None
+    quotas = sched.reclaim_quotas()
+    assert quotas is not None
+    assert quotas.fair_share is None  # no refresh yet: CapacityScheduling's rules alone
+    snapshot = QuotaSnapshot(
+        {
+            "team-a": Quota("team-a", "quota", {"cpu": 2000}, {}, {"cpu": 3000}),
+            "team-b": Quota("team-b", "quota", {"cpu": 2000}, {}, {"cpu": 1000}),
+        }
+    )
+    sched.tenant_ranks.refresh(snapshot, {}, {"cpu": 8000}, {"team-b": {"cpu": 4000}})
+    quotas = sched.reclaim_quotas()
+    assert quotas is not None
+    assert quotas.fair_share is not None
+    assert quotas.fair_share["team-b"].share["cpu"] > Fraction(2000)
+    assert quotas.capacity == {"cpu": 8000}
+    sched.apply_settings(parse_spec({"quota": {"policy": "Capacity"}}, "lattice"))
+    quotas = sched.reclaim_quotas()
+    assert quotas is not None
+    assert quotas.fair_share is None
+
+
+def test_no_quota_no_reclaim_inputs() -> None:
+    sched, _ = scheduler(1, "4")
+    assert sched.reclaim_quotas() is None
+    assert sched.preemption_inputs().quotas is None
+    assert sched.queue.get(pod_key("default", "nothing")) is None
