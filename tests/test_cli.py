@@ -19,4 +19,3 @@ def test_lattice_run_uses_asyncios_own_event_loop() -> None:
         return 7
 
     assert _event_loop_run(loop_class()) == 7
-

@@ -1,7 +1,7 @@
 """`just chaos`: the fault run of tests/e2e/test_faults.py at the issue's size, many seeds.
 
 One control plane (six kwok nodes, our CRDs and RBAC) for the whole run; per seed a fresh
-namespace and a fresh `lattice run` behind a fresh proxy: 60 s of faults while 342 pods
+namespace and a fresh `lattice run` behind a fresh proxy: 60 s of faults while 345 pods
 stream in (300 plain, 10 with WaitForFirstConsumer claims, 20 with DRA claims, 3 gangs of
 4 and a DRA gang of 3), with kube-apiserver restarted mid-window on every other seed,
 then up to 120 s after the heal. Prints one row per seed and exits non-zero if any seed
