@@ -48,7 +48,7 @@ RUN /opt/lattice/bin/python -c 'import tomllib; print("\n".join(tomllib.load(ope
 [ctypes.CDLL(str(p)) for p in pathlib.Path(sys.argv[1]).rglob("*.so*") if p.is_file()]' "$site" \
     && /opt/lattice/bin/python -m compileall -q -j 0 "$site" \
     # What the trimming and stripping above must leave working: every native wheel.
-    && /opt/lattice/bin/python -c 'import numpy, pandas, uvloop, orjson, yaml, aiohttp, cel_expr_python; \
+    && /opt/lattice/bin/python -c 'import numpy, pandas, orjson, yaml, aiohttp, cel_expr_python; \
 from ortools.sat.python import cp_model as c; m = c.CpModel(); m.maximize(m.new_int_var(0, 3, "x")); \
 assert c.CpSolver().solve(m) == c.OPTIMAL; numpy.linalg.inv(numpy.eye(2))'
 # Then the package itself, on the installed dependencies.

@@ -89,3 +89,7 @@ bench-hostile-dra *ARGS:
 # Render manifests/ from charts/lattice (default values) and copy crds/ into the chart.
 manifests:
     python -m tests.charts.render --write
+
+# Faults between Lattice and kube-apiserver (resets, lost replies, stalls, refusals, an API server restart every 2nd seed) while 345 plain/volume/DRA/gang pods stream in; a row per seed (~3 min each; --seeds N.. or --runs N).
+chaos *ARGS:
+    python -m tests.e2e.faults.chaos {{ARGS}}

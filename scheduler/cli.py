@@ -702,15 +702,16 @@ def _simulate_tenants(args: argparse.Namespace, refuse: Callable[[str, int], int
 
 
 def _event_loop_run(main: Coroutine[Any, Any, int]) -> int:
-    """uvloop where it exists (the watch streams and bindings are socket-bound, so the
-    loop's own cost is a real share of the CPU per pod); asyncio's loop elsewhere."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - platforms without uvloop
-        import asyncio
+    """asyncio's own event loop, not uvloop: under connection resets (a fault proxy, an
+    API server restarting) uvloop 0.23 kept a closed socket's file descriptor registered
+    to a dead transport, and the next connect given that descriptor raised
+    ``RuntimeError: File descriptor N is used by transport`` (MagicStack/uvloop#653): no
+    connection error the write paths retry but a crash, which ended kopf's watcher and
+    with it `lattice run` (tests/e2e/faults, #36). Correctness first; the loop's share
+    of the CPU per pod is measured in docs/performance.md."""
+    import asyncio
 
-        return asyncio.run(main)
-    return uvloop.run(main)
+    return asyncio.run(main)
 
 
 def _run(args: argparse.Namespace) -> int:
