@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from kubernetes_asyncio import client
 
 from lattice_dev.devcluster.cluster import ClusterConfig, ClusterState, DevCluster
@@ -70,6 +71,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return seed_line(*config.stash[_SEED])
+
+
+@pytest.fixture(autouse=True)
+def _structlog_left_as_found() -> Iterator[None]:
+    """structlog's configuration is the process's: a test that configures it (the CLI, or
+    ``capture_logs``, which leaves ``is_configured()`` true) must not change where a later
+    test's log lines go, whichever file runs next (under xdist, any)."""
+    configured = structlog.is_configured()
+    yield
+    if not configured and structlog.is_configured():
+        structlog.reset_defaults()
 
 
 SERIAL_DIRS = frozenset({"e2e", "devcluster", "charts"})
