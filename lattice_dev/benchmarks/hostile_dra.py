@@ -1,9 +1,10 @@
 """`just bench-hostile-dra`: plain pods' latency beside a hostile DRA pod.
 
 Every node is a kwok node with one ResourceSlice of 16 devices. The hostile pod has two
-claims of 9 devices each (a ResourceClaimTemplate): each alone fits a node, together they
-fit none, and only the device search can tell; kube's allocator runs into its 10 s filter
-timeout per node on it. Two arms on one control plane and one `lattice run` (leader
+claims of 9 devices each (a ResourceClaimTemplate whose request is a firstAvailable list of
+one, which the allocator's count check leaves to the search): each alone fits a node,
+together they fit none, and only the device search can tell; kube's allocator runs into
+its 10 s filter timeout per node on it. Two arms on one control plane and one `lattice run` (leader
 election on, as deployed): a stream of plain pods (100m cpu, ``--rate`` per second)
 alone, then the same stream with the hostile pod created first and retried throughout.
 Printed per arm: plain pods bound, p50/p99/max latency (create sent to bound seen by a
@@ -85,7 +86,8 @@ def hostile_pod() -> dict[str, Any]:
 
 
 def template() -> dict[str, Any]:
-    request = {"name": "dev", "exactly": {"deviceClassName": CLASS, "count": PER_CLAIM}}
+    sub = {"name": "nine", "deviceClassName": CLASS, "count": PER_CLAIM}
+    request = {"name": "dev", "firstAvailable": [sub]}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",

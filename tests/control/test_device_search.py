@@ -21,12 +21,24 @@ from scheduler.obs.metrics import Metrics
 from tests.builders import make_node, make_pod
 from tests.control.test_dra_flow import ClaimWriter
 from tests.control.test_gangs import Clock
-from tests.core.dra.builders import claim, device, device_class, exactly, request, resource_slice
+from tests.core.dra.builders import (
+    claim,
+    device,
+    device_class,
+    exactly,
+    first_available,
+    resource_slice,
+)
 
 BUDGET = 1.0
 HOSTILE = 16
-"""Two claims of 9 on 16 devices: only the search can tell they do not fit together."""
-CLAIMS = {name: claim(name, request("gpu", exactly("gpu", count=9))) for name in ("a", "b")}
+"""Two claims of 9 on 16 devices, each a firstAvailable list of one: only the search can
+tell they do not fit together (the allocator's count check covers plain ExactCount
+requests only)."""
+CLAIMS = {
+    name: claim(name, first_available("gpu", ("nine", exactly("gpu", count=9))))
+    for name in ("a", "b")
+}
 
 
 def hostile(sched: Scheduler, nodes: int, *, devices: int = HOSTILE) -> dict[str, Any]:

@@ -1057,8 +1057,10 @@ async def test_a_hostile_claim_pod_never_holds_up_plain_pods(
                 },
             }
         )
-    nine = {"deviceClassName": f"{ns}-hostile", "count": 9}
-    spec = {"devices": {"requests": [{"name": "gpu", "exactly": nine}]}}
+    # A firstAvailable list of one: the allocator's count check (plain ExactCount requests
+    # only) does not see it, so only the search can tell.
+    nine = {"name": "nine", "deviceClassName": f"{ns}-hostile", "count": 9}
+    spec = {"devices": {"requests": [{"name": "gpu", "firstAvailable": [nine]}]}}
     objects.append(
         {
             "apiVersion": "resource.k8s.io/v1",

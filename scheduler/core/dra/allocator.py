@@ -742,18 +742,22 @@ def _ref(claim: ResourceClaim) -> str:
 
 
 def _short_of_devices(search: _Search) -> bool:
-    """Whether some ExactCount request has fewer free devices its selectors accept than it
-    asks for. Then no allocation exists, and the search would learn it only by walking the
-    orders of the node's devices until kube's 10 s filter timeout, holding Lattice's one
-    loop (bindings and watches too) that long on every attempt; kube's verdict either way
-    is that the node does not fit.
+    """Whether the node's free devices cannot serve the requests' counts, alone or
+    together: some ExactCount request has fewer free devices its selectors accept than it
+    asks for, or some set of requests accepts fewer distinct free devices than they ask for
+    between them (Hall's condition: 16 + 2 on a node of 16, 9 + 9 on 16). Then no
+    allocation exists, and the search would learn it only by walking the subsets (or, on
+    1.35, the orders) of the node's devices: in Go kube walks 16 + 2 in milliseconds, in
+    Python it took longer than the attempt's 10 s budget under CI load. kube's verdict is
+    that the node does not fit, or, where its own walk is long, its 10 s time-out.
 
     Only where the search can end in nothing but fit, no fit or time-out, so kube's verdict
     is kept exactly: every request a plain ExactCount one (no firstAvailable, All or
     adminAccess, whose searches can raise errors of their own), no invalid pool, and no
     selector failing at runtime on any free device (kube's search may reach it first). A
     device tainted against the request is not free for it (its selectors still run: kube
-    evaluates them before the taint)."""
+    evaluates them before the taint). Counters, matchAttribute constraints and the 32
+    results of a claim only narrow what can be allocated, so a shortfall here is one there."""
     if any(pool.invalid for pool in search.pools):
         return False
     requests = [
@@ -766,10 +770,10 @@ def _short_of_devices(search: _Search) -> bool:
         for ci, ri, r in requests
     ):
         return False
-    short = False
+    accepted: list[frozenset[DeviceId]] = []
     for ci, ri, request in requests:
         claim = search.claims[ci]
-        free = 0
+        free: set[DeviceId] = set()
         for pool in search.pools:
             for s in pool.slices:
                 for d in s.devices:
@@ -783,9 +787,40 @@ def _short_of_devices(search: _Search) -> bool:
                     except AllocationError:
                         return False
                     if selectable and not _gated(search, d) and not _blocked(request, d):
-                        free += 1
-        short = short or free < request.count
-    return short
+                        free.add(device_id)
+        accepted.append(frozenset(free))
+    counts = [request.count for _, _, request in requests]
+    return _hall_violated(counts, accepted)
+
+
+HALL_MAX_REQUESTS: Final = 12
+"""Requests up to which every subset is checked (4096 unions); past it, each request
+alone and all of them together."""
+
+
+def _hall_violated(counts: Sequence[int], accepted: Sequence[frozenset[DeviceId]]) -> bool:
+    """Whether no assignment gives request ``i`` ``counts[i]`` devices of ``accepted[i]``,
+    no device twice: some set of requests asks more than the union of what it accepts.
+    Every set is tried up to :data:`HALL_MAX_REQUESTS` requests (exact: Hall's theorem,
+    a request standing for ``count`` copies of itself); beyond, only singles and the whole
+    (a weaker test, still never a false shortfall)."""
+    n = len(counts)
+    if any(len(a) < c for a, c in zip(accepted, counts, strict=True)):
+        return True
+    if n < 2:
+        return False
+    if n > HALL_MAX_REQUESTS:
+        return len(frozenset().union(*accepted)) < sum(counts)
+    for mask in range(3, 1 << n):
+        if mask & (mask - 1) == 0:
+            continue  # singles are checked above
+        members = [i for i in range(n) if mask >> i & 1]
+        union: set[DeviceId] = set()
+        for i in members:
+            union |= accepted[i]
+        if len(union) < sum(counts[i] for i in members):
+            return True
+    return False
 
 
 def _selectable(

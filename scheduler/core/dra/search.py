@@ -2,7 +2,8 @@
 
 Why. The structured allocator (:mod:`scheduler.core.dra.allocator`) is a depth-first
 search that kube bounds per node (its 10 s filter timeout), not per attempt. A mis-sized
-pod (two claims of 9 on 16-device nodes, or 6 + 5 on 10 under 1.35's search by orders)
+pod (two claims of 9 on 16-device nodes as firstAvailable lists of one, which the
+allocator's count check leaves to the search, or 6 + 5 on 10 under 1.35's search by orders)
 runs to that timeout on every node: on 1000 DRA nodes, hours of one attempt. kube-scheduler
 searches on 16 parallel workers off its informers, so its other goroutines go on; Lattice
 has one event loop, whose watches, bindings, ``/healthz`` and leader lease (10 s) stall

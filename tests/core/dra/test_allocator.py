@@ -7,6 +7,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+import networkx as nx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,6 +18,7 @@ from scheduler.core.dra.allocator import (
     Allocator,
     NodeAllocationError,
     SliceIndex,
+    _hall_violated,
 )
 from scheduler.core.dra.cel import SelectorCompiler
 from scheduler.core.dra.objects import DeviceClass, DeviceId, ResourceClaim, ResourceSlice
@@ -652,10 +654,11 @@ def test_allocations_are_valid_and_complete(
 def test_a_search_past_the_filter_timeout_is_what_the_release_makes_of_it(
     kube_minor: int,
 ) -> None:
-    """Two claims of 9 devices each on 16: each alone fits, so only the search can tell,
-    and it walks the subsets of 16 devices (orders before 1.36); kube gives up after its
-    10 s filterTimeout: the node does not fit in 1.35, the attempt is a SchedulerError
-    from 1.36. So does Lattice."""
+    """Two claims of 9 devices each on 16, each a firstAvailable list of one (the count
+    check leaves those to the search): each alone fits, so only the search can tell, and it
+    walks the subsets of 16 devices (orders before 1.36); kube gives up after its 10 s
+    filterTimeout: the node does not fit in 1.35, the attempt is a SchedulerError from
+    1.36. So does Lattice."""
     ticks = itertools.count()
 
     def make(timeout: float | None) -> Allocator:
@@ -670,7 +673,9 @@ def test_a_search_past_the_filter_timeout_is_what_the_release_makes_of_it(
         )
 
     too_many = [
-        ResourceClaim.from_api(claim(name, request("gpu", exactly("gpu", count=9))))
+        ResourceClaim.from_api(
+            claim(name, first_available("gpu", ("nine", exactly("gpu", count=9))))
+        )
         for name in ("a", "b")
     ]
     if kube_minor == 35:
@@ -764,3 +769,81 @@ def test_fewer_free_matching_devices_than_asked_does_not_fit_without_a_search() 
         make([odd], frozenset()).allocate(
             "n1", {}, [ResourceClaim.from_api(claim("c", request("gpu", ask)))]
         )
+
+
+def test_requests_that_fit_alone_but_not_together_do_not_fit_without_a_search() -> None:
+    """16 + 2 on 16 devices, in either claim order (the random differential, seed
+    977507055, c213: kube 1.37.2 said Unschedulable at once; Lattice's search of the
+    subsets ran past its 10 s budget under CI load), 9 + 9, and sets of requests that ask
+    more of the devices their selectors share than there are: the sets of requests are
+    counted against the free devices they accept together (Hall's condition), so no search
+    runs. Where the requests fit together the search allocates as before."""
+    calls = 0
+
+    def clock() -> float:
+        nonlocal calls
+        calls += 1
+        return float(calls)
+
+    allocator = Allocator(
+        classes={"gpu": DeviceClass.from_api(GPU_CLASS)},
+        slices=SliceIndex([ResourceSlice.from_api(gpus("n1", 16))]),
+        allocated=frozenset(),
+        compiler=SelectorCompiler(),
+        timeout=5.0,
+        clock=clock,
+    )
+    numa0 = f'device.attributes["{GPU_DRIVER}"].numa == 0'
+
+    def claims(*asks: dict[str, Any]) -> list[ResourceClaim]:
+        return [
+            ResourceClaim.from_api(claim(f"c{i}", request("gpu", ask)))
+            for i, ask in enumerate(asks)
+        ]
+
+    for asks in [
+        (exactly("gpu", count=16), exactly("gpu", count=2)),
+        (exactly("gpu", count=2), exactly("gpu", count=16)),
+        (exactly("gpu", count=9), exactly("gpu", count=9)),
+        # Each alone fits and all three together have 16 devices; the first two ask 5 of
+        # numa 0's 4.
+        (exactly("gpu", count=1), exactly("gpu", numa0, count=3), exactly("gpu", numa0, count=2)),
+        (exactly("gpu", numa0, count=3), exactly("gpu", numa0, count=2)),
+    ]:
+        calls = 0
+        assert allocator.allocate("n1", {}, claims(*asks)) is None
+        assert calls == 1, (asks, "the search ran")
+    result = allocator.allocate(
+        "n1", {}, claims(exactly("gpu", numa0, count=3), exactly("gpu", count=13))
+    )
+    assert result is not None
+    assert [devices_of(r) for r in result] == [
+        ["gpu-0", "gpu-1", "gpu-2"],
+        [f"gpu-{i}" for i in range(3, 16)],
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4), st.frozensets(st.integers(0, 7), max_size=8)),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_the_joint_count_check_is_exactly_a_matching(
+    requests: list[tuple[int, frozenset[int]]],
+) -> None:
+    """``_hall_violated`` says short exactly when no assignment gives every request its
+    count of devices it accepts, no device twice (a max flow decides it independently)."""
+    graph = nx.DiGraph()
+    for i, (count, wanted) in enumerate(requests):
+        graph.add_edge("s", ("r", i), capacity=count)
+        for d in wanted:
+            graph.add_edge(("r", i), ("d", d), capacity=1)
+            graph.add_edge(("d", d), "t", capacity=1)
+    graph.add_nodes_from(["s", "t"])
+    flow = nx.maximum_flow_value(graph, "s", "t")
+    counts = [c for c, _ in requests]
+    accepted = [frozenset(DeviceId(GPU_DRIVER, "n1", f"gpu-{d}") for d in a) for _, a in requests]
+    assert _hall_violated(counts, accepted) == (flow < sum(counts))

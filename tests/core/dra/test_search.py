@@ -25,13 +25,21 @@ from scheduler.core.profile import DEFAULT_PROFILE, DynamicResourcesArgs
 from scheduler.core.schedule import Framework
 from scheduler.model.pod import Pod
 from tests.builders import cluster, make_node, make_pod
-from tests.core.dra.builders import claim, device, device_class, exactly, request, resource_slice
+from tests.core.dra.builders import (
+    claim,
+    device,
+    device_class,
+    exactly,
+    first_available,
+    resource_slice,
+)
 
 BUDGET = 0.3
 """Seconds: far below kube's 10 s per node, so only the budget can end these searches."""
 HOSTILE = 16
 """Devices on a hostile node: two claims of 9 each fit alone, together they do not, and
-only the search can tell (it walks subsets of 16, or orders before 1.36)."""
+only the search can tell (it walks subsets of 16, or orders before 1.36): each a
+firstAvailable list of one, which the allocator's count check leaves to the search."""
 
 
 def framework(kube_minor: int, budget: float = BUDGET) -> Framework:
@@ -51,7 +59,8 @@ def dra_state(devices: dict[str, int]) -> DraState:
         body = resource_slice(f"{node}-gpus", [device(f"gpu-{i}") for i in range(n)], node=node)
         dra.set_slice(ResourceSlice.from_api(body))
     for name in ("a", "b"):
-        dra.set_claim(ResourceClaim.from_api(claim(name, request("gpu", exactly("gpu", count=9)))))
+        nine = first_available("gpu", ("nine", exactly("gpu", count=9)))
+        dra.set_claim(ResourceClaim.from_api(claim(name, nine)))
     return dra
 
 
