@@ -80,6 +80,7 @@ from scheduler.model.podgroup import gang_from_podgroup
 from scheduler.model.topology import NodeTopology, NodeTopologyStatus, TopologyParseError
 from scheduler.predict import CpuMem, LoadPredictor, NodeLoadBreakdown
 from scheduler.solver import GangPlan, SolveStatus, build_problem, solve
+from scheduler.solver.levels_view import LevelView, SliceView, level_views, slice_views
 
 _STORAGE_VOLUME_KEYS = (PERSISTENT_VOLUME_CLAIM, EPHEMERAL, *NODE_CONSTRAINED_INLINE_SOURCES)
 """Volumes whose pod the volume plugins decide with the storage objects (claims, inline
@@ -118,6 +119,9 @@ class GangExplained:
     partial_boost_s: int | None = None
     """A partial gang (members placed, fewer than minMember, others pending): how long it
     ranks ahead of every pod from the moment it became partial. None: not partial."""
+    levels: tuple[LevelView, ...] = ()
+    """Per topology level, the domains the plan uses and why the others were not."""
+    slices: tuple[SliceView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -819,7 +823,15 @@ def explain_gang(
         levels=levels,
     )
     plan = solve(problem, time_limit_s=time_limit_s, seed=seed, use_solver=use_solver)
-    return GangExplained(spec, placed, len(pending), plan, boost)
+    return GangExplained(
+        spec,
+        placed,
+        len(pending),
+        plan,
+        boost,
+        levels=level_views(problem, plan, snapshot, spec, levels),
+        slices=slice_views(problem, plan, snapshot),
+    )
 
 
 def gang_json(g: GangExplained) -> dict[str, Any]:
@@ -841,6 +853,27 @@ def gang_json(g: GangExplained) -> dict[str, Any]:
         "domain": p.domain,
         "placements": {m.pod: m.node for m in p.members if m.node is not None},
         "partialBoostSeconds": g.partial_boost_s,
+        "levels": [
+            {
+                "key": v.key,
+                "role": v.role,
+                "domains": [
+                    {
+                        "name": d.name,
+                        "nodes": d.nodes,
+                        "room": d.room,
+                        "gpusFree": d.gpus_free,
+                        "planned": d.planned,
+                        "verdict": d.verdict,
+                    }
+                    for d in v.domains
+                ],
+            }
+            for v in g.levels
+        ],
+        "slices": [
+            {"slice": v.index, "domain": v.domain, "members": list(v.members)} for v in g.slices
+        ],
         "members": [
             {
                 "pod": m.pod,
@@ -878,6 +911,7 @@ def render_gang(g: GangExplained) -> str:
             f"every pod for at most {g.partial_boost_s} s from the moment it became partial "
             f"({source}), then by its members' priority"
         )
+    lines.extend(_render_levels(g))
     if p.members:
         rows = [["MEMBER", "CLASS", "FEASIBLE NODES", "PLAN", "SCORE", "REJECTED BY"]]
         for m in p.members:
@@ -891,12 +925,42 @@ def render_gang(g: GangExplained) -> str:
                     ", ".join(m.rejecting_plugins) or "-",
                 ]
             )
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines.append("")
-        lines.extend(
-            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-        )
+        lines.extend(_table(rows))
     return "\n".join(lines)
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def _render_levels(g: GangExplained) -> list[str]:
+    """Per level, widest first: each domain's room against the gang's need and its verdict;
+    then the slices."""
+    lines: list[str] = []
+    for view in g.levels:
+        lines.append("")
+        lines.append(f"level {view.key}" + (f" ({view.role})" if view.role else ""))
+        rows = [["  DOMAIN", "NODES", "ROOM", "GPUS FREE", "PLAN", "VERDICT"]]
+        rows.extend(
+            [
+                f"  {d.name}",
+                str(d.nodes),
+                str(d.room),
+                str(d.gpus_free),
+                str(d.planned) if d.planned else "-",
+                d.verdict,
+            ]
+            for d in view.domains
+        )
+        lines.extend(_table(rows))
+    if g.slices:
+        lines.append("")
+        rows = [["SLICE", "DOMAIN", "MEMBERS"]]
+        rows.extend([str(v.index), v.domain, ", ".join(v.members)] for v in g.slices)
+        lines.extend(_table(rows))
+    return lines
 
 
 def seed_predictor(

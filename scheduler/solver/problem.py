@@ -474,7 +474,7 @@ def compact_keys(
     return (*levels[start:i], preferred)
 
 
-def _level(snapshot: Snapshot, key: str, union: IndexArray) -> Level:
+def node_level(snapshot: Snapshot, key: str, union: IndexArray) -> Level:
     """Dense domain ids of ``key`` over the local nodes; unlabelled nodes alone."""
     ids = _domain_ids(snapshot, key, union)
     labelled = ids >= 0
@@ -487,7 +487,7 @@ def _level(snapshot: Snapshot, key: str, union: IndexArray) -> Level:
     return Level(key, out, names)
 
 
-def _capacity(p: GangProblem) -> IntArray:
+def member_capacity(p: GangProblem) -> IntArray:
     """Per local node, the most members of one class it holds by free resources and pod
     slots, capped at the gang's size: the same however members are merged into classes."""
     size = len(p.members)
@@ -513,9 +513,9 @@ def _with_levels(
     if tight_key is None or not p.num_nodes:
         return p
     index = np.array([snapshot.index_of(n) for n in p.node_names], dtype=np.intp)
-    compact = tuple(_level(snapshot, key, index) for key in keys)
-    tight = compact[-1] if compact else _level(snapshot, tight_key, index)
-    capacity = _capacity(p)
+    compact = tuple(node_level(snapshot, key, index) for key in keys)
+    tight = compact[-1] if compact else node_level(snapshot, tight_key, index)
+    capacity = member_capacity(p)
     per_domain = np.bincount(tight.domain, weights=capacity, minlength=tight.size)
     _, inverse = np.unique(per_domain.astype(np.int64), return_inverse=True)
     tight_rank = inverse.reshape(-1).astype(np.int64) + 1
@@ -584,7 +584,7 @@ def _with_slices(
             )
         short[where[value]] += size - count % size
     known = tuple((where[v], k) for v, k in bound if v in where)
-    capacity = p.capacity if len(p.capacity) == p.num_nodes else _capacity(p)
+    capacity = p.capacity if len(p.capacity) == p.num_nodes else member_capacity(p)
     capacity = np.where(labelled, capacity, 0)
     return dataclasses.replace(
         p,

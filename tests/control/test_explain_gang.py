@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.control.explain import explain_gang, gang_json, render_gang
+from scheduler.control.explain import GangExplained, explain_gang, gang_json, render_gang
 from scheduler.core.load import LoadView
 from scheduler.core.profile import DEFAULT_PROFILE
 from scheduler.core.schedule import framework_for
+from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
 from scheduler.predict import LoadPredictor
 from tests.builders import cluster, make_node, make_pod
@@ -35,20 +36,28 @@ def pods(phases: dict[str, str | None]) -> list[dict[str, Any]]:
     return bodies
 
 
-def explained(bodies: list[dict[str, Any]], timeout_s: int | None, boost_s: int = 60) -> Any:
-    snapshot = cluster([make_node("n0", cpu="8", memory="16Gi")], [])
+def explained(
+    bodies: list[dict[str, Any]],
+    timeout_s: int | None,
+    boost_s: int = 60,
+    *,
+    body: dict[str, Any] | None = None,
+    snapshot: Snapshot | None = None,
+    levels: tuple[str, ...] = (),
+) -> GangExplained:
     return explain_gang(
-        group(timeout_s),
+        body or group(timeout_s),
         bodies,
         framework_for(DEFAULT_PROFILE),
-        snapshot,
+        snapshot or cluster([make_node("n0", cpu="8", memory="16Gi")], []),
         topology=TopologyState(),
         load=LoadView(LoadPredictor(DEFAULT_PROFILE.load_aware.predict), 0.0),
         seed=0,
         scheduler_name="lattice",
         time_limit_s=1.0,
-        use_solver=False,
+        use_solver=bool(levels),
         partial_boost_s=boost_s,
+        levels=levels,
     )
 
 
@@ -77,3 +86,43 @@ def test_a_gang_that_is_not_partial_says_nothing_of_a_boost() -> None:
         assert gang.partial_boost_s is None, phases
         assert "partial:" not in render_gang(gang)
         assert gang_json(gang)["partialBoostSeconds"] is None
+
+
+def test_a_required_rack_gang_shows_each_level_and_why_racks_were_refused() -> None:
+    """Rack r1: one node of 2 cpu, r2: two; a gang of 3 x 1 cpu requiring one rack: r2 is chosen, r1
+    refused short by one member; the block level shows both racks' block."""
+    nodes = [
+        make_node(name, cpu=cpu, memory="16Gi")
+        .label("example.com/block", "b1")
+        .label("example.com/rack", rack)
+        for name, cpu, rack in (("n0", "2", "r1"), ("n1", "2", "r2"), ("n2", "2", "r2"))
+    ]
+    body = group(None)
+    body["metadata"]["annotations"] = {"lattice.dev/topology-required": "example.com/rack"}
+    gang = explained(
+        pods({"a": None, "b": None, "c": None}),
+        None,
+        body=body,
+        snapshot=cluster(nodes, []),
+        levels=("example.com/block", "example.com/rack"),
+    )
+    assert gang.plan.admitted
+    text = render_gang(gang)
+    assert "level example.com/block\n" in text
+    assert "level example.com/rack (required)\n" in text
+    rack_rows = text.split("level example.com/rack (required)\n", 1)[1].splitlines()
+    assert rack_rows[1].split() == ["r2", "2", "4", "0", "3", "chosen:", "3", "members"]
+    assert rack_rows[2].split()[:4] == ["r1", "1", "2", "0"]
+    assert rack_rows[2].endswith("refused: holds 2 of 3 members (short 1) in one example.com/rack")
+    levels = gang_json(gang)["levels"]
+    assert [v["key"] for v in levels] == ["example.com/block", "example.com/rack"]
+    assert levels[0]["domains"] == [
+        {
+            "name": "b1",
+            "nodes": 3,
+            "room": 6,
+            "gpusFree": 0,
+            "planned": 3,
+            "verdict": "chosen: 3 members",
+        }
+    ]
