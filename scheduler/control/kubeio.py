@@ -221,38 +221,38 @@ class KubeWriter:
 
     async def podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch a PodGroup's status subresource; a PodGroup that is gone is ignored."""
-        await self.report_limiter.acquire()
-        try:
-            # The generated signature lacks _content_type; the method accepts it.
-            patch = cast(Any, self._objects).patch_namespaced_custom_object_status
-            resp = await patch(
-                PODGROUP_GROUP,
-                PODGROUP_VERSION,
-                namespace,
-                PODGROUP_PLURAL,
-                name,
-                {"status": status},
-                _preload_content=False,
-                _content_type="application/merge-patch+json",
-            )
-            await _release_checked(resp)
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
+        await self._patch_custom_status(
+            (PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL), namespace, name, status
+        )
 
     async def elasticquota_status(
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> None:
         """Merge-patch an ElasticQuota's status subresource (``status.used``); a quota that
         is gone is ignored."""
+        await self._patch_custom_status(
+            (QUOTA_GROUP, QUOTA_VERSION, QUOTA_PLURAL), namespace, name, status
+        )
+
+    async def _patch_custom_status(
+        self,
+        resource: tuple[str, str, str],
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+    ) -> None:
+        """A namespaced custom object's status, merge-patched under the report limiter
+        (status is bookkeeping: it waits behind bindings); 404 means the object is gone."""
+        group, version, plural = resource
         await self.report_limiter.acquire()
         try:
+            # The generated signature lacks _content_type; the method accepts it.
             patch = cast(Any, self._objects).patch_namespaced_custom_object_status
             resp = await patch(
-                QUOTA_GROUP,
-                QUOTA_VERSION,
+                group,
+                version,
                 namespace,
-                QUOTA_PLURAL,
+                plural,
                 name,
                 {"status": status},
                 _preload_content=False,
