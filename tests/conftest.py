@@ -18,8 +18,10 @@ import pytest
 import structlog
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster import reaper
 from lattice_dev.devcluster.cluster import ClusterConfig, ClusterState, DevCluster
 from lattice_dev.devcluster.kube import api_client
+from lattice_dev.devcluster.reaper import MARKER_ENV
 from tests.e2e.differential.seeds import SEED_ENV, choose_seed, diff_runs, seed_line
 
 SUITE_NODES = int(os.environ.get("LATTICE_TEST_NODES", "4"))
@@ -65,8 +67,15 @@ _SEED: pytest.StashKey[tuple[int, str]] = pytest.StashKey()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Draw the differential seed once per run, before collection parametrizes by it."""
+    """Draw the differential seed once per run, before collection parametrizes by it; and
+    (in the run's first process, before any xdist worker) mark the run's environment and
+    start the watcher that stops what the run started if the run is killed
+    (:mod:`lattice_dev.devcluster.reaper`)."""
     config.stash[_SEED] = choose_seed(config.getoption("--diff-seed"), os.environ)
+    if not hasattr(config, "workerinput") and MARKER_ENV not in os.environ:
+        marker = uuid.uuid4().hex
+        os.environ[MARKER_ENV] = marker
+        reaper.spawn(marker)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
