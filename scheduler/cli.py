@@ -116,6 +116,19 @@ def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--kube-scheduler-qps", type=float, default=500.0)
     up.add_argument("--kube-scheduler-burst", type=int, default=1000)
     up.add_argument("--percentage-of-nodes-to-score", type=int, default=None)
+    up.add_argument(
+        "--feature-gates",
+        default="",
+        metavar="A=true,B=false",
+        help="feature gates for kube-apiserver, kube-controller-manager and kube-scheduler "
+        "(e.g. GenericWorkload=true,TopologyAwareWorkloadScheduling=true)",
+    )
+    up.add_argument(
+        "--runtime-config",
+        default="",
+        metavar="GROUP/VERSION=true,...",
+        help="kube-apiserver API versions to switch on (e.g. scheduling.k8s.io/v1beta1=true)",
+    )
     dsub.add_parser("down", help="stop every process the cluster started and remove its state")
     dsub.add_parser("status", help="what runs, on which ports")
     dsub.add_parser("kubeconfig", help="print the admin kubeconfig's path")
@@ -172,6 +185,8 @@ def _devcluster(args: argparse.Namespace) -> int:
                 kube_scheduler_burst=args.kube_scheduler_burst,
                 percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
                 real_node=args.real_node,
+                feature_gates=tuple(g for g in args.feature_gates.split(",") if g),
+                runtime_config=tuple(r for r in args.runtime_config.split(",") if r),
             )
             state = cluster.up(cfg, progress=lambda line: print(line, file=sys.stderr))
             print(

@@ -79,6 +79,12 @@ class ClusterConfig:
     node_ready_stall: float = 60.0
     """Give up once this long passed without one more node Ready (however much budget
     is left): a stuck kwok or controller is reported in a minute, not after the budget."""
+    feature_gates: tuple[str, ...] = ()
+    """``Name=true|false`` for kube-apiserver, kube-controller-manager and kube-scheduler, as
+    an operator sets them on every component (``GenericWorkload=true`` for Kubernetes' own
+    PodGroup); empty: the release's defaults."""
+    runtime_config: tuple[str, ...] = ()
+    """kube-apiserver ``--runtime-config`` entries (``scheduling.k8s.io/v1beta1=true``)."""
 
     def validate(self) -> None:
         if self.nodes < 0:
@@ -88,6 +94,13 @@ class ClusterConfig:
         if self.node_ready_per_node < 0:
             raise ValueError("node_ready_per_node must be >= 0")
         get_profile(self.node_profile)
+        for gate in self.feature_gates:
+            name, sep, value = gate.partition("=")
+            if not name or sep != "=" or value not in ("true", "false"):
+                raise ValueError(f"feature gate {gate!r}: expected Name=true or Name=false")
+        for entry in self.runtime_config:
+            if "=" not in entry:
+                raise ValueError(f"runtime-config {entry!r}: expected group/version=true")
         if self.percentage_of_nodes_to_score is not None and not (
             0 <= self.percentage_of_nodes_to_score <= 100
         ):
@@ -558,6 +571,8 @@ class DevCluster:
                 f"--kubelet-client-certificate={kubelet_cert}",
                 f"--kubelet-client-key={kubelet_key}",
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
+                *_gates(state),
+                *_runtime_config(state),
                 "--v=1",
             ],
         )
@@ -597,6 +612,7 @@ class DevCluster:
             bins.kube_controller_manager,
             [
                 f"--kubeconfig={self.kubeconfig_for(KCM_USER.name)}",
+                *_gates(state),
                 "--bind-address=127.0.0.1",
                 f"--secure-port={state.ports['kube-controller-manager']}",
                 f"--cert-dir={self.state_dir / 'kcm-certs'}",
@@ -767,6 +783,7 @@ class DevCluster:
             bins.kube_scheduler,
             [
                 f"--config={cfg_path}",
+                *_gates(state),
                 "--bind-address=127.0.0.1",
                 f"--secure-port={state.ports['kube-scheduler']}",
                 f"--cert-dir={self.state_dir / 'kube-scheduler-certs'}",
@@ -920,3 +937,14 @@ class DevCluster:
                     progress(tracker.line(now))
                     said = now
                 await asyncio.sleep(max(0.5, 4 * (now - t0)))
+
+
+def _gates(state: ClusterState) -> list[str]:
+    """``--feature-gates`` of the plane's config (none: the release's defaults)."""
+    gates = state.config.get("feature_gates") or ()
+    return [f"--feature-gates={','.join(gates)}"] if gates else []
+
+
+def _runtime_config(state: ClusterState) -> list[str]:
+    entries = state.config.get("runtime_config") or ()
+    return [f"--runtime-config={','.join(entries)}"] if entries else []

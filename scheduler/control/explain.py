@@ -35,6 +35,7 @@ from scheduler.control.dra import GROUP as DRA_GROUP
 from scheduler.control.dra import VERSION as DRA_VERSION
 from scheduler.control.dra import DraObjects
 from scheduler.control.dra import Kind as DraKind
+from scheduler.control.gangs import gang_of
 from scheduler.control.kubeconfig import StartupError, load_credentials
 from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
 from scheduler.control.quotas import NamespaceUsage, QuotaBook
@@ -68,7 +69,7 @@ from scheduler.core.snapshot import Snapshot
 from scheduler.core.topology.state import TopologyState
 from scheduler.core.volumes import VolumeState, volume_state_from_api
 from scheduler.model.errors import InvalidObjectError
-from scheduler.model.gang import POD_GROUP_LABEL, GangSpec
+from scheduler.model.gang import GangSpec
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.pod import (
     EPHEMERAL,
@@ -78,6 +79,14 @@ from scheduler.model.pod import (
 )
 from scheduler.model.podgroup import gang_from_podgroup
 from scheduler.model.topology import NodeTopology, NodeTopologyStatus, TopologyParseError
+from scheduler.model.workload import (
+    UPSTREAM_GROUP,
+    UPSTREAM_PLURAL,
+    UPSTREAM_VERSION,
+    gang_from_upstream,
+    is_upstream,
+    object_name,
+)
 from scheduler.predict import CpuMem, LoadPredictor, NodeLoadBreakdown
 from scheduler.solver import GangPlan, SolveStatus, build_problem, solve
 from scheduler.solver.levels_view import LevelView, SliceView, level_views, slice_views
@@ -320,10 +329,10 @@ async def _explain(args: argparse.Namespace) -> Explained:
             raw: Any = await core.read_namespaced_pod(name, ns, _preload_content=False)
             body = json.loads(await raw.read())
         if body and not (body.get("spec") or {}).get("nodeName"):
-            meta = body.get("metadata") or {}
-            group = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
-            if group:
-                gang_ref = (str(meta.get("namespace", "default")), str(group))
+            member_of = gang_of(body)
+            if member_of is not None:
+                ns, _, name = member_of.partition("/")
+                gang_ref = (ns, name)
         nodes, pods, namespaces = await asyncio.gather(
             _list(core.list_node),
             _list(core.list_pod_for_all_namespaces),
@@ -390,16 +399,30 @@ async def _explain(args: argparse.Namespace) -> Explained:
                 if exc.status not in (403, 404):  # no CRD, or no grant: no quota view
                     raise
         group_body: dict[str, Any] | None = None
+        upstream = False
         if gang_ref is not None:
-            try:
-                group_body = await custom.get_namespaced_custom_object(
-                    PODGROUP_GROUP, PODGROUP_VERSION, gang_ref[0], PODGROUP_PLURAL, gang_ref[1]
-                )
-            except client.ApiException as exc:
-                if exc.status != 404:
-                    raise
-                if args.gang is not None:
-                    raise ValueError(f"PodGroup {gang_ref[0]}/{gang_ref[1]} not found") from None
+            # A scheduler-plugins PodGroup first, then Kubernetes' own (a pod names its kind).
+            sources = [
+                (PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL, gang_ref[1], False),
+                (UPSTREAM_GROUP, UPSTREAM_VERSION, UPSTREAM_PLURAL, object_name(gang_ref[1]), True),
+            ]
+            if is_upstream(gang_ref[1]):
+                sources = sources[1:]
+            elif args.gang is None:
+                sources = sources[:1]
+            for group, version, plural, name, from_upstream in sources:
+                try:
+                    group_body = await custom.get_namespaced_custom_object(
+                        group, version, gang_ref[0], plural, name
+                    )
+                except client.ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                    continue
+                upstream = from_upstream
+                break
+            if group_body is None and args.gang is not None:
+                raise ValueError(f"PodGroup {gang_ref[0]}/{gang_ref[1]} not found")
     meta = body.get("metadata") or {}
     exclude = (str(meta.get("namespace")), str(meta.get("name"))) if body else None
     built = snapshot_from_api(
@@ -489,6 +512,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
             partial_boost_s=gang_settings.partial_boost_s,
             dra=dra,
             levels=levels,
+            upstream=upstream,
         )
     breakdowns = load_breakdowns(predictor, built.snapshot, now)
     warning = None if release.warning is None else f"{release.warning}; {release.describe()}"
@@ -773,18 +797,19 @@ def explain_gang(
     partial_boost_s: int = GangSettings.partial_boost_s,
     dra: DraState | None = None,
     levels: Sequence[str] = (),
+    upstream: bool = False,
 ) -> GangExplained:
     """The plan the scheduler would make for the gang's pending members now: members
     bound already count toward minMember, as in the running scheduler (finished ones do
     not: they hold nothing). ``partial_boost_s``: the scheduler's ``partialBoostSeconds``."""
-    spec = gang_from_podgroup(group)
+    spec = gang_from_upstream(group) if upstream else gang_from_podgroup(group)
     placed = 0
     pending: list[Pod] = []
     for body in pods:
         meta, pod_spec = body.get("metadata") or {}, body.get("spec") or {}
         if meta.get("namespace") != spec.namespace:
             continue
-        if (meta.get("labels") or {}).get(POD_GROUP_LABEL) != spec.name:
+        if gang_of(body) != spec.key:
             continue
         if pod_spec.get("nodeName"):
             placed += (body.get("status") or {}).get("phase") not in ("Succeeded", "Failed")

@@ -81,16 +81,24 @@ from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import API_GROUP, API_VERSION
 from scheduler.control.storage import Kind, object_key
 from scheduler.model import noderesourcetopology as nrt
+from scheduler.model.workload import (
+    UPSTREAM_GROUP,
+    UPSTREAM_PLURAL,
+    UPSTREAM_PREFIX,
+    UPSTREAM_VERSION,
+)
 
 log = structlog.get_logger("lattice.feed")
 
 TOPOLOGIES: Final = f"nodetopologies.{API_GROUP}"
 NRTS: Final = f"{nrt.PLURAL}.{nrt.GROUP}"
 PODGROUPS: Final = f"{PODGROUP_PLURAL}.{PODGROUP_GROUP}"
+UPSTREAM_PODGROUPS: Final = f"{UPSTREAM_PLURAL}.{UPSTREAM_GROUP}"
 
 _ORDER: Final = (
     QUOTAS,
     PODGROUPS,
+    UPSTREAM_PODGROUPS,
     TOPOLOGIES,
     NRTS,
     intake.NAMESPACES,
@@ -132,6 +140,7 @@ def resources(scheduler_name: str, *, device_taint_rules: bool = False) -> list[
     DeviceTaintRules only where the API server serves them (``device_taint_rules``)."""
     return [
         intake.custom(PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL, key=PODGROUPS),
+        intake.custom(UPSTREAM_GROUP, UPSTREAM_VERSION, UPSTREAM_PLURAL, key=UPSTREAM_PODGROUPS),
         intake.custom(QUOTA_GROUP, QUOTA_VERSION, QUOTA_PLURAL, key=QUOTAS),
         intake.custom(API_GROUP, API_VERSION, "nodetopologies", key=TOPOLOGIES),
         intake.custom(nrt.GROUP, nrt.VERSION, nrt.PLURAL, key=NRTS),
@@ -189,6 +198,7 @@ class Feed:
         """Per stream, what the current list's pages showed so far (key -> uid)."""
         self._handlers: dict[str, Callable[[Sequence[Event]], None]] = {
             PODGROUPS: self._podgroups,
+            UPSTREAM_PODGROUPS: partial(self._podgroups, upstream=True),
             QUOTAS: self._quotas,
             TOPOLOGIES: self._topologies,
             NRTS: self._nrts,
@@ -200,6 +210,7 @@ class Feed:
         }
         self._relisters: dict[str, Callable[[Sequence[RawObject]], None]] = {
             PODGROUPS: self._podgroups_listed,
+            UPSTREAM_PODGROUPS: partial(self._podgroups_listed, upstream=True),
             QUOTAS: self._quotas_listed,
             TOPOLOGIES: self._topologies_listed,
             NRTS: self._nrts_listed,
@@ -499,20 +510,22 @@ class Feed:
         for obj in items:
             self.scheduler.node_reports.nrt_upserted(obj)
 
-    def _podgroups(self, events: Sequence[Event]) -> None:
+    def _podgroups(self, events: Sequence[Event], *, upstream: bool = False) -> None:
         for ev in events:
             if ev.type is EventType.DELETED:
-                self.scheduler.podgroup_deleted(ev.obj)
+                self.scheduler.podgroup_deleted(ev.obj, upstream=upstream)
             else:
-                self.scheduler.podgroup_upserted(ev.obj)
+                self.scheduler.podgroup_upserted(ev.obj, upstream=upstream)
 
-    def _podgroups_listed(self, items: Sequence[RawObject]) -> None:
-        listed = {f"{ns}/{name}" for ns, name, _ in map(_meta, items)}
-        for key in self.scheduler.podgroup_keys() - listed:
+    def _podgroups_listed(self, items: Sequence[RawObject], *, upstream: bool = False) -> None:
+        prefix = UPSTREAM_PREFIX if upstream else ""
+        listed = {f"{ns}/{prefix}{name}" for ns, name, _ in map(_meta, items)}
+        for key in self.scheduler.podgroup_keys(upstream=upstream) - listed:
             namespace, name = key.split("/", 1)
-            self.scheduler.podgroup_deleted({"metadata": {"namespace": namespace, "name": name}})
+            gone = {"metadata": {"namespace": namespace, "name": name.removeprefix(prefix)}}
+            self.scheduler.podgroup_deleted(gone, upstream=upstream)
         for obj in items:
-            self.scheduler.podgroup_upserted(obj)
+            self.scheduler.podgroup_upserted(obj, upstream=upstream)
 
     def _quotas(self, events: Sequence[Event]) -> None:
         for ev in events:

@@ -40,7 +40,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from scheduler.control.cache import SchedulerCache
 from scheduler.control.gangs import Gang, GangBook, GangEntry, GangPhase, entry_key, gang_of
@@ -57,15 +57,23 @@ from scheduler.core.quota import QuotaContext, charged, gang_room
 from scheduler.core.schedule import Framework
 from scheduler.core.volumes import gang_volume_refusal
 from scheduler.model.errors import InvalidObjectError
-from scheduler.model.gang import TOPOLOGY_SLICE_ANNOTATION, GangSpec
+from scheduler.model.gang import TOPOLOGY_SLICE_ANNOTATION, GangSpec, gang_key
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.pod import Pod
 from scheduler.model.podgroup import (
-    PodGroupStatus,
     check_levels,
     gang_from_podgroup,
     podgroup_status,
     status_changed,
+)
+from scheduler.model.workload import (
+    UPSTREAM_GROUP,
+    UPSTREAM_PREFIX,
+    UPSTREAM_VERSION,
+    gang_from_upstream,
+    initially_scheduled_status,
+    is_upstream,
+    object_name,
 )
 from scheduler.obs.logging import new_trace_id
 from scheduler.obs.metrics import AttemptResult, Metrics
@@ -229,21 +237,29 @@ class GangFlow:
                 gangs[pod.key] = gang.key
         return gangs, members
 
-    def podgroup_keys(self) -> set[str]:
-        """Gangs with a PodGroup (a re-list reconciles them)."""
-        return {g.key for g in self.gangs if g.spec is not None or g.spec_error is not None}
+    def podgroup_keys(self, *, upstream: bool = False) -> set[str]:
+        """Gangs with a PodGroup of one API (a re-list of that API reconciles them): the
+        scheduler-plugins one, or with ``upstream`` Kubernetes' own, keyed by
+        :func:`_group_key`."""
+        return {
+            g.key
+            for g in self.gangs
+            if (g.spec is not None or g.spec_error is not None) and is_upstream(g.name) == upstream
+        }
 
     # -- watch side: PodGroups and members -------------------------------------
-    def podgroup_upserted(self, body: Body) -> None:
+    def podgroup_upserted(self, body: Body, *, upstream: bool = False) -> None:
         """Its status is remembered (what we would write is compared with it); its spec
-        changes the gang's revision only where a solve reads it."""
-        meta = body.get("metadata") or {}
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        changes the gang's revision only where a solve reads it. ``upstream``: a
+        ``scheduling.k8s.io`` PodGroup (:mod:`scheduler.model.workload`)."""
+        key = _group_key(body, upstream)
         gang = self.gangs.obtain(key)
         self._statuses[key] = dict(body.get("status") or {})
         self._level_refused.pop(key, None)
         try:
-            spec: GangSpec | None = gang_from_podgroup(body)
+            spec: GangSpec | None = (
+                gang_from_upstream(body) if upstream else gang_from_podgroup(body)
+            )
             assert spec is not None
             try:
                 check_levels(spec, self._host.settings.topology.levels)
@@ -270,13 +286,12 @@ class GangFlow:
     def levels_changed(self) -> None:
         """``spec.topology.levels`` changed: PodGroups refused for their slice level are
         read again (gangs whose slice level went away are refused at their next solve)."""
-        for body in list(self._level_refused.values()):
-            self.podgroup_upserted(body)
+        for key, body in list(self._level_refused.items()):
+            self.podgroup_upserted(body, upstream=is_upstream(key.split("/", 1)[1]))
 
-    def podgroup_deleted(self, body: Body) -> None:
+    def podgroup_deleted(self, body: Body, *, upstream: bool = False) -> None:
         """The gang is kept while it has members: they wait, gated, for a PodGroup."""
-        meta = body.get("metadata") or {}
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        key = _group_key(body, upstream)
         gang = self.gangs.get(key)
         if gang is None:
             return
@@ -336,7 +351,7 @@ class GangFlow:
         for body in bodies:
             meta = body.get("metadata") or {}
             namespace = str(meta.get("namespace", ""))
-            gang = gang_of(meta.get("labels") or {}, namespace)
+            gang = gang_of(body)
             if gang is not None:
                 self.member_bound(gang, pod_key(namespace, str(meta.get("name", ""))), body)
 
@@ -1090,21 +1105,40 @@ class GangFlow:
     def _event(self, gang: Gang, reason: str, message: str, *, warning: bool = True) -> None:
         if self._reporter is None or gang.spec is None:
             return
+        upstream = is_upstream(gang.name)
         self._reporter.event(
-            PodRef(gang.namespace, gang.name, gang.spec.uid),
+            PodRef(gang.namespace, object_name(gang.name), gang.spec.uid),
             reason=reason,
             message=message,
             warning=warning,
             kind="PodGroup",
-            api_version=f"{PODGROUP_GROUP}/{PODGROUP_VERSION}",
+            api_version=(
+                f"{UPSTREAM_GROUP}/{UPSTREAM_VERSION}"
+                if upstream
+                else f"{PODGROUP_GROUP}/{PODGROUP_VERSION}"
+            ),
         )
 
-    def status(self, gang: Gang) -> PodGroupStatus | None:
+    def status(self, gang: Gang) -> Mapping[str, Any] | None:
         """The PodGroup status this process would write now (None: no PodGroup)."""
         spec = gang.spec
         if spec is None:
             return None
         phase = gang.phase
+        if is_upstream(gang.name):
+            # As kube-scheduler: nothing before the gang's first attempt (quorum), then the
+            # attempt's outcome.
+            admitted = phase is GangPhase.ADMITTED
+            if not admitted and (phase is GangPhase.WAITING or not gang.last_message):
+                return None
+            reason = gang.last_reason if gang.last_reason in UPSTREAM_REASONS else "Unschedulable"
+            return initially_scheduled_status(
+                admitted=admitted,
+                reason=reason,
+                message=gang.last_message,
+                now=self._wall_clock(),
+                previous=self._statuses.get(gang.key),
+            )
         if phase is GangPhase.ADMITTED:
             name = "Running" if len(gang.running) >= spec.min_member else "Scheduled"
         elif gang.timed_out:
@@ -1156,9 +1190,25 @@ class GangFlow:
             if not status_changed(previous, status):
                 continue
             try:
-                await self._writer.podgroup_status(gang.namespace, gang.name, status)
+                if is_upstream(gang.name):
+                    await self._writer.upstream_podgroup_status(
+                        gang.namespace, object_name(gang.name), status
+                    )
+                else:
+                    await self._writer.podgroup_status(gang.namespace, gang.name, status)
             except Exception as exc:  # best effort; retried on the next change
                 self._log.warning("podgroup_status_failed", gang=gkey, reason=str(exc)[:200])
                 self.dirty.add(gkey)
                 continue
             self._statuses[gkey] = dict(status)
+
+
+UPSTREAM_REASONS: Final = frozenset({"Unschedulable", "SchedulerError"})
+"""The reasons kube-scheduler writes on ``PodGroupInitiallyScheduled`` False."""
+
+
+def _group_key(body: Body, upstream: bool) -> str:
+    """The gang key of a PodGroup of either API (:mod:`scheduler.model.workload`)."""
+    meta = body.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    return gang_key(str(meta.get("namespace", "")), UPSTREAM_PREFIX + name if upstream else name)

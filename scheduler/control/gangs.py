@@ -41,6 +41,7 @@ from typing import Any, Final
 from scheduler.control.queue import PodKey, pod_key
 from scheduler.model.gang import POD_GROUP_LABEL, GangSpec, gang_key
 from scheduler.model.pod import Pod
+from scheduler.model.workload import UPSTREAM_PREFIX, pod_group_name
 
 GANG_NAME_PREFIX: Final = "podgroup:"
 """Queue names of gang entries: ':' cannot occur in a pod name, so keys never collide."""
@@ -74,10 +75,16 @@ class GangEntry:
         return gang_key(self.namespace, self.name.removeprefix(GANG_NAME_PREFIX))
 
 
-def gang_of(labels: Mapping[str, str], namespace: str) -> str | None:
-    """The gang key a pod's labels name, or None."""
-    name = labels.get(POD_GROUP_LABEL)
-    return gang_key(namespace, name) if name else None
+def gang_of(body: Mapping[str, Any]) -> str | None:
+    """The gang key a pod body names, or None: scheduler-plugins' label, else the upstream
+    ``spec.schedulingGroup.podGroupName`` (:mod:`scheduler.model.workload`)."""
+    meta = body.get("metadata") or {}
+    namespace = str(meta.get("namespace", ""))
+    name = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
+    if name:
+        return gang_key(namespace, name)
+    upstream = pod_group_name(body.get("spec") or {})
+    return gang_key(namespace, UPSTREAM_PREFIX + upstream) if upstream else None
 
 
 def entry_key(gang: str) -> PodKey:

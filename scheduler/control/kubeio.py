@@ -39,6 +39,7 @@ from scheduler.core.quota import GROUP as QUOTA_GROUP
 from scheduler.core.quota import PLURAL as QUOTA_PLURAL
 from scheduler.core.quota import VERSION as QUOTA_VERSION
 from scheduler.core.volumes import PERSISTENT_VOLUME, VolumePatch
+from scheduler.model.workload import UPSTREAM_GROUP, UPSTREAM_PLURAL, UPSTREAM_VERSION
 
 TRACE_ANNOTATION = "lattice.dev/trace-id"
 PODGROUP_GROUP = "scheduling.x-k8s.io"
@@ -223,6 +224,15 @@ class KubeWriter:
         """Merge-patch a PodGroup's status subresource; a PodGroup that is gone is ignored."""
         await self._patch_custom_status(
             (PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL), namespace, name, status
+        )
+
+    async def upstream_podgroup_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        """Merge-patch a ``scheduling.k8s.io`` PodGroup's status (its conditions); a group
+        that is gone is ignored."""
+        await self._patch_custom_status(
+            (UPSTREAM_GROUP, UPSTREAM_VERSION, UPSTREAM_PLURAL), namespace, name, status
         )
 
     async def elasticquota_status(

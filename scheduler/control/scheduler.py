@@ -364,7 +364,7 @@ class Scheduler:
     def pod_upserted(self, body: Body) -> None:
         meta, spec = body.get("metadata") or {}, body.get("spec") or {}
         key = pod_key(str(meta.get("namespace", "")), str(meta.get("name", "")))
-        gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
+        gang = gang_of(body)
         if spec.get("nodeName"):
             self.forget_reports(str(meta.get("uid", "")))
             self.preemptor.pod_bound(ident(body))
@@ -486,7 +486,7 @@ class Scheduler:
         if cached is not None and (not uid or cached.pod.uid == uid):
             self.load.forget_pod(key)
             removed = self.cache.remove_pod(key)
-        gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
+        gang = gang_of(body)
         if gang is not None:
             self.gang_flow.member_gone(gang, key)
         if removed:
@@ -501,7 +501,7 @@ class Scheduler:
         self.preemptor.note_facts(ident(body), body)
         self.cache.confirm(key, rv, meta.get("generation"))
         self._drop_from_queue(key)
-        gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
+        gang = gang_of(body)
         if gang is not None:
             self.gang_flow.member_bound(gang, key, body)
 
@@ -510,8 +510,7 @@ class Scheduler:
         facts (it started) may have changed."""
         self.cache.touch(key, rv)
         self.preemptor.note_facts(ident(body), body)
-        meta = body.get("metadata") or {}
-        gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
+        gang = gang_of(body)
         if gang is not None:
             self.gang_flow.member_bound(gang, key, body)  # counts Running members
 
@@ -533,7 +532,7 @@ class Scheduler:
             self._prebinding[uid] = False
         self._pending_gone(ident(body), key)
         self.forget_reports(uid)
-        gang = gang_of(meta.get("labels") or {}, str(meta.get("namespace", "")))
+        gang = gang_of(body)
         if gang is not None:
             member = (g := self.gang_flow.gangs.get(gang)) and g.pending.get(key)
             if member and member.uid == uid:
@@ -722,15 +721,16 @@ class Scheduler:
             lambda p: isinstance(p, Pod) and bool(p.resource_claims or p.container_requests),
         )
 
-    def podgroup_upserted(self, body: Body) -> None:
-        self.gang_flow.podgroup_upserted(body)
+    def podgroup_upserted(self, body: Body, *, upstream: bool = False) -> None:
+        """A PodGroup: scheduler-plugins', or with ``upstream`` Kubernetes' own."""
+        self.gang_flow.podgroup_upserted(body, upstream=upstream)
 
-    def podgroup_deleted(self, body: Body) -> None:
-        self.gang_flow.podgroup_deleted(body)
+    def podgroup_deleted(self, body: Body, *, upstream: bool = False) -> None:
+        self.gang_flow.podgroup_deleted(body, upstream=upstream)
 
-    def podgroup_keys(self) -> set[str]:
-        """Gangs with a PodGroup (a re-list reconciles them)."""
-        return self.gang_flow.podgroup_keys()
+    def podgroup_keys(self, *, upstream: bool = False) -> set[str]:
+        """Gangs with a PodGroup of that API (a re-list reconciles them)."""
+        return self.gang_flow.podgroup_keys(upstream=upstream)
 
     def quota_upserted(self, body: Body) -> None:
         before = self.quotas.namespaces()

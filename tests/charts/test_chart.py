@@ -120,6 +120,15 @@ def test_rbac_grants_no_secrets_and_names_the_lease(default: list[dict[str, Any]
         "resources": ["podgroups/status"],
         "verbs": ["get", "patch", "update"],
     } in gangs
+    # Kubernetes' own PodGroup: read, and only its status patched.
+    assert [r for r in gangs if r["apiGroups"] == ["scheduling.k8s.io"]] == [
+        {
+            "apiGroups": ["scheduling.k8s.io"],
+            "resources": ["podgroups"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {"apiGroups": ["scheduling.k8s.io"], "resources": ["podgroups/status"], "verbs": ["patch"]},
+    ]
     # ElasticQuota: read, and only status.used written (least privilege).
     quota_rules = [r for r in gangs if any(n.startswith("elasticquotas") for n in r["resources"])]
     assert quota_rules == [

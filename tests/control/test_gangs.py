@@ -102,6 +102,11 @@ class FakeWriter:
     async def podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         self.statuses.append((name, status))
 
+    async def upstream_podgroup_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        self.statuses.append((f"scheduling.k8s.io:{name}", status))
+
 
 def node_gone(sched: Scheduler) -> Callable[[str], None]:
     return lambda node: sched.node_deleted({"metadata": {"name": node}})
@@ -842,3 +847,36 @@ async def test_a_slice_member_whose_binding_fails_stays_in_its_slice_domain() ->
     await run_one(sched)
     assert dict(writer.binds)[missing] == "ra9"
     assert writer.bind_annotations[missing]["lattice.dev/topology-slice"] == ra_slice
+
+
+async def test_an_upstream_podgroup_is_its_own_gang_beside_a_scheduler_plugins_one() -> None:
+    """A ``scheduling.k8s.io`` PodGroup named like a scheduler-plugins one in the namespace
+    is another gang: members by ``spec.schedulingGroup``, a re-list of either API leaves
+    the other's gangs alone, and its status is the condition kube-scheduler writes."""
+    sched, writer = scheduler()
+    sched.podgroup_upserted(podgroup("g", 2))
+    upstream = {
+        "metadata": {"name": "g", "namespace": "default", "uid": "up-g"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+    sched.podgroup_upserted(upstream, upstream=True)
+    assert sched.podgroup_keys() == {"default/g"}
+    assert sched.podgroup_keys(upstream=True) == {"default/scheduling.k8s.io:g"}
+    for name in ("u0", "u1"):
+        body = make_pod(name, "1").obj()
+        body["spec"] |= {"schedulerName": "lattice", "schedulingGroup": {"podGroupName": "g"}}
+        sched.pod_upserted(body)
+    assert sched.queue.where(entry_key("default/g")) is None  # no members of its own
+    assert sched.queue.where(entry_key("default/scheduling.k8s.io:g")) is QueueName.ACTIVE
+    await run_one(sched)
+    assert sorted(n for n, _ in writer.binds) == ["u0", "u1"]
+    await sched.gang_flow.write_statuses()
+    written = dict(writer.statuses)
+    (condition,) = written["scheduling.k8s.io:g"]["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "PodGroupInitiallyScheduled",
+        "True",
+        "Scheduled",
+    )
+    sched.podgroup_deleted({"metadata": {"name": "g", "namespace": "default"}}, upstream=True)
+    assert sched.podgroup_keys() == {"default/g"}

@@ -88,6 +88,29 @@ async def group(
     await create_pods(api, ns, [member(f"{name}-{i}", name, pool) for i in range(size)])
 
 
+async def rack_nodes(
+    api: client.ApiClient, layout: dict[str, dict[str, int]], pool: str, prefix: str = "kwok"
+) -> None:
+    """kwok GPU nodes (``{block: {rack: nodes}}``) labelled with their block, rack and pool,
+    created and Ready."""
+    profile = get_profile("gpu-8x")
+    bodies = []
+    for block, racks in layout.items():
+        for rack, count in racks.items():
+            for i in range(count):
+                body = profile.node_body(f"{prefix}-{rack}-{i}", i)
+                body["metadata"]["labels"] |= {BLOCK: block, RACK: rack, POOL: pool}
+                bodies.append(body)
+    await create_nodes(api, bodies)
+    core = client.CoreV1Api(api)
+
+    async def ready() -> bool:
+        nodes = (await core.list_node(label_selector=f"{POOL}={pool}")).items
+        return len(nodes) == len(bodies) and all(node_is_ready(n) for n in nodes)
+
+    await poll(ready, within=120, interval=0.5)
+
+
 async def domains_of(api: client.ApiClient, ns: str, prefix: str) -> list[tuple[str, str]]:
     """(block, rack) of each bound member's node, read from the Node objects."""
     core = client.CoreV1Api(api)
@@ -130,22 +153,8 @@ async def test_required_and_preferred_levels_on_labelled_racks(
 
     await poll(applied, within=60, interval=0.5)
 
-    profile = get_profile("gpu-8x")
-    bodies = []
-    for block, racks in LAYOUT.items():
-        for rack, count in racks.items():
-            for i in range(count):
-                body = profile.node_body(f"kwok-{rack}-{i}", i)
-                body["metadata"]["labels"] |= {BLOCK: block, RACK: rack, POOL: "topology"}
-                bodies.append(body)
-    await create_nodes(api, bodies)
+    await rack_nodes(api, LAYOUT, "topology")
     core = client.CoreV1Api(api)
-
-    async def ready() -> bool:
-        nodes = (await core.list_node(label_selector=f"{POOL}=topology")).items
-        return len(nodes) == len(bodies) and all(node_is_ready(n) for n in nodes)
-
-    await poll(ready, within=120, interval=0.5)
 
     # Required rack, 5 members: no rack holds more than 4. Nothing binds; it says why.
     await group(api, ns, "wide", 5, **{"lattice.dev/topology-required": RACK})
@@ -193,21 +202,8 @@ async def test_slices_each_inside_one_rack(
     the two racks of 4 hold a slice, so each takes one slice. Checked from each bound
     pod's ``lattice.dev/topology-slice`` annotation and its node's labels."""
     await set_spec(api, {"topology": {"levels": LEVELS}})
-    profile = get_profile("gpu-8x")
-    bodies = []
-    for rack, count in {"s1": 2, "s2": 1, "s3": 1, "s4": 2}.items():
-        for i in range(count):
-            body = profile.node_body(f"kwok-{rack}-{i}", i)
-            body["metadata"]["labels"] |= {BLOCK: "b9", RACK: rack, POOL: "slices"}
-            bodies.append(body)
-    await create_nodes(api, bodies)
+    await rack_nodes(api, {"b9": {"s1": 2, "s2": 1, "s3": 1, "s4": 2}}, "slices")
     core = client.CoreV1Api(api)
-
-    async def ready() -> bool:
-        nodes = (await core.list_node(label_selector=f"{POOL}=slices")).items
-        return len(nodes) == len(bodies) and all(node_is_ready(n) for n in nodes)
-
-    await poll(ready, within=120, interval=0.5)
 
     # A slice level that is not a configured level: the PodGroup is invalid and says so.
     await group(
