@@ -180,6 +180,22 @@ async def served_version(api: client.ApiClient) -> str | None:
     return None
 
 
+async def read_once(api: client.ApiClient, name: str) -> Resolution:
+    """Topology ``name`` read once (``lattice explain``, which follows nothing)."""
+    version = await served_version(api)
+    if version is None:
+        return Resolution(
+            name, Reason.NOT_SERVED, f"the API server does not serve {PLURAL}.{GROUP}"
+        )
+    try:
+        body = await _get_json(api, f"/apis/{GROUP}/{version}/{PLURAL}/{name}")
+    except client.ApiException as exc:
+        if exc.status == 403:
+            return Resolution(name, Reason.FORBIDDEN, f"cannot read Kueue Topology {name}")
+        raise
+    return resolve(name, version, body if isinstance(body, Mapping) else None)
+
+
 Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[Any]"]
 
 

@@ -18,6 +18,7 @@ from scheduler.control.kueue import (
     KueueTopologies,
     Reason,
     Resolution,
+    read_once,
     resolve,
     topology_levels,
     version_priority,
@@ -126,6 +127,9 @@ class Kueue:
         if path in (f"{group}/v1beta1", f"{group}/v1beta2"):
             names = ["topologies", "clusterqueues"]
             return FakeResponse(200, orjson.dumps({"resources": [{"name": n} for n in names]}))
+        if path == f"{group}/v1beta2/topologies/net":  # a read by name
+            found = [i for i in self.items if i["metadata"]["name"] == "net"]
+            return FakeResponse(200, orjson.dumps(found[0])) if found else FakeResponse(404)
         assert path == f"{group}/v1beta2/topologies", path  # the newest served version
         assert q["fieldSelector"] == "metadata.name=net"
         if q.get("watch"):
@@ -196,6 +200,16 @@ async def test_following_nothing_stops_and_reads_nothing() -> None:
     assert len(kueue.paths) == asked
     assert [r.levels for r in seen] == [(BLOCK,)]
     await follower.close()
+
+
+async def test_explain_reads_the_topology_once() -> None:
+    kueue = Kueue()
+    api = cast(client.ApiClient, FakeApi(kueue))
+    assert (await read_once(api, "net")).reason is Reason.NOT_SERVED
+    kueue.served = True
+    assert (await read_once(api, "net")).reason is Reason.NOT_FOUND
+    kueue.items = [topology("net", BLOCK, RACK)]
+    assert (await read_once(api, "net")).levels == (BLOCK, RACK)
 
 
 # -- applied to the scheduler ---------------------------------------------------------------
