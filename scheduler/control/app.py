@@ -55,6 +55,7 @@ from scheduler.control.kubeconfig import (
     wait_for_api,
 )
 from scheduler.control.kubeio import KubeWriter, keep_connections_open
+from scheduler.control.kueue import KueueTopologies, Resolution
 from scheduler.control.leader import Elector
 from scheduler.control.ratelimit import TokenBucket
 from scheduler.control.release import ServerVersion, choose_release
@@ -110,6 +111,8 @@ def _kopf_login(credentials: Credentials) -> Any:
 
 
 KOPF_START_TIMEOUT: Final = 30.0
+KUEUE_START_WAIT: Final = 5.0
+"""Seconds start-up waits for the Kueue Topology that ``fromKueue`` names to be read."""
 
 
 class App:
@@ -132,6 +135,8 @@ class App:
         self._kopf_listed = asyncio.Event()
         """kopf has handed over our object once: its start-up (discovery, the first list)
         is over."""
+        self.kueue: KueueTopologies | None = None
+        """The Kueue Topology that ``spec.topology.fromKueue`` names, followed (set at start)."""
 
     # -- settings -----------------------------------------------------------
     def _apply_object(self, body: Mapping[str, Any]) -> None:
@@ -148,7 +153,31 @@ class App:
             log.warning("settings_rejected", reason=str(exc))
             return
         self.settings_error = None
+        settings = self._with_kueue_levels(settings)
         if settings != self.scheduler.settings:
+            self.scheduler.apply_settings(settings)
+
+    def _with_kueue_levels(self, settings: SchedulerSettings) -> SchedulerSettings:
+        """With ``fromKueue``: the levels of the named Kueue Topology as last read (none
+        until it is), and the follower pointed at it."""
+        name = settings.topology.from_kueue
+        if self.kueue is not None:
+            self.kueue.follow(name)
+        if name is None:
+            return settings
+        read = self.kueue.resolution if self.kueue is not None else None
+        levels = read.levels if read is not None and read.name == name else ()
+        topology = dataclasses.replace(settings.topology, levels=levels)
+        return dataclasses.replace(settings, topology=topology)
+
+    def _on_kueue(self, resolution: Resolution) -> None:
+        """The named Topology changed (or appeared, or went): its levels are applied as a
+        change of ``spec.topology.levels`` is."""
+        current = self.scheduler.settings
+        if current.topology.from_kueue != resolution.name:
+            return
+        settings = self._with_kueue_levels(current)
+        if settings != current:
             self.scheduler.apply_settings(settings)
 
     def _on_settings(self, event_type: str | None, body: Mapping[str, Any]) -> None:
@@ -222,6 +251,7 @@ class App:
                 ready=self.synced,
                 settings_error=self.settings_error,
                 generation=self.generation,
+                kueue=self.kueue.resolution if self.kueue is not None else None,
             )
             try:
                 await write_status(self.api, self.cfg.scheduler_name, status)
@@ -319,7 +349,14 @@ class App:
             limiter=TokenBucket(settings.client_qps, settings.client_burst),
         )
         self.scheduler = Scheduler(settings, writer=writer, metrics=self.metrics)
+        self.kueue = KueueTopologies(self.api, self._on_kueue, spawn=self._spawn)
         self._apply_object(obj)
+        if self.kueue.name is not None:
+            # Before the PodGroups are read, so none is refused for a slice level the
+            # Topology has; a Topology that is slow to come is applied when it comes.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(KUEUE_START_WAIT):
+                    await self.kueue.wait_read()
         await self._start_intake()
         runner, port = await start_server(
             self.metrics.registry,
@@ -401,6 +438,7 @@ class App:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(kopf_task), 10)
         await self.intake.close()
+        await self.kueue.close()
         log.info("feed_stats", reason=json.dumps(describe(self.feed.stats)))
         left = set(self._tasks)
         for task in left:

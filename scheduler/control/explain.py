@@ -38,6 +38,7 @@ from scheduler.control.dra import Kind as DraKind
 from scheduler.control.gangs import gang_of
 from scheduler.control.kubeconfig import StartupError, load_credentials
 from scheduler.control.kubeio import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
+from scheduler.control.kueue import read_once as read_kueue_levels
 from scheduler.control.quotas import NamespaceUsage, QuotaBook
 from scheduler.control.release import choose_release, server_version
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL, GangSettings, parse_spec
@@ -388,6 +389,8 @@ async def _explain(args: argparse.Namespace) -> Explained:
             )
             profile, gang_settings = settings.profile, settings.gang
             levels = settings.topology.levels
+            if settings.topology.from_kueue is not None:
+                levels = (await read_kueue_levels(api, settings.topology.from_kueue)).levels
         quota_bodies: list[dict[str, Any]] = []
         if body:
             try:

@@ -262,7 +262,13 @@ class GangFlow:
             )
             assert spec is not None
             try:
-                check_levels(spec, self._host.settings.topology.levels)
+                topology = self._host.settings.topology
+                source = (
+                    "spec.topology.levels"
+                    if topology.from_kueue is None
+                    else f"the levels of Kueue Topology {topology.from_kueue}"
+                )
+                check_levels(spec, topology.levels, source=source)
             except InvalidObjectError:
                 self._level_refused[key] = body
                 raise

@@ -27,7 +27,7 @@ from scheduler.core.profile import (
 )
 from scheduler.core.registry import UnknownPluginError, default_registry
 from scheduler.model.errors import InvalidObjectError
-from scheduler.model.names import qualified_name_error
+from scheduler.model.names import qualified_name_error, subdomain_error
 from scheduler.model.selectors import LabelSelector
 from scheduler.predict import ConfigError, PredictConfig
 
@@ -109,44 +109,71 @@ class TopologySettings:
 
     levels: tuple[str, ...] = ()
     """Node label keys, widest first (block, rack, host). A gang that prefers one level
-    is also kept compact at every wider one; keys not listed still work as one level."""
+    is also kept compact at every wider one; keys not listed still work as one level.
+    With ``from_kueue``: the levels read from that Topology (empty until it is read)."""
+    from_kueue: str | None = None
+    """spec.topology.fromKueue: the name of a Kueue ``Topology`` (kueue.x-k8s.io) whose
+    ``spec.levels[].nodeLabel`` are the levels, followed live
+    (:mod:`scheduler.control.kueue`), so the hierarchy is written down once."""
 
 
 MAX_TOPOLOGY_LEVELS = 8
-"""Kueue's Topology allows 16 levels and uses 3-5; each level is a tier of the gang's
-objective, so a bound keeps it within int64."""
+"""Kueue's Topology allows 16 levels (8 before v1beta2) and uses 3-5; each level is a
+tier of the gang's objective, so a bound keeps it within int64."""
+
+_TOPOLOGY_KEYS = frozenset({"levels", "fromKueue"})
+
+
+def level_problems(levels: object, field: str) -> list[str]:
+    """What is wrong with a list of levels (distinct node label keys, at most
+    :data:`MAX_TOPOLOGY_LEVELS`); ``field`` names it in each message. The same rules for
+    ``spec.topology.levels`` and a Kueue Topology's ``spec.levels[].nodeLabel``."""
+    if not isinstance(levels, list):
+        return [f"{field}: {levels!r} is not a list of node label keys"]
+    problems: list[str] = []
+    if len(levels) > MAX_TOPOLOGY_LEVELS:
+        problems.append(f"{field}: {len(levels)} levels, at most {MAX_TOPOLOGY_LEVELS}")
+    seen: set[str] = set()
+    for i, key in enumerate(levels):
+        if not isinstance(key, str):
+            problems.append(f"{field}[{i}]: {key!r} is not a node label key")
+            continue
+        problem = qualified_name_error(key)
+        if problem is not None:
+            problems.append(f"{field}[{i}]: {key!r} is not a label key: {problem}")
+        elif key in seen:
+            problems.append(f"{field}[{i}]: {key!r} is listed twice")
+        seen.add(key)
+    return problems
 
 
 def parse_topology(raw: object) -> TopologySettings:
-    """spec.topology.levels: distinct node label keys, widest first."""
+    """spec.topology: either ``levels`` (distinct node label keys, widest first) or
+    ``fromKueue`` (a Kueue Topology's name), not both."""
     if raw is None:
         return TopologySettings()
     if not isinstance(raw, Mapping):
         raise SettingsError("spec.topology must be an object")
-    problems = [f"spec.topology: unknown key {k!r}" for k in raw if k != "levels"]
-    levels: object = raw.get("levels", [])
+    problems = [f"spec.topology: unknown key {k!r}" for k in raw if k not in _TOPOLOGY_KEYS]
+    levels: object = raw.get("levels")
     if levels is None:
         levels = []
-    if not isinstance(levels, list):
-        problems.append(f"spec.topology.levels: {levels!r} is not a list of node label keys")
-        levels = []
-    elif len(levels) > MAX_TOPOLOGY_LEVELS:
-        problems.append(
-            f"spec.topology.levels: {len(levels)} levels, at most {MAX_TOPOLOGY_LEVELS}"
-        )
-    seen: set[str] = set()
-    for i, key in enumerate(levels):
-        if not isinstance(key, str):
-            problems.append(f"spec.topology.levels[{i}]: {key!r} is not a node label key")
-            continue
-        problem = qualified_name_error(key)
-        if problem is not None:
-            problems.append(f"spec.topology.levels[{i}]: {key!r} is not a label key: {problem}")
-        elif key in seen:
-            problems.append(f"spec.topology.levels[{i}]: {key!r} is listed twice")
-        seen.add(key)
+    problems += level_problems(levels, "spec.topology.levels")
+    source: object = raw.get("fromKueue")
+    if source is not None:
+        if not isinstance(source, str) or (problem := subdomain_error(source)) is not None:
+            why = "not a string" if not isinstance(source, str) else problem
+            problems.append(f"spec.topology.fromKueue: {source!r} is not an object name: {why}")
+        if levels:
+            problems.append(
+                "spec.topology: levels and fromKueue are both set; give the levels in one"
+                " place: fromKueue reads them from the Kueue Topology"
+            )
     if problems:
         raise SettingsError("; ".join(problems))
+    assert isinstance(levels, list)
+    if source is not None:
+        return TopologySettings(from_kueue=str(source))
     return TopologySettings(levels=tuple(str(k) for k in levels))
 
 

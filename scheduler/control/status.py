@@ -14,6 +14,7 @@ import numpy as np
 import structlog
 from kubernetes_asyncio import client
 
+from scheduler.control.kueue import Reason, Resolution, pending
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import API_GROUP, API_VERSION, PLURAL, default_spec
 
@@ -63,6 +64,7 @@ def build_status(
     ready: bool,
     settings_error: str | None,
     generation: int | None,
+    kueue: Resolution | None = None,
 ) -> dict[str, Any]:
     lat = np.array(scheduler.latencies, dtype=np.float64)
     p50, p99 = (np.percentile(lat, [50, 99]) * 1000).round(1).tolist() if len(lat) else (0, 0)
@@ -98,6 +100,7 @@ def build_status(
                 "message": settings_error or "the spec is in force",
                 "lastTransitionTime": _now(),
             },
+            topology_condition(scheduler, kueue),
         ],
     }
     status["graph"] = {"vertices": len(graph), "edges": graph.number_of_edges()}
@@ -116,3 +119,27 @@ async def write_status(api: client.ApiClient, name: str, status: dict[str, Any])
         {"status": status},
         _content_type="application/merge-patch+json",
     )
+
+
+def topology_condition(scheduler: Scheduler, kueue: Resolution | None) -> dict[str, Any]:
+    """``TopologyResolved``: where the levels in force come from. False only while
+    ``spec.topology.fromKueue`` names a Topology whose levels are not in force (Kueue's
+    API not served, the object missing or unusable, not read yet): the levels are then
+    empty, and the message says why."""
+    topology = scheduler.settings.topology
+    name = topology.from_kueue
+    if name is None:
+        levels = ", ".join(topology.levels) or "none"
+        resolution = Resolution(
+            "", Reason.SPEC_LEVELS, f"levels from spec.topology.levels: {levels}"
+        )
+    else:
+        resolution = kueue if kueue is not None and kueue.name == name else pending(name)
+    ok = resolution.reason in (Reason.SPEC_LEVELS, Reason.READ)
+    return {
+        "type": "TopologyResolved",
+        "status": "True" if ok else "False",
+        "reason": resolution.reason.value,
+        "message": resolution.message,
+        "lastTransitionTime": _now(),
+    }

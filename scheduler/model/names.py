@@ -54,6 +54,21 @@ def qualified_name_error(value: str) -> str | None:
     return None
 
 
+def subdomain_error(value: str) -> str | None:
+    """Return why ``value`` is not an RFC 1123 subdomain (like IsDNS1123Subdomain: the
+    name of most objects, a custom resource's included), or None."""
+    if not value:
+        return "must be non-empty"
+    if len(value) > 253:
+        return "must be no more than 253 characters"
+    if not _DNS1123_SUBDOMAIN.fullmatch(value):
+        return (
+            "must be a lowercase RFC 1123 subdomain: lowercase alphanumeric characters, '-'"
+            " or '.', starting and ending with an alphanumeric character"
+        )
+    return None
+
+
 def label_value_error(value: str) -> str | None:
     """Return why ``value`` is not a valid label value, or None."""
     if len(value) > 63:

@@ -245,15 +245,18 @@ def _slices(annotations: Mapping[str, str], min_member: int) -> tuple[int | None
     return size, _label_key(annotations, key_a)
 
 
-def check_levels(spec: GangSpec, levels: Collection[str]) -> None:
+def check_levels(
+    spec: GangSpec, levels: Collection[str], *, source: str = "spec.topology.levels"
+) -> None:
     """:class:`InvalidObjectError` if the slice level is not one of ``spec.topology.levels``
-    (the configured hierarchy, known to the controller, not to the PodGroup)."""
+    (the configured hierarchy, known to the controller, not to the PodGroup); ``source``
+    names where the levels come from (a Kueue Topology's, with ``fromKueue``)."""
     if spec.slice_key is not None and spec.slice_key not in levels:
         configured = ", ".join(levels) if levels else "none configured"
         raise InvalidObjectError(
             f"metadata.annotations[{TOPOLOGY_SLICE_REQUIRED_ANNOTATION}]",
             spec.slice_key,
-            f"must be one of spec.topology.levels ({configured})",
+            f"must be one of {source} ({configured})",
         )
 
 

@@ -161,6 +161,21 @@ def test_rbac_reads_what_dynamic_resources_reads() -> None:
         assert dra.get(read) == ("get", "list", "watch"), read
 
 
+def test_rbac_reads_kueue_topologies_and_writes_nothing_of_kueue() -> None:
+    """``spec.topology.fromKueue`` lists and watches the named Topology (get for a look
+    by name); nothing else of Kueue's is read or written."""
+    objs = [d for d in yaml.safe_load_all((MANIFESTS / "scheduler.yaml").read_text()) if d]
+    rules = find(objs, "ClusterRole", "lattice-scheduler")["rules"]
+    kueue = [r for r in rules if "kueue.x-k8s.io" in r["apiGroups"]]
+    assert kueue == [
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["topologies"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+
+
 def test_scheduler_is_ha_and_unprivileged(default: list[dict[str, Any]]) -> None:
     deploy = find(default, "Deployment")
     assert deploy["spec"]["replicas"] == 2

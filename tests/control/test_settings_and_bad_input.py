@@ -39,6 +39,15 @@ def test_topology_levels_round_trip() -> None:
     assert parse_spec({"topology": {}}, "lattice").topology.levels == ()
 
 
+def test_topology_from_kueue_names_the_topology_and_leaves_levels_to_it() -> None:
+    """The default object's empty ``levels`` beside ``fromKueue`` is not a conflict: only
+    levels given in both places are."""
+    for spec in ({"fromKueue": "net"}, {"fromKueue": "net", "levels": []}):
+        topology = parse_spec({"topology": spec}, "lattice").topology
+        assert (topology.from_kueue, topology.levels) == ("net", ())
+    assert parse_spec({"topology": {"fromKueue": None}}, "lattice").topology.from_kueue is None
+
+
 def test_plugins_are_applied() -> None:
     spec = {
         "plugins": [
@@ -120,7 +129,15 @@ def test_pending_gpu_pods_feed_the_request_mix() -> None:
         pytest.param({"topology": {"levels": ["a", "a"]}}, "listed twice", id="twice"),
         pytest.param({"topology": {"levels": [3]}}, "not a node label key", id="int"),
         pytest.param({"topology": {"levels": [f"l{i}" for i in range(9)]}}, "at most", id="many"),
-        pytest.param({"topology": {"fromKueue": "t"}}, "unknown key 'fromKueue'", id="kueue"),
+        pytest.param({"topology": {"fromkueue": "t"}}, "unknown key 'fromkueue'", id="typo"),
+        pytest.param(
+            {"topology": {"levels": ["rack"], "fromKueue": "t"}},
+            "levels and fromKueue are both set",
+            id="kueue-and-levels",
+        ),
+        pytest.param({"topology": {"fromKueue": "Net_1"}}, "fromKueue: 'Net_1'", id="kueue-name"),
+        pytest.param({"topology": {"fromKueue": ""}}, "must be non-empty", id="kueue-empty"),
+        pytest.param({"topology": {"fromKueue": 7}}, "not a string", id="kueue-int"),
         pytest.param({"schedulerName": "other"}, "differs", id="name"),
         pytest.param(
             {"plugins": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": "Random"}}]},
