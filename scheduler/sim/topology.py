@@ -210,6 +210,33 @@ def _spec(name: str, kind: str, members: int, slice_size: int | None) -> GangSpe
     raise ValueError(f"unknown gang kind {kind!r}")
 
 
+def make_gang(
+    name: str,
+    kind: str,
+    members: int,
+    gpus: int,
+    slice_size: int | None = None,
+    *,
+    created: float = 0.0,
+    run: float = 1.0,
+) -> Gang:
+    """A gang of ``kind`` (:data:`KINDS`): ``members`` pods of ``gpus`` GPUs each."""
+    pods = tuple(
+        Pod.from_api(
+            pod_body(
+                f"{name}-{i}",
+                uid=f"{name}-{i}",
+                cpu_milli=MEMBER_CPU_MILLI,
+                memory_mib=MEMBER_MEMORY_MIB,
+                gpus=gpus,
+            )
+        )
+        for i in range(members)
+    )
+    spec = _spec(name, kind, members, slice_size)
+    return Gang(name, kind, members, gpus, created, run, spec, pods)
+
+
 def _draw_shape(rng: np.random.Generator, kind: str, rack_gpus: int) -> tuple[int, int, int | None]:
     """(members, GPUs per member, slice size) of one gang of ``kind``."""
     g = int(rng.choice(MEMBER_GPUS, p=MEMBER_GPU_WEIGHTS))
@@ -260,20 +287,7 @@ def topology_stream(
         zip(drawn, shapes, starts, runs, strict=True)
     ):
         name = f"tg-{seed}-{n:05d}"
-        pods = tuple(
-            Pod.from_api(
-                pod_body(
-                    f"{name}-{i}",
-                    uid=f"{name}-{i}",
-                    cpu_milli=MEMBER_CPU_MILLI,
-                    memory_mib=MEMBER_MEMORY_MIB,
-                    gpus=g,
-                )
-            )
-            for i in range(members)
-        )
-        spec = _spec(name, kind, members, size)
-        out.append(Gang(name, kind, members, g, float(start), float(run), spec, pods))
+        out.append(make_gang(name, kind, members, g, size, created=float(start), run=float(run)))
     return out
 
 
@@ -433,8 +447,8 @@ class PolicyResult:
     """Attempts skipped by the necessary condition."""
     recheck_failed: int = 0
     seconds: float = 0.0
-    placements: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
-    """(gang index, node of each member) per admission, when recorded."""
+    placements: list[tuple[int, float, tuple[str, ...]]] = field(default_factory=list)
+    """(gang index, time, node of each member) per admission, when recorded."""
 
     def wait_pct(self, q: float) -> float | None:
         return float(np.percentile(self.waits, q)) if self.waits else None
@@ -613,7 +627,7 @@ def replay_policy(
             dom = layout.levels[layout.level(gang.preferred)]
             result.spans.append((len({int(dom[i]) for i in plan}), fewest_then))
         if record:
-            result.placements.append((n, tuple(layout.names[i] for i in plan)))
+            result.placements.append((n, now, tuple(layout.names[i] for i in plan)))
         clock.move(now, gang.total_gpus)
         heapq.heappush(leaving, (now + gang.run, n))
         result.admitted += 1
