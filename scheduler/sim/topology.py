@@ -45,8 +45,10 @@ from typing import Any, Final
 
 import numpy as np
 
+from scheduler.core.profile import DEFAULT_PROFILE
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import IntArray, Snapshot
+from scheduler.core.topology.state import TopologyState
 from scheduler.model.gang import GangSpec
 from scheduler.model.node import Node
 from scheduler.model.pod import Pod
@@ -491,22 +493,27 @@ class PolicyResult:
         }
 
 
-PolicyFn = Callable[[Snapshot, IntArray, Gang, int], Plan | None]
-"""(snapshot, free GPUs per node, gang, seed) -> node index per member, or None."""
+PolicyFn = Callable[[Snapshot, TopologyState, IntArray, Gang, int], Plan | None]
+"""(snapshot, device and GPU-demand state, free GPUs per node, gang, seed) -> node index
+per member, or None."""
 
 
 def _reference(rule: Callable[[Layout, IntArray, Gang], Plan | None], layout: Layout) -> PolicyFn:
-    def run(snapshot: Snapshot, free: IntArray, gang: Gang, seed: int) -> Plan | None:
-        del snapshot, seed
+    def run(
+        snapshot: Snapshot, topology: TopologyState, free: IntArray, gang: Gang, seed: int
+    ) -> Plan | None:
+        del snapshot, topology, seed
         return rule(layout, free, gang)
 
     return run
 
 
 def _lattice(use_solver: bool, time_limit_s: float) -> PolicyFn:
-    framework = Framework()
+    framework = Framework(DEFAULT_PROFILE)
 
-    def run(snapshot: Snapshot, free: IntArray, gang: Gang, seed: int) -> Plan | None:
+    def run(
+        snapshot: Snapshot, topology: TopologyState, free: IntArray, gang: Gang, seed: int
+    ) -> Plan | None:
         del free
         problem = build_problem(
             framework,
@@ -514,6 +521,7 @@ def _lattice(use_solver: bool, time_limit_s: float) -> PolicyFn:
             gang.spec,
             gang.pods,
             need=gang.members,
+            topology=topology,
             levels=LEVELS,
             seed=seed,
         )
@@ -601,6 +609,10 @@ def replay_policy(
     layout = Layout.of(nodes)
     place_fn = policy_fn(policy, layout, time_limit_s=time_limit_s)
     snapshot = Snapshot(list(nodes), [])
+    # As the controller keeps it: the GPU request mix learns every pending member (the
+    # fragmentation term of Lattice's objective reads it); the reference rules ignore it.
+    topology = TopologyState(DEFAULT_PROFILE.topology)
+    topology.gpu_demand.set_resources(DEFAULT_PROFILE.gpu_placement.resources)
     total = int(_free_gpus(snapshot).sum())
     clock = _AllocationClock(0)
     leaving: list[tuple[float, int]] = []
@@ -613,7 +625,7 @@ def replay_policy(
             result.short += 1
             return False
         result.attempts += 1
-        plan = place_fn(snapshot, free, gang, seed * 100_003 + n)
+        plan = place_fn(snapshot, topology, free, gang, seed * 100_003 + n)
         if plan is None:
             return False
         used = np.bincount(plan, minlength=len(free)) * gang.gpus
@@ -623,6 +635,8 @@ def replay_policy(
         fewest_then = fewest_domains(layout, free, gang)
         for pod, where in zip(gang.pods, plan, strict=True):
             snapshot.add_pod(pod, layout.names[where])
+            topology.pod_placed(pod, layout.names[where])
+            topology.gpu_demand.set_pending(pod.key, None)
         if gang.preferred is not None and fewest_then is not None:
             dom = layout.levels[layout.level(gang.preferred)]
             result.spans.append((len({int(dom[i]) for i in plan}), fewest_then))
@@ -640,12 +654,15 @@ def replay_policy(
             if gang.created + patience <= now:
                 del waiting[n]
                 result.given_up += 1
+                for pod in gang.pods:
+                    topology.gpu_demand.set_pending(pod.key, None)
 
     def advance(now: float) -> None:
         while leaving and leaving[0][0] <= now:
             when, gone = heapq.heappop(leaving)
             for pod in gangs[gone].pods:
                 snapshot.remove_pod(pod)
+                topology.pod_removed(pod.key)
             clock.move(when, -gangs[gone].total_gpus)
             give_up(when)
             for n, waiter in list(waiting.items()):
@@ -658,6 +675,8 @@ def replay_policy(
         result.gangs += 1
         result.arrived_by_kind[gang.kind] += 1
         clock.move(gang.created, 0)
+        for pod in gang.pods:
+            topology.gpu_demand.set_pending(pod.key, pod)
         if not attempt(n, gang, gang.created):
             waiting[n] = gang
         if on_gang is not None:
