@@ -15,7 +15,8 @@ Theory of operation
   (mean ``mean_run``) or drawn from a trace's run times. Deterministic for a seed.
 * **Policies** (:data:`POLICIES`), each deciding on the same free GPUs:
   - ``Lattice``: the controller's path, :func:`~scheduler.solver.build_problem` with the
-    levels then :func:`~scheduler.solver.solve` (CP-SAT, greedy seeding it);
+    levels and the controller's device and GPU-demand state (every pending member learnt)
+    then :func:`~scheduler.solver.solve` (CP-SAT, greedy seeding it);
   - ``Greedy``: the same with ``use_solver=False`` (``spec.gang.solver: Greedy``);
   - ``KubeTAS``: :func:`kube_tas`, kube-scheduler 1.37's topology-aware workload
     scheduling (KEP-5732, alpha), written here from its description;
