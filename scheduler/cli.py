@@ -459,6 +459,49 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="CP-SAT's limit per solve, as spec.gang.solverTimeLimitSeconds (default 1)",
     )
 
+    from scheduler.sim.topology import KINDS as TOPOLOGY_KINDS
+    from scheduler.sim.topology import POLICIES as TOPOLOGY_POLICIES
+
+    topo = sim.add_argument_group(
+        "gangs in a network topology (--gangs --topology)",
+        "A generated cluster of blocks x racks x nodes x GPUs (node labels example.com/block, "
+        "example.com/rack, kubernetes.io/hostname) and a stream of gangs that require a rack, "
+        "prefer the fewest racks or blocks, or come in slices each inside one rack, under "
+        "churn; replayed per seed under Lattice (CP-SAT), Greedy, KubeTAS (kube-scheduler "
+        "1.37's topology rule, KEP-5732) and KueueBestFit (Kueue TAS, KEP-2724). Takes "
+        "--load, --patience, --seeds, --max-gangs (default 300), --solver-time-limit and, "
+        "optionally, --durations for the run times; prints per policy gangs admitted, GPUs "
+        "allocated, domains spanned at the preferred level against the fewest possible and "
+        "wait p50/p99 (or -o json).",
+    )
+    topo.add_argument(
+        "--topology",
+        type=str,
+        metavar="BxRxNxG",
+        help="with --gangs: the generated cluster, e.g. 4x8x4x8 (blocks, racks per block, "
+        "nodes per rack, GPUs per node)",
+    )
+    topo.add_argument(
+        "--topology-mix",
+        type=str,
+        metavar="KIND=W,...",
+        help=f"weights of the gang kinds ({', '.join(TOPOLOGY_KINDS)}); default equal",
+    )
+    topo.add_argument(
+        "--topology-policies",
+        nargs="+",
+        choices=TOPOLOGY_POLICIES,
+        default=list(TOPOLOGY_POLICIES),
+        help=f"default: {' '.join(TOPOLOGY_POLICIES)}",
+    )
+    topo.add_argument(
+        "--mean-run",
+        type=_POSITIVE,
+        default=3600.0,
+        metavar="SECONDS",
+        help="mean of the exponential run times when --durations is not given (default 3600)",
+    )
+
     from scheduler.sim.tenants import POLICIES as QUOTA_POLICIES
 
     tenants = sim.add_argument_group(
@@ -533,6 +576,10 @@ def _simulate(args: argparse.Namespace) -> int:
 
     if args.gangs and args.tenants is not None:
         return refuse("give either --gangs or --tenants, not both", 2)
+    if args.gangs and args.topology is not None:
+        return _simulate_topology(args, refuse)
+    if args.topology is not None:
+        return refuse("--topology goes with --gangs", 2)
     if args.gangs:
         return _simulate_gangs(args, refuse)
     if args.tenants is not None:
@@ -645,6 +692,86 @@ def _simulate_gangs(args: argparse.Namespace, refuse: Callable[[str, int], int])
             + (", shuffled" if args.shuffle else ", task-list order")
             + f"), load {args.load:g}, "
             f"patience {patience:g} s, CP-SAT limit {args.solver_time_limit:g} s per solve"
+        )
+        print(format_rows(results))
+    return 0
+
+
+def _topology_mix(text: str) -> dict[str, float]:
+    mix: dict[str, float] = {}
+    for part in text.split(","):
+        kind, sep, weight = part.partition("=")
+        try:
+            mix[kind.strip()] = float(weight)
+        except ValueError:
+            raise ValueError(f"--topology-mix: KIND=WEIGHT expected, got {part!r}") from None
+        if not sep:
+            raise ValueError(f"--topology-mix: KIND=WEIGHT expected, got {part!r}")
+    return mix
+
+
+def _simulate_topology(args: argparse.Namespace, refuse: Callable[[str, int], int]) -> int:
+    from scheduler.sim.topology import Shape, compare, format_rows
+    from scheduler.sim.trace import TraceError, durations_of, load_alibaba
+
+    others = {
+        "--dump": args.dump is not None,
+        "--tasks": args.tasks is not None,
+        "--churn": args.churn is not None,
+        "--synthetic": args.synthetic is not None,
+        "--plot": args.plot is not None,
+        "--deletions": args.deletions,
+        "--wait": args.wait,
+        "--tenants": args.tenants is not None,
+    }
+    clash = [flag for flag, given in others.items() if given]
+    if clash:
+        return refuse(f"--gangs --topology does not take {', '.join(clash)}", 2)
+    if args.durations is not None and args.nodes is None:
+        return refuse("--durations needs --nodes (the trace's node list)", 2)
+    seeds = list(dict.fromkeys(args.seeds)) if args.seeds else [args.seed]
+    gangs = 300 if args.max_gangs is None else int(args.max_gangs)
+    try:
+        shape = Shape.parse(args.topology)
+        mix = None if args.topology_mix is None else _topology_mix(args.topology_mix)
+        runs = None
+        if args.durations is not None:
+            runs = durations_of(load_alibaba(args.nodes, args.durations))
+        results = compare(
+            shape,
+            seeds=seeds,
+            gangs=gangs,
+            load=args.load,
+            patience=args.patience,
+            mean_run=args.mean_run,
+            durations=runs,
+            mix=mix,
+            policies=list(dict.fromkeys(args.topology_policies)),
+            time_limit_s=args.solver_time_limit,
+            progress=not args.no_progress and sys.stderr.isatty(),
+        )
+    except (TraceError, ValueError) as exc:
+        return refuse(str(exc), 1)
+    except KeyboardInterrupt:
+        return 130
+    if args.output == "json":
+        doc = {
+            "topology": str(shape),
+            "gpus": shape.total_gpus,
+            "gangs": gangs,
+            "load": args.load,
+            "mix": mix,
+            "patienceSeconds": args.patience,
+            "solverTimeLimitSeconds": args.solver_time_limit,
+            "runs": [r.to_json() for r in results],
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        print(
+            f"topology {shape} ({shape.total_gpus} GPUs): {gangs} gangs a seed, load "
+            f"{args.load:g}, patience "
+            + ("mean run" if args.patience is None else f"{args.patience:g} s")
+            + f", CP-SAT limit {args.solver_time_limit:g} s per solve"
         )
         print(format_rows(results))
     return 0
