@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -93,17 +92,22 @@ def watch(parent: int, marker: str) -> None:
     sweep(marker)
 
 
-def spawn(marker: str, parent: int | None = None) -> subprocess.Popen[bytes]:
-    """Start the watcher for ``parent`` (default: this process), detached from its session
-    so a Ctrl-C or a group kill of the run does not take the watcher with it."""
+def spawn(marker: str, parent: int | None = None) -> int:
+    """Start the watcher for ``parent`` (default: this process) in a session of its own, so
+    a Ctrl-C or a group kill of the run does not take the watcher with it; its pid. Spawned
+    without a Popen object, whose finaliser would warn that the watcher outlives it."""
     env = {k: v for k, v in os.environ.items() if k != MARKER_ENV}
-    return subprocess.Popen(
-        [sys.executable, "-m", "lattice_dev.devcluster.reaper", str(parent or os.getpid()), marker],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    argv = [sys.executable, "-m", "lattice_dev.devcluster.reaper", str(parent or os.getpid())]
+    return os.posix_spawn(
+        sys.executable,
+        [*argv, marker],
+        env,
+        file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+        ],
+        setsid=True,
     )
 
 

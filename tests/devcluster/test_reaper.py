@@ -30,6 +30,7 @@ def test_the_marked_processes_of_a_killed_run_are_stopped() -> None:
     stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; while :; do sleep 0.2; done"], env=env)
     plain = subprocess.Popen(["sleep", "600"], env={**os.environ, MARKER_ENV: "other"})
     watcher = spawn(marker, parent=run.pid)
+    watcher_status: int | None = None
     try:
         time.sleep(1.0)
         assert stubborn.pid in marked(marker)
@@ -37,10 +38,19 @@ def test_the_marked_processes_of_a_killed_run_are_stopped() -> None:
         run.send_signal(signal.SIGKILL)
         run.wait()
         assert _gone(stubborn, 20), "the marked process outlived the run"
-        assert watcher.wait(timeout=20) == 0
+        deadline = time.monotonic() + 20
+        while watcher_status is None and time.monotonic() < deadline:
+            pid, status = os.waitpid(watcher, os.WNOHANG)
+            if pid:
+                watcher_status = os.waitstatus_to_exitcode(status)
+            time.sleep(0.1)
+        assert watcher_status == 0, "the watcher ended cleanly after its sweep"
         assert plain.poll() is None, "an unmarked process was signalled"
     finally:
-        for proc in (run, stubborn, plain, watcher):
+        for proc in (run, stubborn, plain):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        if watcher_status is None:
+            os.kill(watcher, signal.SIGKILL)
+            os.waitpid(watcher, 0)
