@@ -142,7 +142,10 @@ def solve_naive(
     w = p.weights
     keys = list(x)
     coefs = [
-        w.placed + int(p.preferred[cls[i], n]) * w.preferred + int(p.score[cls[i], n]) * w.score
+        w.placed
+        + int(p.preferred[cls[i], n]) * w.preferred
+        + int(p.score[cls[i], n]) * w.score
+        + (int(p.pack[cls[i], n]) * w.pack if p.pack.size else 0)
         for i, n in keys
     ]
     terms: list[cp_model.LinearExpr] = [
@@ -183,6 +186,21 @@ def solve_naive(
         ranks = [int(p.tight_rank[d]) for d in tight]
         spent = cp_model.LinearExpr.weighted_sum(list(tight.values()), ranks)
         terms.append((int(p.tight_rank.sum()) - spent) * w.tight)
+    for empty in p.empty if w.whole_domains else ():
+        # Per empty domain, kept = untouched or every GPU of it taken.
+        touched = used_flags(empty.level.domain)
+        for d in empty.ids.tolist():
+            nodes = domains(empty.level.domain).get(d, set())
+            taken = cp_model.LinearExpr.weighted_sum(
+                [x[(i, n)] for n in nodes for i in on_node[n]],
+                [int(p.gpus[cls[i]]) for n in nodes for i in on_node[n]],
+            )
+            whole = model.new_bool_var("")
+            model.add(taken >= int(empty.room[d]) * whole)
+            if d in touched:
+                terms.append((1 + whole - touched[d]) * w.whole_domains)
+            else:
+                terms.append(cp_model.LinearExpr.constant(w.whole_domains))
     model.maximize(cp_model.LinearExpr.sum(terms))
 
     solver = cp_model.CpSolver()

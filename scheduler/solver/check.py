@@ -59,15 +59,30 @@ def tight_used(problem: GangProblem, counts: IntArray) -> int:
     return int(problem.tight_rank[used_domains(problem.tight.domain, counts)].sum())
 
 
+def kept_whole(problem: GangProblem, counts: IntArray) -> int:
+    """Empty domains below the tight level the placement leaves untouched or fills."""
+    total = 0
+    if not problem.empty:
+        return 0
+    used = gpus_used(problem, counts)
+    for empty in problem.empty:
+        per = np.bincount(empty.level.domain, weights=used, minlength=empty.level.size)
+        ids = empty.ids
+        total += int(((per[ids] == 0) | (per[ids] >= empty.room[ids])).sum())
+    return total
+
+
 def objective(problem: GangProblem, counts: IntArray) -> int:
     """Placed members, then domains left unused at the preferred level and each wider one,
-    then the tight ranks left unused, then preferred placements, then score, then GPUs kept
-    usable (every tier non-negative, so a placement of ``need`` members is worth at least
-    ``need`` placed units)."""
+    then the tight ranks left unused, then empty domains kept whole, then members in fuller
+    domains (pack), then preferred placements, then score, then GPUs kept usable (every
+    tier non-negative, so a placement of ``need`` members is worth at least ``need`` placed
+    units)."""
     p, w = problem, problem.weights
     placed = int(counts.sum())
     preferred = int((counts * p.preferred).sum())
     score = int((counts * p.score).sum())
+    pack = int((counts * p.pack).sum()) if p.pack.size else 0
     domains = sum(
         (level.size - used) * weight
         for level, used, weight in zip(p.compact, spans(p, counts), w.spans, strict=True)
@@ -77,8 +92,10 @@ def objective(problem: GangProblem, counts: IntArray) -> int:
         placed * w.placed
         + domains
         + tight
+        + kept_whole(p, counts) * w.whole_domains
         + preferred * w.preferred
         + score * w.score
+        + pack * w.pack
         + kept(p, counts) * w.whole
     )
 

@@ -72,12 +72,15 @@ def greedy(
     order: list[IndexArray] = []
     for c in range(num_c):
         cand = np.flatnonzero((p.limit[c] > 0) & allowed)
-        # Equal scores: the node with the fewest free GPUs first (best fit, less
-        # fragmentation), then the seeded permutation.
+        # Equal scores: the node in the fullest domains below the tight level first, then
+        # the one with the fewest free GPUs (best fit, less fragmentation), then the seeded
+        # permutation.
         fit = p.gpu_free[cand] if p.gpus[c] > 0 else np.zeros(len(cand), dtype=np.int64)
+        pack = p.pack[c, cand] if p.pack.size else np.zeros(len(cand), dtype=np.int64)
         keys: list[IntArray] = [
             rank[cand],
             fit,
+            -pack,
             -p.score[c, cand],
             -p.preferred[c, cand].astype(np.int64),
         ]

@@ -46,7 +46,7 @@ import numpy as np
 
 from scheduler.core.snapshot import BoolArray, IndexArray, IntArray
 from scheduler.solver.check import objective
-from scheduler.solver.problem import GangProblem, outside_groups
+from scheduler.solver.problem import EmptyDomains, GangProblem, outside_groups
 
 
 class ModelStatus(StrEnum):
@@ -334,6 +334,8 @@ class _Builder:
             expr = level.size - cp_model.LinearExpr.sum(list(used.values()))
             self.domain_terms.append((expr, w.spans[i]))
             self.magnitude += level.size * w.spans[i]
+        for empty in p.empty if w.whole_domains else ():
+            self._kept_whole(empty, used_at.get(id(empty.level)))
         if p.tight is not None and w.tight:
             used = used_at.get(id(p.tight)) or self._used(p.tight.domain)
             ranks = [int(p.tight_rank[d]) for d in used]
@@ -342,11 +344,38 @@ class _Builder:
             self.domain_terms.append((expr, w.tight))
             self.magnitude += total * w.tight
 
+    def _kept_whole(self, empty: EmptyDomains, used: dict[int, cp_model.IntVar] | None) -> None:
+        """Per empty domain: 1 when the gang leaves it untouched or takes all its GPUs."""
+        p, w = self.p, self.p.weights
+        used = used if used is not None else self._used(empty.level.domain)
+        gpu_classes = [c for c in range(p.num_classes) if p.gpus[c] > 0]
+        by_domain = self._by_domain(empty.level.domain, gpu_classes)
+        ids = empty.ids.tolist()
+        terms: list[cp_model.LinearExprT] = []
+        for d in ids:
+            pairs = by_domain.get(d, [])
+            room = int(empty.room[d])
+            if d not in used or not pairs:
+                terms.append(1)  # out of reach: kept whole
+                continue
+            gpus = cp_model.LinearExpr.weighted_sum(
+                [self.x[k] for k in pairs], [int(p.gpus[c]) for c, _ in pairs]
+            )
+            hint_gpus = sum(int(self.hint[c, n]) * int(p.gpus[c]) for c, n in pairs)
+            full = self.flag(hint_gpus >= room)
+            self.model.add(gpus >= room * full)
+            terms.append(1 - used[d] + full)
+        self.domain_terms.append((cp_model.LinearExpr.sum(terms), w.whole_domains))
+        self.magnitude += len(ids) * w.whole_domains
+
     def _objective(self) -> int:
         p, w = self.p, self.p.weights
         keys = list(self.x)
         coefs = [
-            w.placed + int(p.preferred[c, n]) * w.preferred + int(p.score[c, n]) * w.score
+            w.placed
+            + int(p.preferred[c, n]) * w.preferred
+            + int(p.score[c, n]) * w.score
+            + (int(p.pack[c, n]) * w.pack if p.pack.size else 0)
             for c, n in keys
         ]
         terms: list[cp_model.LinearExprT] = [
@@ -399,6 +428,7 @@ def distinct_nodes(problem: GangProblem, nodes: IndexArray, keep_first: IndexArr
         p.limit[:, nodes],
         p.score[:, nodes],
         p.preferred[:, nodes].astype(np.int64),
+        p.pack[:, nodes] if p.pack.size else np.zeros((0, len(nodes)), np.int64),
         p.free[:, nodes],
         np.stack(
             [
@@ -425,6 +455,8 @@ def distinct_nodes(problem: GangProblem, nodes: IndexArray, keep_first: IndexArr
         rows.append(token(domain)[None, :])
     for level in p.compact:
         rows.append(token(level.domain)[None, :])
+    for empty in p.empty:
+        rows.append(token(empty.level.domain)[None, :])
     if p.slicing is not None:
         rows.append(p.slicing.domain[nodes][None, :])  # a lone node's domain still counts
     if p.tight is not None:

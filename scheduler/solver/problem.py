@@ -211,6 +211,20 @@ class Level:
         return f"{self.key}={self.names[d]}" if d < len(self.names) else f"{self.key} (unset)"
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class EmptyDomains:
+    """The domains of one level below the tight one whose GPUs are all free."""
+
+    level: Level
+    room: IntArray
+    """Per domain id of :attr:`level`, its free GPUs (0 for a domain not empty)."""
+
+    @property
+    def ids(self) -> IntArray:
+        out: IntArray = np.flatnonzero(self.room > 0)
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class Weights:
     """Coefficients of the lexicographic objective (each tier outweighs all below it)."""
@@ -223,6 +237,12 @@ class Weights:
     """Per level of :attr:`GangProblem.compact`: each domain of it left unused."""
     tight: int = 0
     """Per unit of :attr:`GangProblem.tight_rank` of the tight domains left unused."""
+    pack: int = 0
+    """Per unit of :attr:`GangProblem.pack` (members in the fuller domains below the tight
+    level)."""
+    whole_domains: int = 0
+    """Per empty domain below the tight level left untouched or filled whole
+    (:attr:`GangProblem.empty`)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -301,6 +321,18 @@ class GangProblem:
     slice_bound: tuple[tuple[int, int], ...] = ()
     """(domain of :attr:`slicing`, slice) per member bound already: a partial gang's rest
     completes their slices first."""
+    empty: tuple[EmptyDomains, ...] = ()
+    """Per level between the tight level and the node, its domains with every GPU free:
+    the objective counts those the gang leaves untouched or fills whole, so a gang that
+    needs less than a rack takes a rack's crumbs, not a whole rack's corner, and whole
+    racks stay for the gangs and slices that need them (Kueue's BestFit fills a level
+    most-room-first and the last domain best fit, to the same end)."""
+    pack: IntArray = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    """(classes, local nodes) the pack tier's value of one member there: its GPUs (1 without
+    GPUs) times the number of distinct rooms above its domain's, summed over the levels
+    between the tight level and the node. Members go to the fullest domains that hold them,
+    so whole racks stay whole for the gangs that need them (Kueue's BestFit below its
+    chosen domain). Empty: no such tier."""
 
     @property
     def num_nodes(self) -> int:
@@ -381,7 +413,9 @@ def build_problem(
         limit[:, ~np.isin(problem.domain, ids)] = 0
         problem = dataclasses.replace(problem, limit=limit)
     if problem.rejection is None:
-        problem = _with_levels(problem, snapshot, gang, levels)
+        problem = _with_levels(
+            problem, snapshot, gang, levels, framework.profile.topology.gpu_resource
+        )
     if problem.rejection is None and gang.slice_size and gang.slice_key:
         problem = _with_slices(problem, snapshot, gang, levels, slice_bound)
     return dataclasses.replace(problem, build_time_s=time.perf_counter() - started)
@@ -503,7 +537,11 @@ def member_capacity(p: GangProblem) -> IntArray:
 
 
 def _with_levels(
-    problem: GangProblem, snapshot: Snapshot, gang: GangSpec, levels: Sequence[str]
+    problem: GangProblem,
+    snapshot: Snapshot,
+    gang: GangSpec,
+    levels: Sequence[str],
+    gpu_resource: str,
 ) -> GangProblem:
     """The gang's preferred-level chain and tight level, their tables and the weights
     with their tiers."""
@@ -520,6 +558,9 @@ def _with_levels(
     _, inverse = np.unique(per_domain.astype(np.int64), return_inverse=True)
     tight_rank = inverse.reshape(-1).astype(np.int64) + 1
     groups = [k.members for k in p.classes]
+    finer = _finer_levels(levels, tight_key)
+    pack = pack_table(p, snapshot, index, finer, capacity)
+    empty = empty_domains(p, snapshot, index, finer, gpu_resource)
     weights = _weights(
         members_best(p.score, p.limit, groups),
         len(p.members),
@@ -528,6 +569,8 @@ def _with_levels(
         p.limit,
         spans=tuple(level.size for level in compact),
         tight=int(tight_rank.sum()),
+        pack=_pack_bound(pack, p),
+        whole_domains=sum(len(e.ids) for e in empty),
     )
     return dataclasses.replace(
         p,
@@ -536,7 +579,90 @@ def _with_levels(
         tight_rank=tight_rank,
         capacity=capacity,
         weights=weights,
+        pack=pack,
+        empty=empty,
     )
+
+
+def _finer_levels(levels: Sequence[str], tight_key: str) -> tuple[str, ...]:
+    """The configured levels narrower than the tight one (all of them when the tight key
+    is not a level: a gang's own key says nothing of the levels)."""
+    if tight_key not in levels:
+        return ()
+    return tuple(levels[list(levels).index(tight_key) + 1 :])
+
+
+def pack_table(
+    p: GangProblem,
+    snapshot: Snapshot,
+    index: IndexArray,
+    keys: Sequence[str],
+    capacity: IntArray,
+) -> IntArray:
+    """See :attr:`GangProblem.pack`. Room is free GPUs when the gang asks for GPUs, else
+    members the nodes hold; a level whose every domain is one local node is the node
+    level, which the GPUs-kept tier already ranks."""
+    uses_gpus = bool((p.gpus > 0).any())
+    room = np.maximum(p.gpu_free, 0) if uses_gpus else capacity
+    unit = np.where(p.gpus > 0, p.gpus, 1) if uses_gpus else np.ones(p.num_classes, np.int64)
+    per_node = np.zeros(p.num_nodes, dtype=np.int64)
+    for level in _domain_levels(p, snapshot, index, keys):
+        per_domain = np.bincount(level.domain, weights=room, minlength=level.size).astype(np.int64)
+        # Ranks, not GPUs: the order is what counts, and it keeps the tier's range (and the
+        # objective's magnitude) to the number of distinct rooms.
+        rooms, rank = np.unique(per_domain, return_inverse=True)
+        per_node += (len(rooms) - 1 - rank.reshape(-1))[level.domain]
+    if not per_node.any():
+        return np.zeros((0, 0), dtype=np.int64)
+    table: IntArray = unit[:, None].astype(np.int64) * per_node[None, :]
+    table[p.limit == 0] = 0
+    return table
+
+
+def _domain_levels(
+    p: GangProblem, snapshot: Snapshot, index: IndexArray, keys: Sequence[str]
+) -> list[Level]:
+    """The levels of ``keys`` over the local nodes, less any whose every domain is one
+    node (the node level: the GPUs-kept tier ranks nodes)."""
+    out = [node_level(snapshot, key, index) for key in keys]
+    return [level for level in out if level.size < p.num_nodes]
+
+
+def empty_domains(
+    p: GangProblem,
+    snapshot: Snapshot,
+    index: IndexArray,
+    keys: Sequence[str],
+    gpu_resource: str,
+) -> tuple[EmptyDomains, ...]:
+    """See :attr:`GangProblem.empty`: GPU gangs only; a domain is empty when no node of it
+    in the snapshot (those the gang cannot use too) has a GPU in use."""
+    if not p.num_nodes or not bool((p.gpus > 0).any()):
+        return ()
+    gcol = snapshot.resource_column(gpu_resource)
+    if gcol is None:
+        return ()
+    out = []
+    for level in _domain_levels(p, snapshot, index, keys):
+        ids = _domain_ids(snapshot, level.key, np.arange(len(snapshot.node_names), dtype=np.intp))
+        alloc = snapshot.allocatable[gcol].astype(np.int64)
+        busy = (alloc > 0) & (snapshot.requested[gcol] > 0)
+        values_busy = np.unique(ids[(ids >= 0) & busy])
+        local_ids = _domain_ids(snapshot, level.key, index)
+        room = np.zeros(level.size, dtype=np.int64)
+        labelled = local_ids >= 0
+        whole = labelled & ~np.isin(local_ids, values_busy)
+        np.add.at(room, level.domain[whole], np.maximum(p.gpu_free[whole], 0))
+        if room.any():
+            out.append(EmptyDomains(level, room))
+    return tuple(out)
+
+
+def _pack_bound(pack: IntArray, p: GangProblem) -> int:
+    """The pack tier's largest value: every member of a class at its best node."""
+    if not pack.size:
+        return 0
+    return sum(int(pack[c].max(initial=0)) * k.size for c, k in enumerate(p.classes))
 
 
 def _with_slices(
@@ -1024,6 +1150,17 @@ def keep_table(gpu_free: IntArray, frag_nodes: BoolArray, mix: Sequence[SizeClas
     return keep
 
 
+def _keep_range(keep: IntArray, members: int) -> int:
+    """How far the GPUs-kept tier can differ between two placements: only the nodes one of
+    them uses (at most ``2 * members``) differ, each by at most its own range. Bounding by
+    that rather than the whole table keeps large clusters' objectives within CP-SAT's
+    int64 (one unit of the score tier must outweigh it, no more)."""
+    if not keep.size:
+        return 0
+    spread = np.sort(keep.max(axis=1) - keep.min(axis=1))[::-1]
+    return int(spread[: 2 * max(members, 1)].sum())
+
+
 def _weights(
     best_score: int,
     members: int,
@@ -1033,17 +1170,27 @@ def _weights(
     *,
     spans: Sequence[int] = (),
     tight: int = 0,
+    pack: int = 0,
+    whole_domains: int = 0,
 ) -> Weights:
     """Tier weights: each tier's largest possible value stays below the next tier's unit.
 
     From the top: placed members; domains left unused at the preferred level
     (``spans[-1]``), then at each wider level from the widest (``spans[0]``) down; the
-    tight ranks left unused; members on preferred nodes; score; GPUs kept usable."""
-    score = int(keep.max(axis=1).sum()) + 1 if keep.size else 1
+    tight ranks left unused; empty domains below the tight level kept whole; members in
+    fuller domains there (``pack``); members on preferred nodes; score; GPUs kept usable.
+    The network tiers outrank the node scores: a gang's racks matter more to it than the
+    nodes' least-allocated order."""
+    score = _keep_range(keep, members) + 1
     above = score * (best_score + 1)
     preferred_w = 0
     if bool(((limit > 0) & ~preferred).any()):
         preferred_w, above = above, above * (members + 1)
+    pack_w = whole_w = 0
+    if pack:
+        pack_w, above = above, above * (pack + 1)
+    if whole_domains:
+        whole_w, above = above, above * (whole_domains + 1)
     tight_w = 0
     if tight:
         tight_w, above = above, above * (tight + 1)
@@ -1056,6 +1203,8 @@ def _weights(
         score=score,
         spans=tuple(span_w),
         tight=tight_w,
+        pack=pack_w,
+        whole_domains=whole_w,
     )
 
 

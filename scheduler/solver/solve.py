@@ -353,7 +353,7 @@ def _upper_bound(p: GangProblem, nodes: IndexArray) -> tuple[int, int]:
     every member at its best nodes (limits counted), every GPU node there at its best use,
     the others untouched."""
     w = p.weights
-    placed = score = 0
+    placed = score = pack = 0
     for c, klass in enumerate(p.classes):
         limits = np.minimum(p.limit[c, nodes], klass.size)
         usable = limits > 0
@@ -363,6 +363,9 @@ def _upper_bound(p: GangProblem, nodes: IndexArray) -> tuple[int, int]:
         top = np.sort(scores)[::-1][: klass.size]
         placed += len(top)
         score += int(top.sum())
+        if p.pack.size:
+            packs = np.repeat(p.pack[c, nodes][usable], limits[usable])
+            pack += int(np.sort(packs)[::-1][: klass.size].sum())
     placed = min(placed, len(p.members))
     untouched = p.keep[:, 0] * p.frag_nodes
     best = p.keep.max(axis=1) * p.frag_nodes
@@ -375,8 +378,9 @@ def _upper_bound(p: GangProblem, nodes: IndexArray) -> tuple[int, int]:
     if p.tight is not None:
         least = int(p.tight_rank[p.tight.domain[nodes]].min(initial=0)) if placed else 0
         tight = (int(p.tight_rank.sum()) - least) * w.tight
-    value = placed * (w.placed + w.preferred) + score * w.score + kept * w.whole
-    return placed, value + domains + tight
+    value = placed * (w.placed + w.preferred) + score * w.score + pack * w.pack + kept * w.whole
+    whole = sum(len(e.ids) for e in p.empty) * w.whole_domains
+    return placed, value + domains + tight + whole
 
 
 def _placements(p: GangProblem, best: _Best) -> tuple[tuple[int, str], ...]:

@@ -14,11 +14,19 @@ from lattice_dev.solver.naive import solve_naive
 from scheduler.core.snapshot import Snapshot
 from scheduler.model.pod import Pod
 from scheduler.solver import SolveStatus, solve, violations
-from scheduler.solver.check import spans, tight_used
+from scheduler.solver.check import kept_whole, spans, tight_used
 from scheduler.solver.domains import fewest, tightest
 from scheduler.solver.problem import compact_keys
 from tests.builders import cluster
-from tests.solver.support import built, counts_of, gang, gpu_node, member, plan_for, problem_for
+from tests.solver.support import (
+    built,
+    counts_of,
+    gang,
+    gpu_node,
+    member,
+    plan_for,
+    problem_for,
+)
 
 BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
 LEVELS = (BLOCK, RACK, HOST)
@@ -204,3 +212,116 @@ def test_cpsat_matches_the_naive_model_and_the_fewest_racks(seed: int) -> None:
         merged.tight.names[d]: int(merged.tight_rank[d]) for d in range(len(merged.tight.names))
     }
     assert tight_used(merged, counts) == sum(ranks[r] for r in used)
+
+
+def busy_racks(
+    layout: Mapping[str, Mapping[str, Sequence[tuple[int, int]]]],
+) -> tuple[Snapshot, dict[str, str]]:
+    """``{block: {rack: [(GPUs, GPUs in use) per node]}}``: the in-use GPUs held by a pod."""
+    nodes, pods = [], []
+    rack_map: dict[str, str] = {}
+    for block, rs in layout.items():
+        for rack, shapes in rs.items():
+            for i, (g, busy) in enumerate(shapes):
+                name = f"{rack}-n{i}"
+                rack_map[name] = rack
+                nodes.append(gpu_node(name, g).label(BLOCK, block).label(RACK, rack))
+                if busy:
+                    pods.append((member(f"busy-{name}", busy, app="other"), name))
+    return cluster(nodes, pods), rack_map
+
+
+@pytest.mark.parametrize("use_solver", [True, False], ids=["cpsat", "greedy"])
+def test_a_block_gang_takes_a_racks_crumbs_before_an_empty_rack(use_solver: bool) -> None:
+    # One block: rA has 4 of 16 GPUs free, rB and rC are empty. A gang of 2 x 2 GPUs fits
+    # in any of them; in rA's crumbs it keeps both empty racks whole.
+    layout = {"b1": {"rA": [(8, 8), (8, 4)], "rB": [(8, 0), (8, 0)], "rC": [(8, 0), (8, 0)]}}
+    snapshot, rack_of = busy_racks(layout)
+    problem, plan = plan_for(
+        snapshot,
+        gpu_members(2),
+        spec=gang(min_member=2, preferred=BLOCK),
+        levels=LEVELS,
+        use_solver=use_solver,
+    )
+    assert plan.admitted
+    assert {rack_of[n] for _, n in plan.placements} == {"rA"}
+    assert [e.level.key for e in problem.empty] == [RACK]
+    assert sorted(problem.empty[0].level.names[d] for d in problem.empty[0].ids) == ["rB", "rC"]
+    assert kept_whole(problem, counts_of(problem, plan)) == 2
+
+
+def test_a_block_gang_bigger_than_the_crumbs_fills_one_empty_rack_whole() -> None:
+    # rA has 4 GPUs free, rB and rC 16 each. 10 members x 2 GPUs = 20 GPUs: rA's 4 plus
+    # all of rB keeps rC whole; rB and rC half each (or rA plus 16 spread) would break both.
+    layout = {"b1": {"rA": [(8, 8), (8, 4)], "rB": [(8, 0), (8, 0)], "rC": [(8, 0), (8, 0)]}}
+    snapshot, rack_of = busy_racks(layout)
+    problem, plan = plan_for(
+        snapshot, gpu_members(10), spec=gang(min_member=10, preferred=BLOCK), levels=LEVELS
+    )
+    assert plan.admitted
+    used = sorted(rack_of[n] for _, n in plan.placements)
+    assert used.count("rA") == 2
+    assert {used.count("rB"), used.count("rC")} == {8, 0}
+    assert kept_whole(problem, counts_of(problem, plan)) == 2
+    naive = solve_naive(
+        problem_for(
+            snapshot,
+            gpu_members(10),
+            spec=gang(min_member=10, preferred=BLOCK),
+            levels=LEVELS,
+            merge=False,
+        ),
+        time_limit_s=30.0,
+        workers=1,
+    )
+    assert naive.objective == plan.objective
+
+
+def test_a_rack_of_cpu_nodes_and_free_gpus_is_empty_a_busy_gpu_is_not() -> None:
+    layout = {"b1": {"rA": [(8, 0), (0, 0)], "rB": [(8, 2), (8, 0)]}}
+    snapshot, _ = busy_racks(layout)
+    problem = problem_for(
+        snapshot, gpu_members(2), spec=gang(min_member=2, preferred=BLOCK), levels=LEVELS
+    )
+    (empty,) = problem.empty
+    assert [empty.level.names[d] for d in empty.ids] == ["rA"]
+    assert int(empty.room[empty.ids[0]]) == 8
+    # No GPUs asked: no such tier, nor a pack table.
+    cpu = problem_for(
+        snapshot,
+        [member("c0"), member("c1")],
+        spec=gang(min_member=2, preferred=BLOCK),
+        levels=LEVELS,
+    )
+    assert cpu.empty == ()
+    assert cpu.weights.whole_domains == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_block_gangs_match_the_naive_model(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    layout = {
+        f"b{b}": {
+            f"r{b}{r}": [(8, int(rng.choice([0, 0, 2, 4, 8]))) for _ in range(2)] for r in range(3)
+        }
+        for b in range(2)
+    }
+    snapshot, _ = busy_racks(layout)
+    free = sum(8 - busy for rs in layout.values() for ns in rs.values() for _, busy in ns)
+    n = int(min(max(free // 2 - int(rng.integers(0, 6)), 1), 8))
+    spec = gang(min_member=n, preferred=BLOCK)
+    merged = problem_for(snapshot, gpu_members(n), spec=spec, levels=LEVELS)
+    plan = solve(merged, time_limit_s=30.0, workers=1)
+    assert plan.status is SolveStatus.OPTIMAL
+    assert violations(merged, counts_of(merged, plan)) == []
+    naive = solve_naive(
+        problem_for(snapshot, gpu_members(n), spec=spec, levels=LEVELS, merge=False),
+        time_limit_s=30.0,
+        workers=1,
+    )
+    assert naive.objective == plan.objective
+    greedy_plan = solve(merged, use_solver=False)
+    assert greedy_plan.objective is not None
+    assert plan.objective is not None
+    assert greedy_plan.objective <= plan.objective
