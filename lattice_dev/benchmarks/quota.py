@@ -209,7 +209,7 @@ def format_report(
             got = summarize(tenants, pool, part)
             span = got.span or 1.0
             figs = [got.figures[t.name] for t in tenants]
-            cells = [f"{f.used_area / span:5.1f}/{f.fair_area / span:<5.1f}" for f in figs]
+            cells = [f"{f.used_area / span:.1f}/{f.fair_area / span:.1f}" for f in figs]
             rows.append(f"{lo:4.0f}-{hi:4.0f}s  " + " ".join(f"{c:>13}" for c in cells))
     if over:
         rows.append(f"ABOVE MAX in {over} samples (pods and status.used)")
