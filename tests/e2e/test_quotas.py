@@ -360,7 +360,7 @@ async def test_usage_is_rebuilt_after_a_restart(
 
 GPU = "nvidia.com/gpu"
 GPU_MARK = "lattice.test/quota-gpu"
-FAST_LEASE = ("--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1")
+FAST_LEASE = ("--lease-duration", "6", "--renew-deadline", "4", "--retry-period", "1")
 """Short lease settings: the standby takes over a few seconds after the leader dies."""
 
 
@@ -458,8 +458,9 @@ async def test_failover_keeps_the_accounting_and_the_max(
             gpus = sum(int(p.spec.containers[0].resources.requests[GPU]) for p in placed)
             assert gpus == 10, "bound past max" if gpus > 10 else "admitted less than max"
             assert not [p for p in pods if p.metadata.deletion_timestamp], "nothing evicted"
-            scheduled = await _count(events_by_pod(api, ns, "Scheduled"), 5)
-            assert scheduled is not None
+            scheduled = await poll(
+                lambda: _count(events_by_pod(api, ns, "Scheduled"), 5), within=30, interval=0.3
+            )
             assert all(len(v) == 1 for v in scheduled.values()), "a pod was bound twice"
             by = {name: v[0][0] for name, v in scheduled.items()}
             assert {by[f"before-{i}"] for i in range(3)} == {victim.identity}
