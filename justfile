@@ -93,3 +93,7 @@ manifests:
 # Faults between Lattice and kube-apiserver (resets, lost replies, stalls, refusals, an API server restart every 2nd seed) while 345 plain/volume/DRA/gang pods stream in; a row per seed (~3 min each; --seeds N.. or --runs N).
 chaos *ARGS:
     python -m tests.e2e.faults.chaos {{ARGS}}
+
+# Tenants under ElasticQuotas live on 8 gpu-8x kwok nodes (the simulator's four by default), pods completing and re-created when evicted: per tenant GPUs used vs guaranteed min and weighted fair share, time to min, samples above max (must be 0), reclaim evictions (~4 min).
+bench-quota *ARGS:
+    python -m lattice_dev.benchmarks.quota {{ARGS}}

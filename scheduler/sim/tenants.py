@@ -42,10 +42,10 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 
@@ -80,6 +80,7 @@ DEFAULT_TENANTS: Final = (
 (weight 2) ask more than their minimums and share what is left, ``c`` arrives late and must
 reclaim its minimum from them, ``d`` asks less than its minimum and lends the rest."""
 _SEED_STRIDE: Final = 1 << 32
+_T = TypeVar("_T")
 
 
 class TenantError(ValueError):
@@ -137,6 +138,59 @@ def parse_tenant(text: str, cluster_gpus: int) -> Tenant:
     return Tenant(name, low, high, weight, load, start, end)
 
 
+def arrivals(
+    tenants: Sequence[Tenant],
+    cluster_gpus: int,
+    horizon: float,
+    rng: np.random.Generator,
+    draw: Callable[[np.random.Generator], _T],
+    *,
+    mean_gpus: float,
+    mean_run: float,
+) -> list[tuple[float, str, _T]]:
+    """Every tenant's Poisson arrivals inside its window, merged in time order (ties by
+    name): ``(time, tenant, draw(rng))``. The rate offers ``load`` x the cluster's GPUs in
+    GPU-seconds per second, for tasks of ``mean_gpus`` running ``mean_run`` on average; the
+    simulator draws trace shapes, the live benchmark (``just bench-quota``) pod sizes."""
+    drawn: list[tuple[float, str, _T]] = []
+    for tenant in tenants:
+        rate = tenant.load * cluster_gpus / (mean_gpus * mean_run)
+        now, stop = tenant.start * horizon, tenant.end * horizon
+        while True:
+            now += float(rng.exponential(1 / rate))
+            if now >= stop:
+                break
+            drawn.append((now, tenant.name, draw(rng)))
+    drawn.sort(key=lambda d: (d[0], d[1]))
+    return drawn
+
+
+def tenant_shares(
+    tenants: Sequence[Tenant], pool: int, used: Mapping[str, int], demand: Mapping[str, int]
+) -> dict[str, FairShare]:
+    """Each tenant's fair share of ``pool`` GPUs (``scheduler.core.fairshare``), from the
+    GPUs it uses and those it uses or waits for."""
+    return fair_shares(
+        {GPU_RESOURCE: pool},
+        {
+            t.name: QuotaState(
+                min={GPU_RESOURCE: t.min},
+                max={} if t.max is None else {GPU_RESOURCE: t.max},
+                used={GPU_RESOURCE: used[t.name]},
+                demand={GPU_RESOURCE: demand[t.name]},
+                weight=t.weight,
+            )
+            for t in tenants
+        },
+    )
+
+
+def owed_min(tenant: Tenant, used: int, waiting: Iterable[int]) -> bool:
+    """Whether the tenant is owed its minimum: below it, with a waiting task (its GPUs in
+    ``waiting``) that fits under it."""
+    return used < tenant.min and any(used + g <= tenant.min for g in waiting)
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """One task of a tenant's stream."""
@@ -167,20 +221,16 @@ def tenant_stream(
     mean_gpus = float(np.mean([t.gpus for t in shapes]))
     horizon = horizon_runs * mean_run
     rng = np.random.default_rng(seed)
-    drawn: list[tuple[float, str, Task, float]] = []
-    for tenant in tenants:
-        # GPU-seconds offered per second = load * cluster GPUs.
-        rate = tenant.load * trace.gpus / (mean_gpus * mean_run)
-        now, stop = tenant.start * horizon, tenant.end * horizon
-        while True:
-            now += float(rng.exponential(1 / rate))
-            if now >= stop:
-                break
-            shape = shapes[int(rng.integers(len(shapes)))]
-            drawn.append((now, tenant.name, shape, float(rng.choice(pool))))
-    drawn.sort(key=lambda d: (d[0], d[1]))
+
+    def draw(r: np.random.Generator) -> tuple[Task, float]:
+        shape = shapes[int(r.integers(len(shapes)))]
+        return shape, float(r.choice(pool))
+
+    drawn = arrivals(
+        tenants, trace.gpus, horizon, rng, draw, mean_gpus=mean_gpus, mean_run=mean_run
+    )
     jobs = []
-    for i, (created, name, shape, run) in enumerate(drawn):
+    for i, (created, name, (shape, run)) in enumerate(drawn):
         assert shape.body is not None
         body: dict[str, Any] = {**shape.body}
         body["metadata"] = {"name": f"{name}-{i}", "namespace": name, "uid": f"{name}-{i}"}
@@ -203,6 +253,17 @@ class TenantFigures:
     guaranteed_area: float = 0.0
     deviation_area: float = 0.0
     above_max_s: float = 0.0
+
+    def add(self, used: int, fair: FairShare, cap: int | None, dt: float) -> None:
+        """``dt`` seconds at ``used`` GPUs under the fair share ``fair``, into the time
+        averages."""
+        share = float(fair.share[GPU_RESOURCE])
+        self.used_area += used * dt
+        self.fair_area += share * dt
+        self.guaranteed_area += float(fair.guaranteed[GPU_RESOURCE]) * dt
+        self.deviation_area += abs(used - share) * dt
+        if cap is not None and used > cap:
+            self.above_max_s += dt
 
     def to_json(self, span: float) -> dict[str, Any]:
         return {
@@ -347,19 +408,7 @@ def simulate_policy(
     owed_since: dict[str, float] = {}
 
     def shares() -> dict[str, FairShare]:
-        return fair_shares(
-            {GPU_RESOURCE: pool},
-            {
-                n: QuotaState(
-                    min={GPU_RESOURCE: by_name[n].min},
-                    max={} if by_name[n].max is None else {GPU_RESOURCE: by_name[n].max or 0},
-                    used={GPU_RESOURCE: used[n]},
-                    demand={GPU_RESOURCE: used[n] + pending_gpus[n]},
-                    weight=by_name[n].weight,
-                )
-                for n in names
-            },
-        )
+        return tenant_shares(tenants, pool, used, {n: used[n] + pending_gpus[n] for n in names})
 
     fair = shares()
     capacity = {GPU_RESOURCE: pool}
@@ -547,23 +596,13 @@ def simulate_policy(
         dt = end - last
         if dt > 0:
             for n in names:
-                f = run.tenants[n]
-                share = float(fair[n].share[GPU_RESOURCE])
-                f.used_area += used[n] * dt
-                f.fair_area += share * dt
-                f.guaranteed_area += float(fair[n].guaranteed[GPU_RESOURCE]) * dt
-                f.deviation_area += abs(used[n] - share) * dt
-                cap = by_name[n].max
-                if cap is not None and used[n] > cap:
-                    f.above_max_s += dt
+                run.tenants[n].add(used[n], fair[n], by_name[n].max, dt)
             last = end
 
     def track_owed(now: float) -> None:
         for n in names:
             t = by_name[n]
-            owed = used[n] < t.min and any(
-                j.tenant == n and used[n] + j.gpus <= t.min for j, _ in pending.values()
-            )
+            owed = owed_min(t, used[n], (j.gpus for j, _ in pending.values() if j.tenant == n))
             if owed and n not in owed_since and now >= warmup:
                 owed_since[n] = now
             elif not owed and n in owed_since:

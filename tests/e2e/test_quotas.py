@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+import signal
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any, cast
 
 import pytest
@@ -355,3 +356,149 @@ async def test_usage_is_rebuilt_after_a_restart(
         await create(api, ns, make_pod("second", 60, 10, "cs-mid"))
         message = await refused(api, ns, "second", within=60)
         assert "quota r-ns1/eq: 60 of max 100 memory used, pod asks 60" in message
+
+
+GPU = "nvidia.com/gpu"
+GPU_MARK = "lattice.test/quota-gpu"
+FAST_LEASE = ("--lease-duration", "6", "--renew-deadline", "4", "--retry-period", "1")
+"""Short lease settings: the standby takes over a few seconds after the leader dies."""
+
+
+def gpu_pod(name: str, gpus: int) -> dict[str, Any]:
+    """A pod asking whole GPUs, kept on this test's GPU nodes."""
+    body = make_pod(name, 1 << 20, 100, "cs-mid")
+    body["spec"]["nodeSelector"] = {GPU_MARK: "yes"}
+    requests = body["spec"]["containers"][0]["resources"]["requests"]
+    requests[GPU] = str(gpus)
+    body["spec"]["containers"][0]["resources"]["limits"] = {GPU: str(gpus)}
+    return body
+
+
+async def events_by_pod(
+    api: client.ApiClient, ns: str, reason: str
+) -> dict[str, list[tuple[str, str]]]:
+    """Each pod's events of one reason, as (reportingInstance, message)."""
+    got = await client.CoreV1Api(api).list_namespaced_event(ns, field_selector=f"reason={reason}")
+    out: dict[str, list[tuple[str, str]]] = {}
+    for e in got.items:
+        out.setdefault(e.involved_object.name, []).append(
+            (e.reporting_instance or "", e.message or "")
+        )
+    return out
+
+
+async def test_failover_keeps_the_accounting_and_the_max(
+    sched: LatticeProcess, plane: Plane, api: client.ApiClient
+) -> None:
+    """Two replicas under leader election: the leader fills a quota near its max and is
+    SIGKILLed; the standby takes over with the usage rebuilt from the bound pods, admits
+    exactly up to max, refuses the rest naming the rule, and writes status.used. Neither
+    replica ever binds past max (every binding and refusal is read from the objects and
+    the reporting replica from the events)."""
+    sched.stop()  # the module's replica would hold the lease: this test runs its own two
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    nodes = []
+    for i in range(2):
+        body = get_profile("gpu-8x").node_body(f"gpu-quota-{i}", i)
+        body["metadata"]["labels"][GPU_MARK] = "yes"
+        nodes.append(body)
+    await create_nodes(api, nodes)
+    replicas = [plane.lattice(*FAST_LEASE, identity=f"eq-ha-{x}") for x in "ab"]
+    coord = client.CoordinationV1Api(api)
+
+    async def holder() -> str | None:
+        try:
+            lease = await coord.read_namespaced_lease("lattice-scheduler", "lattice-system")
+        except client.ApiException:
+            return None
+        return lease.spec.holder_identity or None
+
+    async def used(ns: str, want: str) -> str | None:
+        eq = await custom.get_namespaced_custom_object(EQ[0], EQ[1], ns, EQ[2], "q")
+        got = ((eq.get("status") or {}).get("used") or {}).get(GPU)
+        return got if got == want else None
+
+    try:
+        async with namespaces(api, "ha-a", "ha-b") as (ns, lender):
+            # 16 GPUs on the nodes. ha-a may borrow ha-b's idle min up to its own max of
+            # 10: with the sum of mins at 16 and nodes half empty, only max binds.
+            await create_quota(api, ns, "q", {"min": {GPU: "4"}, "max": {GPU: "10"}})
+            await create_quota(api, lender, "q", {"min": {GPU: "12"}, "max": {GPU: "12"}})
+            for r in replicas:
+                r.start()
+            leader = await poll(holder, within=60, interval=0.2)
+            victim, survivor = replicas if leader == replicas[0].identity else replicas[::-1]
+            await create(api, ns, *(gpu_pod(f"before-{i}", 2) for i in range(3)))
+            for i in range(3):
+                await bound(api, ns, f"before-{i}")
+            assert await poll(lambda: used(ns, "6"), within=30, interval=0.3) == "6"
+            # Reports trail bindings and a SIGKILL loses the unsent ones: kill once sent.
+            await poll(
+                lambda: _count(events_by_pod(api, ns, "Scheduled"), 3), within=30, interval=0.3
+            )
+            victim.signal(signal.SIGKILL)
+            victim.wait(10)
+            # Submitted while nobody leads: 8 GPUs asked, 4 left under max.
+            await create(api, ns, *(gpu_pod(f"after-{i}", 2) for i in range(4)))
+            await poll(lambda: _is(holder(), survivor.identity), within=30, interval=0.2)
+            victim.start()  # back as a standby: two replicas again, one leading
+            refusals = [await refused_or_bound(api, ns, f"after-{i}") for i in range(4)]
+            assert sorted(r is None for r in refusals) == [False, False, True, True], refusals
+            for message in filter(None, refusals):
+                assert f"quota {ns}/q: 10 of max 10 {GPU} used, pod asks 2" in message
+            assert await poll(lambda: used(ns, "10"), within=30, interval=0.3) == "10"
+            # One more, with both replicas running: still refused.
+            await create(api, ns, gpu_pod("late", 1))
+            assert f"quota {ns}/q: 10 of max 10 {GPU} used, pod asks 1" in await refused(
+                api, ns, "late"
+            )
+            pods = (await core.list_namespaced_pod(ns)).items
+            placed = [p for p in pods if p.spec.node_name]
+            gpus = sum(int(p.spec.containers[0].resources.requests[GPU]) for p in placed)
+            assert gpus == 10, "bound past max" if gpus > 10 else "admitted less than max"
+            assert not [p for p in pods if p.metadata.deletion_timestamp], "nothing evicted"
+            scheduled = await poll(
+                lambda: _count(events_by_pod(api, ns, "Scheduled"), 5), within=30, interval=0.3
+            )
+            assert all(len(v) == 1 for v in scheduled.values()), "a pod was bound twice"
+            by = {name: v[0][0] for name, v in scheduled.items()}
+            assert {by[f"before-{i}"] for i in range(3)} == {victim.identity}
+            assert {by[n] for n in by if n.startswith("after-")} == {survivor.identity}
+            failed = await events_by_pod(api, ns, "FailedScheduling")
+            assert {i for v in failed.values() for i, _ in v} == {survivor.identity}
+            assert all(
+                f"quota {ns}/q: 10 of max 10 {GPU} used" in m for v in failed.values() for _, m in v
+            )
+    finally:
+        for r in replicas:
+            r.stop()
+        for n in nodes:
+            await core.delete_node(n["metadata"]["name"])
+        sched.start()
+
+
+async def _count(
+    events: Awaitable[dict[str, list[tuple[str, str]]]], at_least: int
+) -> dict[str, list[tuple[str, str]]] | None:
+    got = await events
+    return got if len(got) >= at_least else None
+
+
+async def _is(value: Awaitable[str | None], want: str) -> bool | None:
+    return True if await value == want else None
+
+
+async def refused_or_bound(api: client.ApiClient, ns: str, name: str) -> str | None:
+    """The refusal's message, or None once the pod is bound (whichever settles first)."""
+
+    async def probe() -> tuple[str | None] | None:
+        pod = await read_pod(api, ns, name)
+        if pod["spec"].get("nodeName"):
+            return (None,)
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                return (str(cond.get("message", "")),)
+        return None
+
+    return (await poll(probe, within=60, interval=0.2))[0]
