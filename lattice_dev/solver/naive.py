@@ -139,6 +139,21 @@ def solve_naive(
                 model.add(y(i, nodes) <= z)
         model.add(cp_model.LinearExpr.sum(flags) <= 1)
 
+    if p.slicing is not None and p.slice_size > 0:
+        # Slices: each domain of the slice level holds what its bound slices are short of
+        # plus whole new slices; nodes without its label hold nobody.
+        size = p.slice_size
+        everyone = range(len(cls))
+        for d, nodes in domains(p.slicing.domain).items():
+            short = int(p.slice_short[d]) if d < len(p.slice_short) else 0
+            slices = model.new_int_var(0, len(cls) // size + 1, "")
+            model.add(
+                cp_model.LinearExpr.sum([y(i, nodes) for i in everyone]) == short + size * slices
+            )
+        unlabelled = {n for n in range(k) if p.slicing.domain[n] < 0}
+        for i in everyone:
+            model.add(y(i, unlabelled) == 0)
+
     w = p.weights
     keys = list(x)
     coefs = [

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 
+from lattice_dev.solver.naive import solve_naive
 from scheduler.solver import SolveStatus, solve, violations
 from scheduler.solver.check import slice_assignment_violations, spans
 from scheduler.solver.problem import GangProblem
@@ -249,3 +250,29 @@ def test_two_short_slices_in_one_rack_are_both_completed(use_solver: bool) -> No
     assert f"its bound slices need 2 more members in {RACK}=rA, which has room for 1" in (
         plan.message
     ), plan.message
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cpsat_matches_the_naive_model_on_slices(seed: int) -> None:
+    """The count model's slices (a whole number per rack, bound slices completed first)
+    reach the optimum of the member-by-node model written with its own slice rule."""
+    rng = np.random.default_rng(50 + seed)
+    size = int(rng.choice([2, 3]))
+    layout = {
+        f"b{b}": {f"r{b}{r}": [int(g) for g in rng.choice([2, 4, 6], size=2)] for r in range(2)}
+        for b in range(2)
+    }
+    snapshot, _ = racks(layout)
+    slices = int(max(1, min(whole_slices(layout, 2, size) - int(rng.integers(0, 2)), 8 // size)))
+    preferred = BLOCK if seed % 2 else None
+    spec = gang(min_member=slices * size, slice_size=size, slice_key=RACK, preferred=preferred)
+    members = gpu_members(slices * size)
+    merged = problem_for(snapshot, members, spec=spec, levels=LEVELS)
+    plan = solve(merged, time_limit_s=30.0, workers=1)
+    assert plan.status is SolveStatus.OPTIMAL, plan.message
+    assert violations(merged, counts_of(merged, plan)) == []
+    unmerged = problem_for(snapshot, members, spec=spec, levels=LEVELS, merge=False)
+    naive = solve_naive(unmerged, time_limit_s=30.0, workers=1)
+    assert naive.objective == plan.objective
+    assert naive.counts is not None
+    assert violations(unmerged, naive.counts) == []
