@@ -183,21 +183,27 @@ def solve_naive(
         terms.append(kept * w.whole)
     terms.append(cp_model.LinearExpr.constant(constant * w.whole))
 
-    def used_flags(domain: IntArray) -> dict[int, cp_model.IntVar]:
-        """A flag per domain, set when some member is on one of its nodes."""
+    def used_flags(domain: IntArray, bound: tuple[int, ...] = ()) -> dict[int, cp_model.IntVar]:
+        """A flag per domain, set when some member is on one of its nodes or a bound
+        member is in it."""
         out: dict[int, cp_model.IntVar] = {}
         for d, nodes in domains(domain).items():
             out[d] = model.new_bool_var("")
             for i in range(len(cls)):
                 model.add(y(i, nodes) <= out[d])
+            if d in bound:
+                model.add(out[d] == 1)
         return out
 
-    chain = [used_flags(level.domain) for level in p.compact]
+    chain = [
+        used_flags(level.domain, p.spanned[i] if i < len(p.spanned) else ())
+        for i, level in enumerate(p.compact)
+    ]
     for level, level_flags, weight in zip(p.compact, chain, w.spans, strict=True):
         spanned = cp_model.LinearExpr.sum(list(level_flags.values()))
         terms.append((level.size - spanned) * weight)
     if p.tight is not None and w.tight:
-        tight = chain[-1] if chain else used_flags(p.tight.domain)
+        tight = chain[-1] if chain else used_flags(p.tight.domain, p.tight_spanned)
         ranks = [int(p.tight_rank[d]) for d in tight]
         spent = cp_model.LinearExpr.weighted_sum(list(tight.values()), ranks)
         terms.append((int(p.tight_rank.sum()) - spent) * w.tight)

@@ -529,6 +529,7 @@ class GangFlow:
                 levels=self._host.settings.topology.levels,
                 home=self._bound_domain(gang),
                 slice_bound=self._bound_slices(gang),
+                bound_nodes=self._bound_nodes(gang),
             )
         except Exception as exc:  # a bug must cost the gang a retry, not the scheduler
             log.exception("gang_cycle_failed", reason=repr(exc))
@@ -695,6 +696,7 @@ class GangFlow:
                 levels=host.settings.topology.levels,
                 home=self._bound_domain(gang),
                 slice_bound=self._bound_slices(gang),
+                bound_nodes=self._bound_nodes(gang),
             )
             if not search.needs_solve(trial):
                 await asyncio.sleep(0)  # the plan in hand decided: let the loop run between
@@ -785,6 +787,16 @@ class GangFlow:
             if node is not None and (value := node.labels.get(key)) is not None:
                 return value
         return None
+
+    def _bound_nodes(self, gang: Gang) -> list[str]:
+        """The nodes of the members bound already: a partial gang's rest goes near them
+        at its preferred level."""
+        out: list[str] = []
+        for member in sorted(gang.placed):
+            cached = self._cache.cached_pod(member)
+            if cached is not None and cached.node:
+                out.append(cached.node)
+        return out
 
     def _bound_slices(self, gang: Gang) -> list[tuple[str, int]]:
         """(value of the slice level, slice) per bound member with a slice annotation:

@@ -48,15 +48,21 @@ def used_domains(domain: IntArray, counts: IntArray) -> IntArray:
 
 
 def spans(problem: GangProblem, counts: IntArray) -> tuple[int, ...]:
-    """Per level of the preferred chain (widest first), the domains the members span."""
-    return tuple(len(used_domains(level.domain, counts)) for level in problem.compact)
+    """Per level of the preferred chain (widest first), the domains the members span,
+    bound members' included."""
+    out = []
+    for i, level in enumerate(problem.compact):
+        bound = problem.spanned[i] if i < len(problem.spanned) else ()
+        out.append(len(set(used_domains(level.domain, counts).tolist()) | set(bound)))
+    return tuple(out)
 
 
 def tight_used(problem: GangProblem, counts: IntArray) -> int:
     """The tight ranks of the domains used (lower: fuller domains, BestFit)."""
     if problem.tight is None:
         return 0
-    return int(problem.tight_rank[used_domains(problem.tight.domain, counts)].sum())
+    used = set(used_domains(problem.tight.domain, counts).tolist()) | set(problem.tight_spanned)
+    return int(sum(int(problem.tight_rank[d]) for d in used))
 
 
 def kept_whole(problem: GangProblem, counts: IntArray) -> int:

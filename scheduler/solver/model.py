@@ -314,12 +314,17 @@ class _Builder:
             k = self.var(most, hint)
             self.model.add(self._sum(pairs) == short + size * k)
 
-    def _used(self, level_domain: IntArray) -> dict[int, cp_model.IntVar]:
-        """One boolean per domain the sub-model's variables reach, set when it has members."""
+    def _used(
+        self, level_domain: IntArray, spanned: Sequence[int] = ()
+    ) -> dict[int, cp_model.IntVar]:
+        """One boolean per domain the sub-model's variables reach, set when it has members
+        (always, for a domain bound members span)."""
         out: dict[int, cp_model.IntVar] = {}
         for d, pairs in sorted(self._by_domain(level_domain, range(self.p.num_classes)).items()):
-            u = self.flag(self._hint_of(pairs) > 0)
+            u = self.flag(d in spanned or self._hint_of(pairs) > 0)
             self.model.add(self._sum(pairs) <= self._ubs(pairs) * u)
+            if d in spanned:
+                self.model.add(u == 1)
             out[d] = u
         return out
 
@@ -330,16 +335,20 @@ class _Builder:
         p, w = self.p, self.p.weights
         used_at: dict[int, dict[int, cp_model.IntVar]] = {}
         for i, level in enumerate(p.compact):
-            used = used_at[id(level)] = self._used(level.domain)
-            expr = level.size - cp_model.LinearExpr.sum(list(used.values()))
+            spanned = p.spanned[i] if i < len(p.spanned) else ()
+            used = used_at[id(level)] = self._used(level.domain, spanned)
+            # Bound members' domains out of the sub-model's reach are spanned all the same.
+            beyond = len(set(spanned) - set(used))
+            expr = level.size - beyond - cp_model.LinearExpr.sum(list(used.values()))
             self.domain_terms.append((expr, w.spans[i]))
             self.magnitude += level.size * w.spans[i]
         for empty in p.empty if w.whole_domains else ():
             self._kept_whole(empty, used_at.get(id(empty.level)))
         if p.tight is not None and w.tight:
-            used = used_at.get(id(p.tight)) or self._used(p.tight.domain)
+            used = used_at.get(id(p.tight)) or self._used(p.tight.domain, p.tight_spanned)
             ranks = [int(p.tight_rank[d]) for d in used]
             total = int(p.tight_rank.sum())
+            total -= sum(int(p.tight_rank[d]) for d in set(p.tight_spanned) - set(used))
             expr = total - cp_model.LinearExpr.weighted_sum(list(used.values()), ranks)
             self.domain_terms.append((expr, w.tight))
             self.magnitude += total * w.tight

@@ -279,6 +279,7 @@ def problem_without(
     levels: Sequence[str] = (),
     home: str | None = None,
     slice_bound: Sequence[tuple[str, int]] = (),
+    bound_nodes: Sequence[str] = (),
 ) -> GangProblem:
     """The gang's problem on the snapshot with ``removed`` gone (restored on return);
     ``nominated`` counted as :func:`~scheduler.solver.problem.build_problem` counts them."""
@@ -299,6 +300,7 @@ def problem_without(
             levels=levels,
             home=home,
             slice_bound=slice_bound,
+            bound_nodes=bound_nodes,
         )
 
 

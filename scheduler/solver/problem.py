@@ -321,6 +321,11 @@ class GangProblem:
     slice_bound: tuple[tuple[int, int], ...] = ()
     """(domain of :attr:`slicing`, slice) per member bound already: a partial gang's rest
     completes their slices first."""
+    spanned: tuple[tuple[int, ...], ...] = ()
+    """Per level of :attr:`compact`, the domains members bound already use (a partial
+    gang): counted as spanned whatever the plan, so the rest joins them at no cost."""
+    tight_spanned: tuple[int, ...] = ()
+    """The domains of :attr:`tight` bound members use: their ranks are spent already."""
     empty: tuple[EmptyDomains, ...] = ()
     """Per level between the tight level and the node, its domains with every GPU free:
     the objective counts those the gang leaves untouched or fills whole, so a gang that
@@ -364,6 +369,7 @@ def build_problem(
     levels: Sequence[str] = (),
     home: str | None = None,
     slice_bound: Sequence[tuple[str, int]] = (),
+    bound_nodes: Sequence[str] = (),
 ) -> GangProblem:
     """Run the framework once per member class and copy out what the solve needs.
     ``volumes``: the cluster's storage, for members with (bound) claims; ``dra``: the
@@ -374,7 +380,9 @@ def build_problem(
     they fit. ``levels``: ``spec.topology.levels`` (widest first). ``home``: the value of
     the gang's required key where members are bound already (a partial gang): the rest
     may go nowhere else. ``slice_bound``: with slices, (value of the slice level, slice) per
-    member bound already (a partial gang's rest completes their slices). ``merge=False``
+    member bound already (a partial gang's rest completes their slices). ``bound_nodes``:
+    the nodes of members bound already; at a preferred level their domains count as
+    spanned, so the rest goes near them where it fits. ``merge=False``
     gives every member its own class (the naive reference).
 
     ``nominated``: pending pods and their ``status.nominatedNodeName`` (waiting for their
@@ -414,7 +422,7 @@ def build_problem(
         problem = dataclasses.replace(problem, limit=limit)
     if problem.rejection is None:
         problem = _with_levels(
-            problem, snapshot, gang, levels, framework.profile.topology.gpu_resource
+            problem, snapshot, gang, levels, framework.profile.topology.gpu_resource, bound_nodes
         )
     if problem.rejection is None and gang.slice_size and gang.slice_key:
         problem = _with_slices(problem, snapshot, gang, levels, slice_bound)
@@ -542,6 +550,7 @@ def _with_levels(
     gang: GangSpec,
     levels: Sequence[str],
     gpu_resource: str,
+    bound_nodes: Sequence[str] = (),
 ) -> GangProblem:
     """The gang's preferred-level chain and tight level, their tables and the weights
     with their tiers."""
@@ -581,7 +590,21 @@ def _with_levels(
         weights=weights,
         pack=pack,
         empty=empty,
+        spanned=tuple(_bound_domains(snapshot, level, bound_nodes) for level in compact),
+        tight_spanned=_bound_domains(snapshot, tight, bound_nodes),
     )
+
+
+def _bound_domains(snapshot: Snapshot, level: Level, bound_nodes: Sequence[str]) -> tuple[int, ...]:
+    """The domain ids of ``level`` (over the local nodes) holding a node of ``bound_nodes``
+    by its label; a bound node's domain without a local node is out of the plan's reach."""
+    values = set()
+    for name in bound_nodes:
+        node = snapshot.get_node(name)
+        value = node.labels.get(level.key) if node is not None else None
+        if value is not None:
+            values.add(value)
+    return tuple(sorted(d for d, name in enumerate(level.names) if name in values))
 
 
 def _finer_levels(levels: Sequence[str], tight_key: str) -> tuple[str, ...]:

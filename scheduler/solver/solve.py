@@ -400,7 +400,9 @@ def _spans_text(p: GangProblem, counts: IntArray) -> str:
         return ""
     used = spans(p, counts)
     level = p.compact[-1]
-    names = sorted({level.name(int(d)) for d in set(level.domain[counts.sum(axis=0) > 0])})
+    bound = set(p.spanned[-1]) if len(p.spanned) == len(p.compact) else set()
+    domains = {int(d) for d in set(level.domain[counts.sum(axis=0) > 0])} | bound
+    names = sorted(level.name(d) for d in domains)
     text = f", over {used[-1]} {level.key} domain{'s' if used[-1] != 1 else ''}"
     text += f" ({', '.join(names)})"
     for wider, n in zip(p.compact[:-1], used[:-1], strict=True):

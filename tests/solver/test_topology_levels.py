@@ -16,11 +16,12 @@ from scheduler.model.pod import Pod
 from scheduler.solver import SolveStatus, solve, violations
 from scheduler.solver.check import kept_whole, spans, tight_used
 from scheduler.solver.domains import fewest, tightest
-from scheduler.solver.problem import compact_keys
+from scheduler.solver.problem import build_problem, compact_keys
 from tests.builders import cluster
 from tests.solver.support import (
     built,
     counts_of,
+    framework,
     gang,
     gpu_node,
     member,
@@ -325,3 +326,47 @@ def test_block_gangs_match_the_naive_model(seed: int) -> None:
     assert greedy_plan.objective is not None
     assert plan.objective is not None
     assert greedy_plan.objective <= plan.objective
+
+
+def test_a_partial_gangs_rest_joins_its_bound_members_rack() -> None:
+    # rA holds the 2 remaining members exactly (the tightest rack); rB, where a member is
+    # bound already (2 of its first node's 8 GPUs), holds more. The rest in rB keeps the
+    # gang in one rack.
+    layout = {"b1": {"rA": [(4, 0)], "rB": [(8, 2), (8, 0)]}}
+    snapshot, rack_of = busy_racks(layout)
+    spec = gang(min_member=3, preferred=RACK)
+    rest = gpu_members(2)
+    alone = problem_for(snapshot, rest, spec=spec, levels=LEVELS)
+    plan = solve(alone, time_limit_s=10.0)
+    assert {rack_of[n] for _, n in plan.placements} == {"rA"}
+    partial = build_problem(
+        framework(),
+        snapshot,
+        spec,
+        rest,
+        need=2,
+        levels=LEVELS,
+        bound_nodes=["rB-n0"],
+    )
+    assert partial.spanned == ((0,), (1,))  # (blocks, racks): b1, rB
+    plan = solve(partial, time_limit_s=10.0)
+    assert plan.admitted
+    assert {rack_of[n] for _, n in plan.placements} == {"rB"}
+    counts = counts_of(partial, plan)
+    assert spans(partial, counts) == (1, 1)
+    assert f"over 1 {RACK} domain ({RACK}=rB)" in plan.message
+    # rA instead would span both racks, counted from the bound member's rack too.
+    other = np.zeros_like(counts)
+    other[0, partial.node_names.index("rA-n0")] = 2
+    assert spans(partial, other) == (1, 2)
+    unmerged = build_problem(
+        framework(),
+        snapshot,
+        spec,
+        rest,
+        need=2,
+        levels=LEVELS,
+        bound_nodes=["rB-n0"],
+        merge=False,
+    )
+    assert solve_naive(unmerged, time_limit_s=30.0, workers=1).objective == plan.objective
