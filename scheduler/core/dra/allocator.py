@@ -606,9 +606,6 @@ class Allocator:
             return None
         return [_result(search, ci, self.compact_config) for ci in range(len(claims))]
 
-    def share_in_use(self, device_id: DeviceId) -> bool:
-        return device_id in self.shared
-
     def any_in_use(self, node: str, labels: Labels) -> bool:
         """Whether some device of the node's pools is in a written or assumed allocation
         (only then can evicting a pod free one)."""
