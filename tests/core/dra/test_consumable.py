@@ -270,3 +270,20 @@ def test_release_1_35_passes_over_shared_devices_and_refuses_the_fields() -> Non
         "spec.devices.constraints[0].distinctAttribute",
     ]
     assert claim_alpha_fields(parsed, 36) == []
+
+
+def test_selectors_see_allow_multiple_allocations() -> None:
+    """kube's CEL device has ``allowMultipleAllocations`` (false when unset)."""
+    plain = device("gpu-1", capacity={"memory": "40Gi"})
+    only_shared = claim(
+        "c", request("gpu", exactly("gpu", "device.allowMultipleAllocations", count=1))
+    )
+    found = allocate([only_shared], [node_slice(plain, shared_gpu())])
+    assert found is not None
+    assert devices_of(found[0]) == ["gpu-0"]
+    only_plain = claim(
+        "c", request("gpu", exactly("gpu", "!device.allowMultipleAllocations", count=1))
+    )
+    found = allocate([only_plain], [node_slice(shared_gpu(), plain)])
+    assert found is not None
+    assert devices_of(found[0]) == ["gpu-1"]
