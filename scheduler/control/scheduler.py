@@ -1617,11 +1617,13 @@ class Scheduler:
                 self.metrics.dra_conflicts.inc()
                 devices = ", ".join(f"{d.driver}/{d.pool}/{d.device}" for d in taken[:3])
                 return f"resourceclaim {write.namespace}/{write.name}: {devices} allocated since"
-            overspent = self.cache.dra.overspent(write)
+            overspent = self.cache.dra.overspent(write) + self.cache.dra.capacity_overspent(
+                write, plan.pod_uid
+            )
             if overspent:  # a partition of the same device was written since the decision
                 self.metrics.dra_conflicts.inc()
                 return (
-                    f"resourceclaim {write.namespace}/{write.name}: counters of "
+                    f"resourceclaim {write.namespace}/{write.name}: counters or capacity of "
                     f"{', '.join(overspent[:3])} allocated since"
                 )
             if write.create is not None:

@@ -1344,6 +1344,7 @@ def _claim_caps(
                 aligned=aligned,
                 compact_config=compact,
                 kube_minor=minor,
+                shared=dra.shared_capacity(),
             )
             try:
                 found = allocator.allocate(node.name, node.labels, claims, stop_at=stop_at)

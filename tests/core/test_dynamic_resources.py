@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from scheduler.core.dra.objects import DeviceClass, ResourceClaim, ResourceSlice
@@ -215,11 +216,18 @@ def test_an_allocator_error_ends_the_attempt_with_an_error() -> None:
     assert "CEL runtime error" in message
 
 
-def test_alpha_fields_keep_an_unsupported_refusal_naming_them() -> None:
+FRAMEWORK_1_35 = Framework(dataclasses.replace(DEFAULT_PROFILE, kube_minor=35))
+
+
+def test_consumable_capacity_fields_keep_an_unsupported_refusal_naming_them_on_1_35() -> None:
+    """DRAConsumableCapacity is off in 1.35: the fields are refused by name there; from
+    1.36 the same claim is allocated (or not) like any other."""
     consuming = claim(
         "c", request("gpu", {**exactly("gpu"), "capacity": {"requests": {"memory": "1Gi"}}})
     )
-    decision = schedule(pod_with("p", {"name": "gpu", "resourceClaimName": "c"}), state(consuming))
+    pod = pod_with("p", {"name": "gpu", "resourceClaimName": "c"})
+    assert schedule(pod, state(consuming)).explanation.prefilter_rejection is None
+    decision = schedule(pod, state(consuming), FRAMEWORK_1_35)
     assert rejection(decision) == (
         "Unsupported",
         Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
@@ -230,7 +238,11 @@ def test_alpha_fields_keep_an_unsupported_refusal_naming_them() -> None:
         "c", request("gpu", exactly("gpu", count=2)), constraints=[{"distinctAttribute": "x/y"}]
     )
     message = rejection(
-        schedule(pod_with("p", {"name": "gpu", "resourceClaimName": "c"}), state(distinct))
+        schedule(
+            pod_with("p", {"name": "gpu", "resourceClaimName": "c"}),
+            state(distinct),
+            FRAMEWORK_1_35,
+        )
     )[2]
     assert "spec.devices.constraints[0].distinctAttribute" in message
 

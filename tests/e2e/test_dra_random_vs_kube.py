@@ -74,6 +74,7 @@ from tests.e2e.differential.dra_gen import (
     Sel,
     SelectorError,
     Sub,
+    _quantity,
     generate,
     held_status,
     kinds,
@@ -88,6 +89,25 @@ DEFAULT_CASES: Final = 300
 STABLE: Final = 6.0
 """Seconds every verdict must hold still (Unschedulable and SchedulerError pods retry)."""
 SETTLE_WITHIN: Final = 240.0
+
+
+def without_share_ids(allocation: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``allocation`` with each share's ``shareID`` (a random UUID on both sides) marked
+    only as present, and ``consumedCapacity`` as exact integers (kube writes ``8Gi`` where
+    Lattice writes ``8589934592``: the same quantity). The checker sees them as written."""
+    if allocation is None:
+        return None
+    results = []
+    for r in (allocation.get("devices") or {}).get("results") or []:
+        entry = dict(r)
+        if "shareID" in entry:
+            entry["shareID"] = "<uuid>"
+        if "consumedCapacity" in entry:
+            entry["consumedCapacity"] = {
+                k: str(_quantity(v)) for k, v in entry["consumedCapacity"].items()
+            }
+        results.append(entry)
+    return {**allocation, "devices": {**allocation["devices"], "results": results}}
 
 
 def choose_seed(env: dict[str, str] | os._Environ[str]) -> tuple[int, str]:
@@ -350,7 +370,8 @@ async def test_random_claims_agree_with_kube_scheduler(
             validity_only += 1
         elif v[kube_node] == v[our_node] == BOUND:
             for i in range(len(case.claims)):
-                ours, theirs = allocation(case, our_node, i), allocation(case, kube_node, i)
+                ours = without_share_ids(allocation(case, our_node, i))
+                theirs = without_share_ids(allocation(case, kube_node, i))
                 mapped = None if ours is None else as_kube(ours, our_node, kube_node)
                 if mapped != theirs and mapped is not None and theirs is not None:
                     better = better_by_rule(case, mapped, theirs)
@@ -457,6 +478,20 @@ def test_the_generator_is_a_pure_function_of_the_seed_and_covers_every_kind() ->
         (False, True),
     ] * 2
     assert {o["spec"]["pool"]["resourceSliceCount"] for o in slices} == {2}
+    shares = [c for c in new if c.kind == "shares"]
+    memory = [x["capacity"]["memory"] for c in shares for d in c.drivers for x in d.devices]
+    policies = {tuple(sorted(m.get("requestPolicy") or {})) for m in memory}
+    assert policies == {(), ("default",), ("default", "validRange"), ("default", "validValues")}
+    multiple = {
+        x.get("allowMultipleAllocations", False) for c in shares for x in c.drivers[0].devices
+    }
+    assert multiple == {True, False}
+    assert any(k.distinct for c in shares for cl in c.claims for k in cl.constraints)
+    asks = [
+        s.capacity for c in shares for cl in c.claims for q in cl.requests for s in q.alternatives
+    ]
+    assert None in asks
+    assert any(ask is not None for ask in asks)
     assert all(len(d.devices) <= 16 for c in a for d in c.drivers)
     assert any(c.side for c in a)
     assert all(c.side for c in a if any(d.slice_count > 1 and not d.split for d in c.drivers))
@@ -494,7 +529,7 @@ def test_only_kube_allocator_timeouts_count_as_no_verdict() -> None:
 
 def test_held_shared_template_and_two_slice_cases_have_the_objects_they_say() -> None:
     by_kind: dict[str, list[Case]] = {}
-    for c in generate(11, DEFAULT_CASES):
+    for c in generate(12, DEFAULT_CASES):  # a seed that draws every variant read below
         by_kind.setdefault(c.kind, []).append(c)
     held = next(c for c in by_kind["held"] if c.claims[0].held_elsewhere)
     (claim,) = [o for o in objects(held, "ns") if o["kind"] == "ResourceClaim"][:1]
@@ -694,6 +729,75 @@ def test_the_checker_enforces_device_taints_tolerations_and_shared_counters() ->
     admin = json.loads(json.dumps(first))
     admin["devices"]["results"][0]["adminAccess"] = True
     assert check_pod(case, node, [admin, second]), "adminAccess: not an admin request"
+
+
+def test_the_checker_enforces_shares_of_consumable_capacity() -> None:
+    """Shares (1.36+): the rounded consumption, a UUID shareID, the device's capacity over
+    the pod's claims, and distinctAttribute; a device allowing one allocation has neither
+    field."""
+    range_policy = {
+        "default": "8Gi",
+        "validRange": {"min": "4Gi", "max": "16Gi", "step": "4Gi"},
+    }
+
+    def dev(i: int, policy: dict[str, Any] | None, multiple: bool = True) -> dict[str, Any]:
+        memory: dict[str, Any] = {"value": "16Gi"}
+        if policy is not None:
+            memory["requestPolicy"] = policy
+        body: dict[str, Any] = {
+            "name": f"dev-{i}",
+            "attributes": {"uid": {"string": f"u{i}"}},
+            "capacity": {"memory": memory},
+        }
+        if multiple:
+            body["allowMultipleAllocations"] = True
+        return body
+
+    driver = Driver(
+        "s.dra.lattice.dev", "s-gpu", [dev(0, range_policy), dev(1, None), dev(2, None, False)]
+    )
+    a = Sub("", "s-gpu", capacity={"memory": "6Gi"})
+    b = Sub("", "s-gpu")
+    claim = Claim("", [Request("a", [a]), Request("b", [b])])
+    case = Case(2, "shares", [driver], [claim])
+    node = case.nodes[1]
+    selector = {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        ]
+    }
+
+    def result(request: str, device: str, consumed: str | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"request": request, "driver": driver.name}
+        out.update(pool=driver.pool(node), device=device)
+        if consumed is not None:
+            out["shareID"] = "0b4f5a0e-8a8f-4a4c-9f53-3d0ad1b2c3d4"
+            out["consumedCapacity"] = {"memory": consumed}
+        return out
+
+    def alloc(*results: dict[str, Any]) -> dict[str, Any]:
+        chosen = {"a": a, "b": b}
+        config = expected_config(case, claim, chosen)
+        return {"devices": {"results": list(results), "config": config}, "nodeSelector": selector}
+
+    # 6Gi rounds up to 8Gi; the omitted request takes the default 8Gi: 16Gi of 16Gi.
+    good = alloc(result("a", "dev-0", "8Gi"), result("b", "dev-0", "8589934592"))
+    assert check_pod(case, node, [good]) == []
+    assert check_pod(case, node, [alloc(result("a", "dev-0", "6Gi"), result("b", "dev-0", "8Gi"))])
+    no_id = json.loads(json.dumps(good))
+    no_id["devices"]["results"][0]["shareID"] = "share-1"
+    assert check_pod(case, node, [no_id]), "a shareID is a UUID"
+    # No policy: an omitted request takes the whole 16Gi, so the two overspend dev-1.
+    whole = alloc(result("a", "dev-1", "6Gi"), result("b", "dev-1", "16Gi"))
+    assert any("shares consume" in p for p in check_pod(case, node, [whole]))
+    plain = alloc(result("a", "dev-0", "8Gi"), result("b", "dev-2", None))
+    assert check_pod(case, node, [plain]) == [], "one allocation: no share fields"
+    shared_plain = alloc(result("a", "dev-0", "8Gi"), result("b", "dev-2", "16Gi"))
+    assert check_pod(case, node, [shared_plain]), "dev-2 allows one allocation"
+    claim.constraints.append(Constraint([], "s.dra.lattice.dev/uid", distinct=True))
+    assert any("distinct" in p for p in check_pod(case, node, [good]))
+    apart = alloc(result("a", "dev-0", "8Gi"), result("b", "dev-1", "16Gi"))
+    assert check_pod(case, node, [apart]) == []
 
 
 def test_selector_truth_follows_kube_semantics_for_the_generator_forms() -> None:

@@ -73,6 +73,7 @@ a whole attempt the search is bounded further by its budget (``stop_at``,
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -80,6 +81,7 @@ from typing import Any, Final
 from scheduler.core.dra.cel import CelError, SelectorCompiler
 from scheduler.core.dra.objects import (
     ALL,
+    CONSUMABLE_CAPACITY_SINCE_MINOR,
     EXACT_COUNT,
     FROM_CLAIM,
     FROM_CLASS,
@@ -90,11 +92,13 @@ from scheduler.core.dra.objects import (
     DeviceClass,
     DeviceId,
     ExactRequest,
+    RequestPolicy,
     ResourceClaim,
     ResourceSlice,
     untolerated,
 )
 from scheduler.model._fields import mapping, object_list
+from scheduler.model.quantity import Quantity
 from scheduler.model.release import DEFAULT_KUBE_MINOR
 from scheduler.model.selectors import Labels
 
@@ -106,6 +110,12 @@ _CLOCK_EVERY: Final = 256
 """Search steps between looks at the clock."""
 PARTITIONABLE_SINCE_MINOR: Final = 36
 """DRAPartitionableDevices is beta and on in kube-scheduler from 1.36 (alpha, off, in 1.35)."""
+FRACTIONAL_RANGE_SINCE_MINOR: Final = 37
+"""DRAFractionalCapacityRange (beta and on in 1.37): a ``validRange`` whose bounds are whole
+milliunits is rounded in milliunits; 1.36 rounds every value up to whole units first."""
+_NANO: Final = 10**9
+_MILLI_NANOS: Final = 10**6
+_INT64_MAX: Final = 2**63 - 1
 
 
 class AllocationError(Exception):
@@ -183,6 +193,19 @@ class SliceIndex:
                 self.selected.append(s)
             elif s.per_device_node_selection:
                 self.per_device.append(s)
+
+    def device(self, device_id: DeviceId) -> Device | None:
+        """The device as the newest generation of its pool publishes it (None: gone)."""
+        members = self.by_pool.get((device_id.driver, device_id.pool), [])
+        if not members:
+            return None
+        newest = max(s.generation for s in members)
+        for s in members:
+            if s.generation == newest:
+                for d in s.devices:
+                    if d.name == device_id.device:
+                        return d
+        return None
 
     def pools(self, node: str, labels: Labels, kube_minor: int = DEFAULT_KUBE_MINOR) -> list[Pool]:
         """The pools a node sees, newest generation per pool (cached per node: the index is
@@ -334,9 +357,46 @@ class _MatchAttribute:
 
 
 @dataclass(slots=True)
+class _DistinctAttribute:
+    """kube's ``distinctAttributeConstraint``: every device of the named requests has the
+    attribute, each with a value no other has (values of different types never clash)."""
+
+    requests: frozenset[str]
+    attribute: str
+    values: list[Attribute] = field(default_factory=list)
+
+    def applies(self, request: _Request) -> bool:
+        return (
+            not self.requests
+            or request.base in self.requests
+            or (bool(request.sub) and request.result_name in self.requests)
+        )
+
+    def add(self, request: _Request, device: Device) -> bool:
+        if not self.applies(request):
+            return True
+        value = device.attribute(self.attribute)
+        if value is None or value in self.values:
+            return False
+        self.values.append(value)
+        return True
+
+    def remove(self, request: _Request) -> None:
+        if self.applies(request):
+            self.values.pop()
+
+
+_Constraint = _MatchAttribute | _DistinctAttribute
+
+
+@dataclass(slots=True)
 class _Picked:
     request: _Request
     candidate: _Candidate
+    counters: bool = False
+    """The device's counters were reserved for this pick (not for a later share)."""
+    consumed: dict[str, int] | None = None
+    """A share of a multi-allocatable device: the capacity it consumes."""
 
 
 @dataclass(slots=True)
@@ -344,7 +404,7 @@ class _Search:
     claims: Sequence[ResourceClaim]
     requests: list[list[list[_Request]]]
     """Per claim, per request: the alternatives (one for ``exactly``)."""
-    constraints: list[list[_MatchAttribute]]
+    constraints: list[list[_Constraint]]
     pools: list[Pool]
     allocated: frozenset[DeviceId] | set[DeviceId]
     compiler: SelectorCompiler
@@ -367,6 +427,13 @@ class _Search:
     order: dict[tuple[int, int, int], list[_Candidate | Pool]] = field(default_factory=dict)
     """Per (claim, request, subrequest): the devices in search order (an invalid pool
     stands at its place: reaching it is an error)."""
+    shared: Mapping[DeviceId, Mapping[str, int]] = field(default_factory=dict)
+    """Capacity consumed by the shares of allocations written or assumed (kube's
+    ``AggregatedCapacity``); a device with shares is a key even if they consume nothing."""
+    allocating_capacity: dict[DeviceId, dict[str, int]] = field(default_factory=dict)
+    """Capacity the shares picked in this search consume (kube's ``allocatingCapacity``)."""
+    allocating_shares: dict[DeviceId, int] = field(default_factory=dict)
+    """Shares picked in this search, per device."""
 
 
 @dataclass(slots=True)
@@ -393,7 +460,14 @@ class Allocator:
         stats: AllocStats | None = None,
         compact_config: bool = True,
         kube_minor: int = DEFAULT_KUBE_MINOR,
+        shared: Mapping[DeviceId, Mapping[str, int]] | None = None,
     ) -> None:
+        if shared and kube_minor < CONSUMABLE_CAPACITY_SINCE_MINOR:
+            # DRAConsumableCapacity off: kube counts a share's device as taken whole.
+            allocated = frozenset(allocated) | frozenset(shared)
+            shared = None
+        self.shared: Mapping[DeviceId, Mapping[str, int]] = shared or {}
+        """Capacity consumed by shares in use (:meth:`DraState.shared_capacity`)."""
         self.kube_minor = kube_minor
         """The release whose allocator this is (partitionable devices from 1.36)."""
         self.compact_config = compact_config
@@ -423,6 +497,7 @@ class Allocator:
             aligned=self.aligned,
             compact_config=self.compact_config,
             kube_minor=self.kube_minor,
+            shared=self.shared,
         )
 
     def allocate(
@@ -470,6 +545,7 @@ class Allocator:
             deadline=deadline,
             clock=self.clock,
             aligned=self.aligned,
+            shared=self.shared,
         )
         for ci, claim in enumerate(claims):
             per_request: list[list[_Request]] = []
@@ -495,14 +571,19 @@ class Allocator:
                     f"claim limit of {RESULTS_MAX}"
                 )
             search.requests.append(per_request)
-            constraints: list[_MatchAttribute] = []
+            constraints: list[_Constraint] = []
             for i, c in enumerate(claim.constraints):
-                if c.match_attribute is None:
+                if c.match_attribute is not None:
+                    constraints.append(_MatchAttribute(frozenset(c.requests), c.match_attribute))
+                elif c.distinct_attribute is not None and _consumable(search):
+                    constraints.append(
+                        _DistinctAttribute(frozenset(c.requests), c.distinct_attribute)
+                    )
+                else:
                     raise AllocationError(
                         f"claim {_ref(claim)}, constraint #{i}: empty constraint "
                         "(unsupported constraint type?)"
                     )
-                constraints.append(_MatchAttribute(frozenset(c.requests), c.match_attribute))
             search.constraints.append(constraints)
             search.picked.append([])
         if _short_of_devices(search):
@@ -529,10 +610,11 @@ class Allocator:
         """Whether some device of the node's pools is in a written or assumed allocation
         (only then can evicting a pod free one)."""
         allocated = self.allocated
-        if not allocated:
+        shared = self.shared
+        if not allocated and not shared:
             return False
         return any(
-            DeviceId(s.driver, s.pool, d.name) in allocated
+            (device_id := DeviceId(s.driver, s.pool, d.name)) in allocated or device_id in shared
             for pool in self.slices.pools(node, labels, self.kube_minor)
             for s in pool.slices
             for d in s.devices
@@ -583,8 +665,13 @@ class Allocator:
                 for s in pool.slices:
                     for d in s.devices:
                         device_id = DeviceId(s.driver, s.pool, d.name)
-                        if _selectable(search, request, (ci, ri, si), claim, device_id, d, s):
-                            devices.append(_Candidate(device_id, d, s, pool))
+                        if not _selectable(search, request, (ci, ri, si), claim, device_id, d, s):
+                            continue
+                        if _consumable(search) and not _fits_capacity(
+                            search, request, claim, device_id, d, static=True
+                        ):
+                            continue  # kube: static capacity only, before the search
+                        devices.append(_Candidate(device_id, d, s, pool))
             request.all_devices = devices
             request.count = len(devices)
         else:
@@ -757,7 +844,8 @@ def _short_of_devices(search: _Search) -> bool:
     selector failing at runtime on any free device (kube's search may reach it first). A
     device tainted against the request is not free for it (its selectors still run: kube
     evaluates them before the taint). Counters, matchAttribute constraints and the 32
-    results of a claim only narrow what can be allocated, so a shortfall here is one there."""
+    results of a claim only narrow what can be allocated, so a shortfall here is one there.
+    A device allowing multiple allocations (1.36+) can serve several requests: no shortcut."""
     if any(pool.invalid for pool in search.pools):
         return False
     requests = [
@@ -787,6 +875,8 @@ def _short_of_devices(search: _Search) -> bool:
                     except AllocationError:
                         return False
                     if selectable and not _gated(search, d) and not _blocked(request, d):
+                        if d.multiple:
+                            return False  # one device may serve several requests
                         free.add(device_id)
         accepted.append(frozenset(free))
     counts = [request.count for _, _, request in requests]
@@ -858,7 +948,140 @@ def _gated(search: _Search, device: Device) -> bool:
     one that consumes counters. One with a node of its own is passed over too (an API
     server with the gate off drops the field; one with it on must not get a misplaced
     device from Lattice)."""
+    if not _consumable(search) and device.multiple:
+        return True  # 1.35: Lattice hands out no device meant for sharing
     return not _partitionable(search) and bool(device.consumes or device.own_node_selection)
+
+
+def _consumable(search: _Search) -> bool:
+    return search.kube_minor >= CONSUMABLE_CAPACITY_SINCE_MINOR
+
+
+class _NotRepresentable(Exception):
+    """kube's ``errCapacityRequestNotRepresentable``: the attempt fails."""
+
+
+def _units(nanos: int, unit: int) -> int:
+    """``Value()`` (unit 1) or ``MilliValue()`` (unit 1m): rounded up."""
+    return -((-nanos) // unit)
+
+
+def _milli_range(policy: RequestPolicy, search: _Search) -> bool:
+    """kube's ``useMilli`` (1.37): every bound a whole number of milliunits, the step at
+    least 1m."""
+    if search.kube_minor < FRACTIONAL_RANGE_SINCE_MINOR:
+        return False
+    bounds = [b for b in (policy.min, policy.max, policy.step) if b is not None]
+    if any(b % _MILLI_NANOS for b in bounds):
+        return False
+    return policy.step is None or policy.step >= _MILLI_NANOS
+
+
+def _round_up(requested: int, policy: RequestPolicy, search: _Search) -> int:
+    """kube's ``calculateConsumedCapacity`` for a request under a policy, nanounits."""
+    if policy.has_range and policy.min is not None:
+        if requested < policy.min:
+            return policy.min
+        if policy.step is None:
+            return requested
+        unit = _MILLI_NANOS if _milli_range(policy, search) else _NANO
+        if unit == _MILLI_NANOS and requested % _MILLI_NANOS:
+            raise _NotRepresentable(f"request {Quantity(requested)} is not a milli value")
+        if unit == _NANO and requested > _INT64_MAX * _NANO:
+            raise _NotRepresentable(f"request {Quantity(requested)} exceeds MaxInt64")
+        req, step, low = (_units(v, unit) for v in (requested, policy.step, policy.min))
+        n = -((low - req) // step)
+        if low >= 0 and n > (_INT64_MAX - low) // step:
+            raise _NotRepresentable(f"rounding request {Quantity(requested)} passes MaxInt64")
+        return (low + step * n) * unit
+    if policy.valid_values:
+        return next((v for v in policy.valid_values if requested <= v), requested)
+    return requested
+
+
+def _violates(consumed: int, policy: RequestPolicy, search: _Search) -> bool:
+    """kube's ``violatesPolicy``: the default is always valid; else above ``max``, off the
+    step's grid, or not one of ``validValues``."""
+    if policy.default is not None and consumed == policy.default:
+        return False
+    if policy.has_range:
+        if policy.max is not None and consumed > policy.max:
+            return True
+        if policy.step is not None and policy.min is not None:
+            unit = _MILLI_NANOS if _milli_range(policy, search) else _NANO
+            if unit == _MILLI_NANOS and consumed % _MILLI_NANOS:
+                return True
+            step, low = _units(policy.step, unit), _units(policy.min, unit)
+            return (_units(consumed, unit) - low) % step != 0
+        return False
+    if policy.valid_values:
+        return consumed not in policy.valid_values
+    return False
+
+
+def _consumed_capacity(
+    request: _Request, claim: ResourceClaim, device_id: DeviceId, device: Device, search: _Search
+) -> dict[str, int]:
+    """What one share of ``device`` consumes for ``request``, per capacity of the device
+    (kube's ``GetConsumedCapacityFromRequest``): the request rounded up by the policy; an
+    omitted request the policy's default, else the whole capacity. Raises
+    :class:`AllocationError` for a request that cannot be represented or a negative result."""
+    asked = dict(request.spec.capacity or ())
+    out: dict[str, int] = {}
+    for name, capacity in sorted(device.capacity.items()):
+        policy = device.policies.get(name)
+        requested = asked.get(name)
+        try:
+            if requested is None:
+                value = (
+                    policy.default
+                    if policy is not None and policy.default is not None
+                    else capacity.nanos
+                )
+            elif policy is None:
+                value = requested
+            else:
+                value = _round_up(requested, policy, search)
+            if value < 0:
+                raise _NotRepresentable("capacity value is negative")
+        except _NotRepresentable as err:
+            raise AllocationError(
+                f"claim {_ref(claim)}, request {request.result_name}: checking capacity for "
+                f"device {device_id.driver}/{device_id.pool}/{device_id.device}: capacity "
+                f'"{name}": {err}'
+            ) from None
+        out[name] = value
+    return out
+
+
+def _fits_capacity(
+    search: _Search,
+    request: _Request,
+    claim: ResourceClaim,
+    device_id: DeviceId,
+    device: Device,
+    *,
+    static: bool = False,
+) -> bool:
+    """kube's ``CmpRequestOverCapacity``: the device has every capacity the request names,
+    and each capacity holds what the shares in use, those picked in this search and this
+    request consume (``static``: this request alone); a consumption the policy does not
+    allow refuses the device. Devices that allow one allocation are checked too (their
+    capacity is then a bound on the request)."""
+    asked = request.spec.capacity
+    if asked and any(name not in device.capacity for name, _ in asked):
+        return False
+    consumed = _consumed_capacity(request, claim, device_id, device, search)
+    in_use: Mapping[str, int] = {} if static else search.shared.get(device_id, {})
+    allocating: Mapping[str, int] = {} if static else search.allocating_capacity.get(device_id, {})
+    for name, capacity in device.capacity.items():
+        value = consumed[name]
+        policy = device.policies.get(name)
+        if policy is not None and _violates(value, policy, search):
+            return False
+        if in_use.get(name, 0) + value + allocating.get(name, 0) > capacity.nanos:
+            return False
+    return True
 
 
 def _pool_key(search: _Search, pool: Pool) -> object:
@@ -942,13 +1165,17 @@ def _blocked(request: _Request, device: Device) -> bool:
 
 
 def _take(search: _Search, ci: int, request: _Request, c: _Candidate, *, must: bool) -> bool:
-    """kube's ``allocateDevice``: in use, the partitionable gate, counters, taints, then
-    the claim's constraints; a refusal undoes what was reserved."""
+    """kube's ``allocateDevice``: in use, the partitionable gate, counters (once per
+    multi-allocatable device: a further share does not charge them again), taints, the
+    claim's constraints, then (1.36+) the capacity; a refusal undoes what was reserved."""
     if _in_use(search, request, ci, c.id):
         return False
     if _gated(search, c.device):
         return False
-    reserved = _reserves(search, c)
+    multiple = c.device.multiple and _consumable(search)
+    reserved = _reserves(search, c) and not (
+        multiple and (c.id in search.shared or search.allocating_shares.get(c.id, 0) > 0)
+    )
     if reserved and not _reserve_counters(search, c):
         return False
     if _blocked(request, c.device):
@@ -969,18 +1196,44 @@ def _take(search: _Search, ci: int, request: _Request, c: _Candidate, *, must: b
             for earlier in constraints[:i]:
                 earlier.remove(request)
             return False
-    search.allocating.setdefault(c.id, set()).add(ci)
-    search.picked[ci].append(_Picked(request, c))
+    consumed: dict[str, int] | None = None
+    if _consumable(search):
+        if not _fits_capacity(search, request, search.claims[ci], c.id, c.device):
+            for constraint in constraints:
+                constraint.remove(request)
+            if reserved:
+                _release_counters(search, c)
+            return False
+        if multiple:
+            consumed = _consumed_capacity(request, search.claims[ci], c.id, c.device, search)
+            allocating = search.allocating_capacity.setdefault(c.id, {})
+            for name, value in consumed.items():
+                allocating[name] = allocating.get(name, 0) + value
+            search.allocating_shares[c.id] = search.allocating_shares.get(c.id, 0) + 1
+    if not multiple:
+        search.allocating.setdefault(c.id, set()).add(ci)
+    search.picked[ci].append(_Picked(request, c, reserved, consumed))
     return True
 
 
 def _release(search: _Search, ci: int, request: _Request, c: _Candidate) -> None:
+    picked = search.picked[ci].pop()
     for constraint in search.constraints[ci]:
         constraint.remove(request)
-    if _reserves(search, c):
+    if picked.counters:
         _release_counters(search, c)
-    search.allocating[c.id].discard(ci)
-    search.picked[ci].pop()
+    if picked.consumed is not None:
+        allocating = search.allocating_capacity[c.id]
+        for name, value in picked.consumed.items():
+            allocating[name] -= value
+        left = search.allocating_shares[c.id] - 1
+        if left:
+            search.allocating_shares[c.id] = left
+        else:
+            del search.allocating_shares[c.id]
+            del search.allocating_capacity[c.id]
+    else:
+        search.allocating[c.id].discard(ci)
 
 
 COMBINATIONS_FROM: Final = 36
@@ -1055,6 +1308,10 @@ def _allocate_one(
         if _in_use(search, request, ci, entry.id):
             continue
         if not _selectable(search, request, key, claim, entry.id, entry.device, entry.slice):
+            continue
+        if _consumable(search) and not _fits_capacity(
+            search, request, claim, entry.id, entry.device
+        ):
             continue
         if not _take(search, ci, request, entry, must=False):
             continue
@@ -1162,6 +1419,12 @@ def _result(search: _Search, ci: int, compact: bool) -> dict[str, Any]:
             entry["adminAccess"] = True
         if p.request.spec.tolerations:
             entry["tolerations"] = [t.to_api() for t in p.request.spec.tolerations]
+        if p.consumed is not None:
+            entry["shareID"] = str(uuid.uuid4())  # kube: a random (v4) UUID per share
+            if p.consumed:
+                entry["consumedCapacity"] = {
+                    name: str(Quantity(value)) for name, value in sorted(p.consumed.items())
+                }
         results.append(entry)
     config: list[dict[str, Any]] = []
     class_ranges: dict[str, tuple[int, int]] = {}

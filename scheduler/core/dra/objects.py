@@ -4,11 +4,17 @@ Every record is immutable except a :class:`Device`'s verdict cache: selector ver
 errors) per expression, kept on the device so they live exactly as long as the slice object
 that brought it. A changed slice is parsed anew, which drops its cache with it.
 
-Fields of features Lattice does not implement yet (consumable capacity, binding
-conditions: alpha in 1.35, beta and on in kube 1.36+) are parsed only far enough to say
-which ones an object uses: :func:`claim_alpha_fields` names them for the Unsupported
-refusal; devices carrying them are never allocated (kube's allocator with those gates off),
-so Lattice never hands out a device it cannot account for.
+Fields of the feature Lattice does not implement yet (binding conditions: beta and on in
+kube 1.36+) are parsed only far enough to say which ones a device uses; devices carrying
+them are never allocated (kube's allocator with the gate off), so Lattice never hands out a
+device it cannot account for.
+
+Consumable capacity (DRAConsumableCapacity, alpha in 1.35, beta and on from 1.36) is parsed
+whole: a device's ``allowMultipleAllocations`` and each capacity's ``requestPolicy``, a
+request's ``capacity.requests``, a constraint's ``distinctAttribute`` and a result's
+``shareID`` and ``consumedCapacity`` (exact, in nanounits). On 1.35 (gate off)
+:func:`claim_alpha_fields` names a claim's fields for the Unsupported refusal and a device
+allowing multiple allocations is never allocated; from 1.36 the allocator serves them.
 
 Partitionable devices (DRAPartitionableDevices, alpha in 1.35, beta and on from 1.36) are
 parsed whole: a slice's ``sharedCounters``, a device's ``consumesCounters`` and its own
@@ -218,14 +224,104 @@ class DeviceTaintRule:
 
 
 _ATTRIBUTE_KINDS: Final = ("int", "bool", "string", "version")
-# Device fields of features Lattice does not allocate (binding conditions, consumable
-# capacity); partitionable devices' fields are parsed (:class:`Device`).
+# Device fields of the feature Lattice does not allocate (binding conditions);
+# partitionable devices' and consumable capacity's fields are parsed (:class:`Device`).
 _DEVICE_ALPHA: Final = {
     "bindsToNode": "DRADeviceBindingConditions",
     "bindingConditions": "DRADeviceBindingConditions",
     "bindingFailureConditions": "DRADeviceBindingConditions",
-    "allowMultipleAllocations": "DRAConsumableCapacity",
 }
+CONSUMABLE_CAPACITY_SINCE_MINOR: Final = 36
+"""DRAConsumableCapacity is beta and on in kube-scheduler from 1.36 (alpha, off, in 1.35)."""
+
+
+def _nanos(raw: object, path: str) -> int:
+    return Quantity.parse(raw, field=path).nanos
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPolicy:
+    """A capacity's ``requestPolicy`` in nanounits: how a request is rounded and bounded
+    (kube's ``calculateConsumedCapacity`` and ``violatesPolicy``)."""
+
+    default: int | None = None
+    has_range: bool = False
+    """``validRange`` is set (then ``valid_values`` is not: the API allows one of them)."""
+    min: int | None = None
+    max: int | None = None
+    step: int | None = None
+    valid_values: tuple[int, ...] = ()
+
+    @classmethod
+    def from_api(cls, raw: object, path: str) -> RequestPolicy:
+        body = mapping(raw, path)
+
+        def opt(holder: Mapping[str, Any], name: str, where: str) -> int | None:
+            value = holder.get(name)
+            return None if value is None else _nanos(value, f"{where}.{name}")
+
+        rng = body.get("validRange")
+        bounds = mapping(rng, f"{path}.validRange")
+        where = f"{path}.validRange"
+        return cls(
+            default=opt(body, "default", path),
+            has_range=rng is not None,
+            min=opt(bounds, "min", where),
+            max=opt(bounds, "max", where),
+            step=opt(bounds, "step", where),
+            valid_values=tuple(
+                _nanos(v, f"{path}.validValues[{i}]")
+                for i, v in enumerate(_plain_list(body.get("validValues"), f"{path}.validValues"))
+            ),
+        )
+
+
+def _plain_list(raw: object, path: str) -> list[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InvalidObjectError(path, raw, "must be a list")
+    return raw
+
+
+class Share(NamedTuple):
+    """One result of an allocation on a device allowing multiple allocations: the capacity
+    it consumes (nanounits by capacity name), counted against the device's."""
+
+    device: DeviceId
+    consumed: Mapping[str, int]
+
+
+def allocation_usage(
+    allocation: Mapping[str, Any] | None,
+) -> tuple[list[DeviceId], list[Share]]:
+    """The devices an allocation holds alone and its shares of multi-allocatable devices
+    (kube's ``foreachAllocatedDevice``: a result with ``shareID`` is a share, adminAccess
+    results hold nothing)."""
+    if allocation is None:
+        return [], []
+    results = object_list(
+        mapping(allocation.get("devices"), "status.allocation.devices").get("results"),
+        "status.allocation.devices.results",
+    )
+    dedicated: list[DeviceId] = []
+    shares: list[Share] = []
+    for i, r in enumerate(results):
+        if r.get("adminAccess") is True:
+            continue
+        device = DeviceId(
+            str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", ""))
+        )
+        if r.get("shareID") is None:
+            dedicated.append(device)
+            continue
+        path = f"status.allocation.devices.results[{i}].consumedCapacity"
+        consumed = {
+            str(k): _nanos(v, f"{path}[{k}]")
+            for k, v in mapping(r.get("consumedCapacity"), path).items()
+        }
+        shares.append(Share(device, consumed))
+    return dedicated, shares
 
 
 Counters = Mapping[str, int]
@@ -308,6 +404,11 @@ class Device:
     """The device's own node selection, read where its slice has ``perDeviceNodeSelection``."""
     taints: tuple[DeviceTaint, ...] = ()
     """The slice's taints, then those of matching DeviceTaintRules (:meth:`tainted`)."""
+    multiple: bool = False
+    """``allowMultipleAllocations`` (DRAConsumableCapacity): shares of its capacity go to
+    several requests and claims."""
+    policies: Mapping[str, RequestPolicy] = field(default_factory=dict)
+    """Each capacity's ``requestPolicy``, where it has one."""
     verdicts: dict[str, bool | CelError] = field(default_factory=dict)
     _cel_input: dict[str, Any] | CelError | None = None
 
@@ -374,7 +475,12 @@ class Device:
         for name, q in self.capacity.items():
             domain, ident = split_qualified_name(name, self.driver)
             capacity.setdefault(domain, {})[ident] = quantity_value(q)
-        return {"driver": self.driver, "attributes": attributes, "capacity": capacity}
+        return {
+            "driver": self.driver,
+            "allowMultipleAllocations": self.multiple,
+            "attributes": attributes,
+            "capacity": capacity,
+        }
 
     def matches(self, expression: str, compiler: SelectorCompiler) -> bool:
         """One selector's verdict, cached per expression; raises :class:`CelError`."""
@@ -409,6 +515,13 @@ class Device:
             for k, v in mapping(body.get("capacity"), f"{path}.capacity").items()
         }
         alpha = tuple(f for f in _DEVICE_ALPHA if body.get(f) not in (None, False, [], {}, ""))
+        policies = {
+            str(k): RequestPolicy.from_api(
+                v["requestPolicy"], f"{path}.capacity[{k}].requestPolicy"
+            )
+            for k, v in mapping(body.get("capacity"), f"{path}.capacity").items()
+            if isinstance(v, Mapping) and v.get("requestPolicy") is not None
+        }
         raw_selector = body.get("nodeSelector")
         return cls(
             name=string(body.get("name"), f"{path}.name"),
@@ -416,6 +529,8 @@ class Device:
             attributes=attributes,
             capacity=capacity,
             alpha_fields=alpha,
+            multiple=body.get("allowMultipleAllocations") is True,
+            policies=policies,
             consumes=tuple(
                 CounterConsumption.from_api(c, f"{path}.consumesCounters[{i}]")
                 for i, c in enumerate(
@@ -576,7 +691,11 @@ class ExactRequest:
     admin_access: bool | None = None
     name: str = ""
     alpha_fields: tuple[str, ...] = ()
+    """Fields of DRAConsumableCapacity (``capacity``), refused on 1.35 where it is off."""
     tolerations: tuple[DeviceToleration, ...] = ()
+    capacity: tuple[tuple[str, int], ...] | None = None
+    """``capacity.requests``: (capacity name, nanounits), sorted (None: not set). A tuple,
+    so a request stays hashable (claim specs key the allocator's memo)."""
 
     @classmethod
     def from_api(cls, raw: object, path: str, *, name: str = "") -> ExactRequest:
@@ -589,7 +708,20 @@ class ExactRequest:
         if admin is not None and not isinstance(admin, bool):
             raise InvalidObjectError(f"{path}.adminAccess", admin, "must be a boolean")
         alpha = tuple(f"{path}.{f}" for f in ("capacity",) if body.get(f) not in (None, [], {}))
+        raw_capacity = body.get("capacity")
+        capacity = None
+        if raw_capacity is not None:
+            where = f"{path}.capacity.requests"
+            capacity = tuple(
+                sorted(
+                    (str(k), _nanos(v, f"{where}[{k}]"))
+                    for k, v in mapping(
+                        mapping(raw_capacity, f"{path}.capacity").get("requests"), where
+                    ).items()
+                )
+            )
         return cls(
+            capacity=capacity,
             device_class=string(body.get("deviceClassName"), f"{path}.deviceClassName"),
             selectors=_selectors(body.get("selectors"), f"{path}.selectors"),
             mode=mode,
@@ -660,18 +792,13 @@ class ResourceClaim:
         return (self.namespace, self.name)
 
     def allocated_devices(self) -> list[DeviceId]:
-        """Devices this claim holds, adminAccess results excluded (they do not use them up)."""
-        if self.allocation is None:
-            return []
-        results = object_list(
-            mapping(self.allocation.get("devices"), "status.allocation.devices").get("results"),
-            "status.allocation.devices.results",
-        )
-        return [
-            DeviceId(str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))
-            for r in results
-            if r.get("adminAccess") is not True
-        ]
+        """Devices this claim holds alone, adminAccess results excluded (they do not use
+        them up) and shares of multi-allocatable devices too (:meth:`allocated_shares`)."""
+        return allocation_usage(self.allocation)[0]
+
+    def allocated_shares(self) -> list[Share]:
+        """The capacity this claim's results consume of multi-allocatable devices."""
+        return allocation_usage(self.allocation)[1]
 
     @classmethod
     def from_api(cls, body: Mapping[str, Any]) -> ResourceClaim:
@@ -761,8 +888,11 @@ class ResourceClaim:
         )
 
 
-def claim_alpha_fields(claim: ResourceClaim) -> list[str]:
-    """The alpha-feature fields a claim uses, as paths (empty: 1.34 defaults suffice)."""
+def claim_alpha_fields(claim: ResourceClaim, kube_minor: int) -> list[str]:
+    """The fields of DRA features off in release ``kube_minor`` a claim uses, as paths
+    (DRAConsumableCapacity's ``capacity`` and ``distinctAttribute`` before 1.36)."""
+    if kube_minor >= CONSUMABLE_CAPACITY_SINCE_MINOR:
+        return []
     out: list[str] = []
     for request in claim.requests:
         for exact in (request.exactly, *request.first_available):

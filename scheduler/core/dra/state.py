@@ -15,10 +15,13 @@ the state. :meth:`DraState.extended_class` maps extended resource names to the c
 serve them, :meth:`DraState.extended_claim` finds the claim made for a pod.
 
 The devices in use are those of every written allocation (adminAccess results excluded,
-as kube's allocated-device tracker does) plus every pending one. The set is recounted from
-the claims when they change, not per cycle. Slices are indexed once per change too
-(:class:`~scheduler.core.dra.allocator.SliceIndex`), and the CEL compiler lives as long as
-the state, so expressions compile once per process.
+as kube's allocated-device tracker does) plus every pending one. Results with a ``shareID``
+(DRAConsumableCapacity, 1.36+) do not take their device: they are shares, whose
+``consumedCapacity`` is summed per device (:meth:`DraState.shared_capacity`), written and
+pending alike, as kube's ``GatherAllocatedState`` adds in-flight claims to the informer's.
+The set is recounted from the claims when they change, not per cycle. Slices are indexed
+once per change too (:class:`~scheduler.core.dra.allocator.SliceIndex`), and the CEL
+compiler lives as long as the state, so expressions compile once per process.
 
 DeviceTaintRules are kept beside the slices and applied when the index is built, as
 kube-scheduler's slice tracker patches its slices: each rule's taint is appended to the
@@ -41,6 +44,8 @@ from scheduler.core.dra.objects import (
     DeviceTaintRule,
     ResourceClaim,
     ResourceSlice,
+    Share,
+    allocation_usage,
 )
 from scheduler.model.names import DEVICE_CLASS_RESOURCE_PREFIX
 from scheduler.model.release import DEFAULT_KUBE_MINOR
@@ -109,8 +114,14 @@ class DraState:
         self.compiler = SelectorCompiler()
         self._index: SliceIndex | None = None
         self._used: Counter[DeviceId] = Counter()
-        self._pending: dict[ClaimKey, tuple[str, list[DeviceId]]] = {}
-        """Claim -> (pod uid it was allocated for, devices), until the write is seen."""
+        self._pending: dict[ClaimKey, tuple[str, list[DeviceId], list[Share]]] = {}
+        """Claim -> (pod uid it was allocated for, devices, shares), until the write is
+        seen."""
+        self._shares: Counter[DeviceId] = Counter()
+        """Shares per multi-allocatable device (written and pending)."""
+        self._consumed: dict[DeviceId, Counter[str]] = {}
+        """Capacity the shares of each device consume, summed, in nanounits."""
+        self._shared_view: dict[DeviceId, dict[str, int]] | None = None
         self._versions: dict[tuple[str, str], int] = {}
         """Per (driver, pool): bumped whenever a device of the pool is taken or freed."""
         self._nominated: frozenset[DeviceId] = frozenset()
@@ -202,6 +213,7 @@ class DraState:
         if claim.extended_resources and claim.controller_uid:
             self._extended_claims.setdefault(claim.controller_uid, set()).add(claim.key)
         self._take(claim.allocated_devices())
+        self._take_shares(claim.allocated_shares())
         if claim.allocation is not None:
             self._drop_pending(claim.key)
 
@@ -224,6 +236,30 @@ class DraState:
     def _uncount(self, claim: ResourceClaim | None) -> None:
         if claim is not None:
             self._release(claim.allocated_devices())
+            self._release_shares(claim.allocated_shares())
+
+    def _take_shares(self, shares: list[Share]) -> None:
+        if not shares:
+            return
+        self._shared_view = None
+        self._touch([s.device for s in shares])
+        for share in shares:
+            self._shares[share.device] += 1
+            self._consumed.setdefault(share.device, Counter()).update(share.consumed)
+
+    def _release_shares(self, shares: list[Share]) -> None:
+        if not shares:
+            return
+        self._shared_view = None
+        self._touch([s.device for s in shares])
+        for share in shares:
+            left = self._shares[share.device] - 1
+            if left > 0:
+                self._shares[share.device] = left
+                self._consumed[share.device].subtract(share.consumed)
+            else:
+                del self._shares[share.device]
+                self._consumed.pop(share.device, None)
 
     def _take(self, devices: list[DeviceId]) -> None:
         self._used.update(devices)
@@ -251,9 +287,10 @@ class DraState:
         for write in plan.allocations:
             key = (write.namespace, write.name)
             self._drop_pending(key)
-            devices = allocation_devices(write.allocation)
-            self._pending[key] = (plan.pod_uid, devices)
+            devices, shares = allocation_usage(write.allocation)
+            self._pending[key] = (plan.pod_uid, devices, shares)
             self._take(devices)
+            self._take_shares(shares)
 
     def forget(self, plan: ClaimPlan) -> None:
         """kube's Unreserve for allocations not yet written."""
@@ -267,6 +304,7 @@ class DraState:
         pending = self._pending.pop(key, None)
         if pending is not None:
             self._release(pending[1])
+            self._release_shares(pending[2])
 
     def pending_for(self, key: ClaimKey) -> str | None:
         """The pod uid a claim is being allocated for, or None."""
@@ -284,7 +322,7 @@ class DraState:
             reserved = claim.reserved_for
             if reserved and all(r.uid == pod_uid for r in reserved):
                 out += claim.allocated_devices()
-        for uid, devices in self._pending.values():
+        for uid, devices, _ in self._pending.values():
             if uid == pod_uid:
                 out += devices
         return out
@@ -322,6 +360,15 @@ class DraState:
             return frozenset(self._used).union(self._nominated)
         return frozenset(self._used)
 
+    def shared_capacity(self) -> Mapping[DeviceId, Mapping[str, int]]:
+        """Per multi-allocatable device with shares (written or pending): the capacity
+        they consume, summed (kube's ``AggregatedCapacity``; a device whose shares consume
+        nothing is here with an empty map, kube's ``AllocatedSharedDeviceIDs``). Rebuilt
+        after a change only; callers must not mutate it."""
+        if self._shared_view is None:
+            self._shared_view = {d: dict(self._consumed.get(d, Counter())) for d in self._shares}
+        return self._shared_view
+
     def used_devices(self) -> frozenset[DeviceId]:
         """The devices of allocations only (no nominated pod's hold)."""
         return frozenset(self._used)
@@ -340,7 +387,10 @@ class DraState:
         if write.allocation is None:
             return []
         own = 1 if self.pending_for((write.namespace, write.name)) == pod_uid else 0
-        return sorted(d for d in set(allocation_devices(write.allocation)) if self._used[d] > own)
+        devices, shares = allocation_usage(write.allocation)
+        taken = {d for d in devices if self._used[d] > own}
+        taken.update(s.device for s in shares if self._used[s.device] > 0)
+        return sorted(taken)
 
     def overspent(self, write: ClaimWrite) -> list[str]:
         """PreBind's re-check for partitionable devices: the counter sets (``driver/pool/
@@ -350,8 +400,9 @@ class DraState:
         tracked apart: as kube, they follow from the devices in use and the slices."""
         if write.allocation is None:
             return []
-        mine = set(allocation_devices(write.allocation))
-        used = set(self._used) | mine
+        devices, shares = allocation_usage(write.allocation)
+        mine = set(devices) | {s.device for s in shares}
+        used = set(self._used) | set(self._shares) | mine
         out: list[str] = []
         for driver, pool in sorted({(d.driver, d.pool) for d in mine}):
             members = [s for s in self.slices.values() if s.driver == driver and s.pool == pool]
@@ -376,6 +427,35 @@ class DraState:
                 f"{driver}/{pool}/{name}"
                 for name, counters in sorted(sets.items())
                 if any(consumed.get(name, Counter())[c] > v for c, v in counters.items())
+            ]
+        return out
+
+    def capacity_overspent(self, write: ClaimWrite, pod_uid: str) -> list[str]:
+        """PreBind's re-check for shares (DRAConsumableCapacity): the capacities
+        (``driver/pool/device/capacity``) of the devices ``write`` takes a share of that the
+        shares in use now, the write's own counted once, consume more of than the device
+        has (another scheduler took a share of the same device after the decision)."""
+        if write.allocation is None:
+            return []
+        shares = allocation_usage(write.allocation)[1]
+        if not shares:
+            return []
+        own = self.pending_for((write.namespace, write.name)) == pod_uid
+        mine: dict[DeviceId, Counter[str]] = {}
+        for share in shares:
+            mine.setdefault(share.device, Counter()).update(share.consumed)
+        out: list[str] = []
+        for device_id, consumed in sorted(mine.items()):
+            device = self.slice_index().device(device_id)
+            if device is None:
+                continue
+            total = Counter(self._consumed.get(device_id, Counter()))
+            if not own:
+                total.update(consumed)
+            out += [
+                f"{device_id.driver}/{device_id.pool}/{device_id.device}/{name}"
+                for name, capacity in sorted(device.capacity.items())
+                if total[name] > capacity.nanos
             ]
         return out
 
@@ -430,6 +510,7 @@ class DraState:
     ) -> Allocator:
         """``allocated``: the devices in use, if not :meth:`allocated_devices`."""
         return Allocator(
+            shared=self.shared_capacity(),
             kube_minor=kube_minor,
             classes=self.classes,
             slices=self.slice_index(),
@@ -455,11 +536,5 @@ def classes_by_resource(classes: Iterable[DeviceClass]) -> dict[str, DeviceClass
 
 
 def allocation_devices(allocation: Mapping[str, Any] | None) -> list[DeviceId]:
-    if allocation is None:
-        return []
-    results = allocation.get("devices", {}).get("results", [])
-    return [
-        DeviceId(r["driver"], r["pool"], r["device"])
-        for r in results
-        if r.get("adminAccess") is not True
-    ]
+    """The devices an allocation holds alone (no adminAccess result, no share)."""
+    return allocation_usage(allocation)[0]

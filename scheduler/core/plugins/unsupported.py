@@ -12,8 +12,8 @@ each member's volumes alone, so the gang flow admits only bound claims there
 (:func:`~scheduler.core.volumes.gang_volume_refusal`). DRA resource claims need the
 cycle's DraState and DynamicResources in the profile (``lattice run``, ``lattice explain``
 and the gang flow pass theirs), and a claim whose requests use a field of a DRA feature
-Lattice does not implement yet (DRAConsumableCapacity's ``capacity`` and
-``distinctAttribute``, beta and on in kube since 1.36) is refused naming the field;
+the mirrored release keeps off (DRAConsumableCapacity's ``capacity`` and
+``distinctAttribute`` on 1.35; beta, on and allocated from 1.36) is refused naming the field;
 DRADeviceTaints' ``tolerations`` are allocated as kube does. (A pod asking for an extended
 resource a DeviceClass serves is DynamicResources' from 1.36, and a plain extended resource
 in 1.35, where DRAExtendedResource is off.)
@@ -44,6 +44,7 @@ from scheduler.model.pod import (
     ResourceClaimRef,
     StorageVolume,
 )
+from scheduler.model.release import DEFAULT_KUBE_MINOR
 
 NAME: Final = UNSUPPORTED
 ADVICE: Final = "use the default scheduler for this pod"
@@ -58,8 +59,8 @@ NO_DRA: Final = (
     "cluster's DRA objects"
 )
 DRA_ALPHA: Final = (
-    "DRA features Lattice does not implement yet (consumable capacity: beta and on in "
-    "kube-scheduler from 1.36)"
+    "DRA features off in this Kubernetes release (consumable capacity: alpha and off in "
+    "kube-scheduler 1.35)"
 )
 
 
@@ -79,13 +80,14 @@ def _claim(claim: ResourceClaimRef) -> str:
     return f'resource claim "{claim.name}"'
 
 
-def _alpha_claims(pod: Pod, dra: DraState) -> list[str]:
-    """The pod's claims (known to ``dra``) that use alpha fields, each with the fields."""
+def _alpha_claims(pod: Pod, dra: DraState, kube_minor: int) -> list[str]:
+    """The pod's claims (known to ``dra``) that use fields of features off in the
+    release, each with the fields."""
     out: list[str] = []
     for ref in pod.resource_claims:
         name = ref.claim_name or pod.generated_claims.get(ref.name)
         claim = dra.claims.get((pod.namespace, name)) if name else None
-        fields = claim_alpha_fields(claim) if claim is not None else []
+        fields = claim_alpha_fields(claim, kube_minor) if claim is not None else []
         if fields:
             out.append(f"{_claim(ref)} using {', '.join(fields)}")
     return out
@@ -97,6 +99,7 @@ def unsupported_reason(
     binds_volumes: bool = False,
     checks_disks: bool = False,
     dra: DraState | None = None,
+    kube_minor: int = DEFAULT_KUBE_MINOR,
 ) -> str | None:
     """Why Lattice cannot place ``pod`` correctly, or None when it can.
 
@@ -104,7 +107,7 @@ def unsupported_reason(
     claims are placed like kube-scheduler places them. ``checks_disks``: the cycle has a
     VolumeState, so inline disks' conflicts and attach limits are checked as kube does.
     ``dra``: the cycle's DraState when the profile runs DynamicResources (claims are then
-    allocated as kube does, except those using alpha fields).
+    allocated as kube does, except those using fields of features ``kube_minor`` keeps off).
     """
     claimed = {PERSISTENT_VOLUME_CLAIM, EPHEMERAL}
     bound = (
@@ -114,7 +117,7 @@ def unsupported_reason(
         [] if checks_disks else [_volume(v) for v in pod.storage_volumes if v.source not in claimed]
     )
     claims = [] if dra is not None else [_claim(c) for c in pod.resource_claims]
-    alpha = [] if dra is None else _alpha_claims(pod, dra)
+    alpha = [] if dra is None else _alpha_claims(pod, dra, kube_minor)
     clauses = [
         f"pod has {', '.join(items)}: {why}"
         for items, why in (
@@ -133,15 +136,28 @@ def unsupported_reason(
 class Unsupported:
     name: Final = NAME
 
-    def __init__(self, *, volume_binding: bool = True, dynamic_resources: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        volume_binding: bool = True,
+        dynamic_resources: bool = True,
+        kube_minor: int = DEFAULT_KUBE_MINOR,
+    ) -> None:
         self.volume_binding = volume_binding
         self.dynamic_resources = dynamic_resources
+        self.kube_minor = kube_minor
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
         has_state = cycle.volumes is not None
         binds = self.volume_binding and has_state
         dra = cycle.dra if self.dynamic_resources else None
-        reason = unsupported_reason(cycle.pod, binds_volumes=binds, checks_disks=has_state, dra=dra)
+        reason = unsupported_reason(
+            cycle.pod,
+            binds_volumes=binds,
+            checks_disks=has_state,
+            dra=dra,
+            kube_minor=self.kube_minor,
+        )
         if reason is None:
             return PREFILTER_SKIP
         return PreFilterResult(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason)
@@ -155,4 +171,5 @@ def new(profile: Profile) -> Unsupported:
     return Unsupported(
         volume_binding=VOLUME_BINDING in profile.filters,
         dynamic_resources=DYNAMIC_RESOURCES in profile.filters,
+        kube_minor=profile.kube_minor,
     )

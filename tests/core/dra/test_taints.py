@@ -112,7 +112,7 @@ def test_slice_taints_and_request_tolerations_are_parsed_not_alpha() -> None:
     parsed = ResourceClaim.from_api(
         claim("c", request("gpu", spec), first_available("alt", ("a", spec)))
     )
-    assert claim_alpha_fields(parsed) == []
+    assert claim_alpha_fields(parsed, 35) == []
     exact = parsed.requests[0].exactly
     assert exact is not None
     assert exact.tolerations == (

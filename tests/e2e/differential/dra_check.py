@@ -24,6 +24,13 @@ guarantees:
 * shared counters (1.36+): over all the case's claims on the node, the devices allocated
   from a pool with a counter set (adminAccess results apart) consume no counter beyond its
   value;
+* consumable capacity (1.36+): a result on a device with ``allowMultipleAllocations`` is a
+  share: it has a UUID ``shareID`` and ``consumedCapacity`` equal to the request rounded by
+  the device's policy (:func:`expected_share`, worked out here), such a device may appear
+  in several results, and over all the case's claims on the node the shares of a device
+  consume no more than its capacity; a result on another device has neither field, and the
+  request's capacity fits in the device's; ``distinctAttribute`` constraints hold (every
+  result in scope has the attribute, no value twice);
 * ``nodeSelector`` pins the node (every slice here is node-local);
 * (:func:`check_reserved`) each bound pod is in ``status.reservedFor`` of every claim it
   names, and every claim a scheduler allocated carries the delete-protection finalizer.
@@ -31,6 +38,7 @@ guarantees:
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from lattice_dev.devcluster.build import kubernetes_version
@@ -128,6 +136,81 @@ def check_pod(case: Case, node: str, allocations: list[dict[str, Any] | None]) -
             continue
         problems += [f"{where}: {p}" for p in _check_claim(case, claim, node, allocation, held)]
     problems += over_spent(case, node, allocations)
+    problems += capacity_over_spent(case, node, allocations)
+    return problems
+
+
+def expected_share(sub: Sub, device: dict[str, Any]) -> int | None:
+    """The memory a share of ``device`` for ``sub`` consumes (bytes), worked out from
+    KEP-5075's rules: an omitted request takes the policy's default, else the whole
+    capacity; a request below a range's min takes the min, else rounds up to the next
+    step; between valid values, to the next one. None: the policy refuses it (above the
+    range's max, above every valid value)."""
+    memory = device["capacity"]["memory"]
+    policy = memory.get("requestPolicy") or {}
+    ask = (sub.capacity or {}).get("memory")
+    if ask is None:
+        return _quantity(policy["default"]) if "default" in policy else _quantity(memory["value"])
+    value = _quantity(ask)
+    if "validRange" in policy:
+        rng = policy["validRange"]
+        low, step = _quantity(rng["min"]), _quantity(rng["step"])
+        value = low if value < low else low + -(-(value - low) // step) * step
+        return None if value > _quantity(rng["max"]) else value
+    if "validValues" in policy:
+        bigger = [v for v in map(_quantity, policy["validValues"]) if v >= value]
+        return min(bigger) if bigger else None
+    return value
+
+
+def capacity_over_spent(
+    case: Case, node: str, allocations: list[dict[str, Any] | None]
+) -> list[str]:
+    """Devices whose shares, over the case's allocations on ``node``, consume more memory
+    than the device has."""
+    spent: dict[tuple[str, str], int] = {}
+    for allocation in allocations:
+        for r in ((allocation or {}).get("devices") or {}).get("results") or []:
+            written = (r.get("consumedCapacity") or {}).get("memory")
+            if written is not None:
+                key = (r.get("pool", ""), r.get("device", ""))
+                spent[key] = spent.get(key, 0) + _quantity(written)
+    problems: list[str] = []
+    for d in case.drivers:
+        for x in d.devices:
+            if (d.pool(node), x["name"]) not in spent:
+                continue
+            used = spent[(d.pool(node), x["name"])]
+            if used > _quantity(x["capacity"]["memory"]["value"]):
+                problems.append(f"{x['name']}: shares consume {used} > its memory")
+    return problems
+
+
+def _is_uuid(value: object) -> bool:
+    try:
+        return isinstance(value, str) and str(uuid.UUID(value)) == value
+    except ValueError:
+        return False
+
+
+def _check_share(sub: Sub, device: dict[str, Any], r: dict[str, Any]) -> list[str]:
+    """A result's share fields against its device and request (see the module doc)."""
+    problems: list[str] = []
+    share = r.get("shareID")
+    written = r.get("consumedCapacity")
+    if not device.get("allowMultipleAllocations"):
+        if share is not None or written is not None:
+            problems.append(f"{r}: a share of a device that allows one allocation")
+        ask = (sub.capacity or {}).get("memory")
+        if ask is not None and _quantity(ask) > _quantity(device["capacity"]["memory"]["value"]):
+            problems.append(f"{r}: asks {ask}, more than the device's memory")
+        return problems
+    if not _is_uuid(share):
+        problems.append(f"{r}: shareID should be a UUID")
+    want = expected_share(sub, device)
+    got = None if written is None else _quantity(written["memory"])
+    if want is None or got != want:
+        problems.append(f"{r}: consumes {got}, the policy gives {want}")
     return problems
 
 
@@ -186,7 +269,8 @@ def _check_claim(
             problems.append(f"request {base} names class {sub.cls}, which does not exist")
             continue
         key = (r.get("driver", ""), r.get("pool", ""), r.get("device", ""))
-        if key in seen:
+        multiple = any(x["name"] == key[2] and x.get("allowMultipleAllocations") for x in d.devices)
+        if key in seen and not multiple:
             problems.append(f"device {key} twice in the claim")
         seen.add(key)
         if key[0] != d.name or key[1] != d.pool(node):
@@ -203,6 +287,7 @@ def _check_claim(
             continue
         if not ok:
             problems.append(f"{key[2]} does not match request {r['request']}'s selectors")
+        problems += _check_share(sub, device, r)
         blocking = untolerated(device, sub.tolerations)
         if blocking:
             problems.append(f"{key[2]}: untolerated taints {blocking}, yet allocated")
@@ -214,7 +299,7 @@ def _check_claim(
             "adminAccess" in r and r["adminAccess"] is not True
         ):
             problems.append(f"{r}: adminAccess should be {sub.admin or 'absent'}")
-        if not sub.admin:
+        if not sub.admin and not multiple:
             other = held.get(key)
             if other is not None:
                 problems.append(f"device {key} also held by {other}")
@@ -238,6 +323,7 @@ def _check_claim(
             problems.append(f"request {request.name}: {len(got)} results, count is {sub.count}")
     for c in claim.constraints:
         values = set()
+        distinct: list[str] = []
         for r in results:
             base, _, subname = r.get("request", "").partition("/")
             if c.requests and base not in c.requests and r.get("request") not in c.requests:
@@ -246,6 +332,11 @@ def _check_claim(
             if value is None:
                 problems.append(f"constraint {c.attribute}: {r['device']} lacks it")
             values.add(json_key(value))
+            distinct.append(json_key(value))
+        if c.distinct:
+            if len(set(distinct)) != len(distinct):
+                problems.append(f"distinct {c.attribute} over {c.requests or 'all'}: {distinct}")
+            continue
         if len(values) > 1:
             problems.append(f"constraint {c.attribute} over {c.requests or 'all'}: {values}")
     want_config = expected_config(case, claim, chosen)

@@ -27,11 +27,14 @@ follows its informer's slice order, so only verdicts and validity are compared),
 without key and effect on the request or on firstAvailable subrequests; one or two claims,
 sometimes All), partitioned (a pool of two slices: one with a ``sharedCounters`` set of
 memory and compute, one with a full device consuming all of it and partitions consuming
-parts; counts that sometimes over-spend, sometimes two claims or firstAvailable).
+parts; counts that sometimes over-spend, sometimes two claims or firstAvailable), shares
+(devices that mostly allow multiple allocations, with a ``memory`` request policy: none, a
+default, a stepped range or valid values; requests asking a share of memory or none, one or
+two requests or claims, firstAvailable, a ``distinctAttribute`` over two requests).
 
-The last two need kube 1.36+ (DRADeviceTaints and DRAPartitionableDevices on; a 1.35 API
-server drops the fields): :func:`kinds` leaves them out on an older plane, so there the
-draws are those of the other kinds only.
+The last three need kube 1.36+ (DRADeviceTaints, DRAPartitionableDevices and
+DRAConsumableCapacity on; a 1.35 API server drops the fields): :func:`kinds` leaves them out
+on an older plane, so there the draws are those of the other kinds only.
 """
 
 from __future__ import annotations
@@ -70,6 +73,10 @@ TAINT_VALUES: Final = ("a", "b")
 TAINT_EFFECTS: Final = ("NoSchedule", "NoExecute", "None")
 BLOCKING_EFFECTS: Final = ("NoSchedule", "NoExecute")
 COUNTER_SET: Final = "gpu-counters"
+GI: Final = 1 << 30
+MEMORY_ASKS: Final = ("1Gi", "3Gi", "4Gi", "6Gi", "8Gi", "12Gi", "20Gi", "30Gi", "36Gi", "50Gi")
+UNIQUE: Final = "uid"
+"""The attribute each device of a shares case has a value of its own of."""
 
 
 class SelectorError(Exception):
@@ -292,6 +299,8 @@ class Sub:
     tolerations: list[dict[str, str]] = field(default_factory=list)
     """Device tolerations as written (``operator`` always explicit), copied by kube into
     each result of the request."""
+    capacity: dict[str, str] | None = None
+    """``capacity.requests`` (DRAConsumableCapacity), as written."""
 
     def body(self, driver: str) -> dict[str, Any]:
         out: dict[str, Any] = {"deviceClassName": self.cls}
@@ -305,6 +314,8 @@ class Sub:
             out["adminAccess"] = True
         if self.tolerations:
             out["tolerations"] = [dict(t) for t in self.tolerations]
+        if self.capacity is not None:
+            out["capacity"] = {"requests": dict(self.capacity)}
         return out
 
 
@@ -319,6 +330,8 @@ class Request:
 class Constraint:
     requests: list[str]
     attribute: str
+    distinct: bool = False
+    """``distinctAttribute`` rather than ``matchAttribute``."""
 
 
 @dataclass
@@ -518,10 +531,11 @@ KINDS: Final = (
     ("multi-slice", 4),
     ("tainted", 6),
     ("partitioned", 6),
+    ("shares", 8),
 )
-NEW_IN_136: Final = ("tainted", "partitioned")
-"""Kinds whose fields (device taints and tolerations, shared counters) a 1.35 API server
-drops: not generated there."""
+NEW_IN_136: Final = ("tainted", "partitioned", "shares")
+"""Kinds whose fields (device taints and tolerations, shared counters, consumable capacity)
+a 1.35 API server drops: not generated there."""
 
 
 def kinds(release: str | None = None) -> tuple[tuple[str, int], ...]:
@@ -808,6 +822,31 @@ class _Gen:
                 if variant == "all":
                     sub.mode = "All"
                 claims.append(one(sub))
+        elif kind == "shares":
+            d = self.shares(name)
+            drivers = [d]
+            variant = r.choice(("one", "two-requests", "distinct", "two-claims", "first"))
+
+            def ssub(sub_name: str = "") -> Sub:
+                ask = r.choice((*MEMORY_ASKS, None, None))
+                sels = [_sel(r)] if r.random() < 0.15 else []
+                count = r.choice((1, 1, 1, 2, 3))
+                capacity = None if ask is None else {"memory": ask}
+                return Sub(sub_name, d.cls, sels, count=count, capacity=capacity)
+
+            if variant == "two-claims":
+                claims += [Claim(suffix, [Request("gpu", [ssub()])]) for suffix in ("", "-b")]
+            elif variant == "first":
+                subs = [ssub(f"s{i}") for i in range(r.randint(2, 3))]
+                claims.append(Claim("", [Request("gpu", subs, first_available=True)]))
+            elif variant == "one":
+                claims.append(one(ssub()))
+            else:
+                claim = Claim("", [Request("a", [ssub()]), Request("b", [ssub()])])
+                if variant == "distinct":
+                    scope = r.choice(([], ["a", "b"]))
+                    claim.constraints.append(Constraint(scope, f"{d.name}/{UNIQUE}", True))
+                claims.append(claim)
         else:
             raise AssertionError(kind)
         incomplete = any(x.slice_count > 1 and not x.split for x in drivers)
@@ -838,6 +877,37 @@ class _Gen:
                 keys = r.sample(TAINT_KEYS, r.choice((1, 1, 2)))
                 x["taints"] = [_taint(r, k, no_execute) for k in keys]
         return no_execute
+
+    def shares(self, case: str) -> Driver:
+        """A driver of one to four devices (no PCIe roots), most allowing multiple
+        allocations, each with a value of :data:`UNIQUE` of its own and a ``memory``
+        request policy drawn from none, a default, a stepped range (4Gi steps up to a max)
+        or valid values (all valid for the API server: the default inside, the bounds
+        within the capacity)."""
+        r = self.r
+        d = self.driver(case, n=r.randint(1, 4), root=False)
+        for i, x in enumerate(d.devices):
+            x["attributes"][UNIQUE] = {"string": f"u{i}"}
+            if r.random() < 0.2:
+                continue  # one allocation only: the capacity bounds a request
+            x["allowMultipleAllocations"] = True
+            memory = x["capacity"]["memory"]
+            top = _quantity(memory["value"]) // GI
+            policy = r.choice(("none", "default", "range", "values"))
+            if policy == "default":
+                memory["requestPolicy"] = {"default": "4Gi"}
+            elif policy == "range":
+                most = r.choice((16, top))
+                memory["requestPolicy"] = {
+                    "default": "8Gi",
+                    "validRange": {"min": "4Gi", "max": f"{most}Gi", "step": "4Gi"},
+                }
+            elif policy == "values":
+                memory["requestPolicy"] = {
+                    "default": "4Gi",
+                    "validValues": ["4Gi", "8Gi", "16Gi"],
+                }
+        return d
 
     def partitioned(self, case: str) -> Driver:
         """A driver whose pool shares one counter set (memory and compute) among a full
@@ -1066,7 +1136,10 @@ def claim_spec(case: Case, claim: Claim) -> dict[str, Any]:
     devices: dict[str, Any] = {"requests": requests}
     if claim.constraints:
         devices["constraints"] = [
-            {**({"requests": c.requests} if c.requests else {}), "matchAttribute": c.attribute}
+            {
+                **({"requests": c.requests} if c.requests else {}),
+                ("distinctAttribute" if c.distinct else "matchAttribute"): c.attribute,
+            }
             for c in claim.constraints
         ]
     devices["config"] = [
