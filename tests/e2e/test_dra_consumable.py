@@ -13,6 +13,7 @@ slices from the API, finds no capacity over-spent on either node.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any, Final
@@ -231,3 +232,97 @@ async def test_shares_of_devices_as_kube_scheduler_allocates_them(
         sched.stop()
     assert sched.proc is not None
     assert sched.proc.returncode == 0
+
+
+FRACTION_DRIVER: Final = "frac.e2e.lattice.dev"
+
+
+def milli(text: str) -> int:
+    """The checker's own reading of a whole or milli quantity, in milliunits."""
+    match = re.fullmatch(r"(\d+)(m?)", text)
+    assert match is not None, f"quantity {text!r} outside what this checker reads"
+    return int(match[1]) * (1 if match[2] else 1000)
+
+
+async def test_a_fractional_range_rounds_as_kube_scheduler_does(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """A ``validRange`` in milliunits (100m steps): DRAFractionalCapacityRange is beta in
+    1.37 but on only with ``--min-compatibility-version`` 1.37 (kube's default is one
+    release back), so a default kube-scheduler rounds 150m up to whole units (1), not to
+    200m; Lattice must write what kube writes."""
+    bodies: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "frac"},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "{FRACTION_DRIVER}"'}}]
+            },
+        }
+    ]
+    for node in (KUBE_NODE, LATTICE_NODE):
+        policy = {"default": "100m", "validRange": {"min": "100m", "step": "100m"}}
+        bodies.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"frac-{node}"},
+                "spec": {
+                    "driver": FRACTION_DRIVER,
+                    "nodeName": node,
+                    "pool": {"name": f"frac-{node}", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [
+                        {
+                            "name": "f0",
+                            "allowMultipleAllocations": True,
+                            "capacity": {"share": {"value": "4", "requestPolicy": policy}},
+                        }
+                    ],
+                },
+            }
+        )
+        bodies.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": f"j-{node}", "namespace": ns},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "r0",
+                                "exactly": {
+                                    "deviceClassName": "frac",
+                                    "capacity": {"requests": {"share": "150m"}},
+                                },
+                            }
+                        ]
+                    }
+                },
+            }
+        )
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(bodies))
+    sched = plane.lattice().start()
+    try:
+        names = {f"j-{node}": node for node in (KUBE_NODE, LATTICE_NODE)}
+        await create_pods(api, ns, [pinned("j", node) for node in names.values()])
+
+        async def settled() -> dict[str, str | None] | None:
+            pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
+            seen = {n: verdict(pods[n]) for n in names if n in pods}
+            return seen if len(seen) == 2 and all(seen.values()) else None
+
+        seen = await poll(settled, within=60, interval=0.5)
+        assert set(seen.values()) == {BOUND}, seen
+        kubes = await claim_status(api, ns, f"j-{KUBE_NODE}")
+        ours = await claim_status(api, ns, f"j-{LATTICE_NODE}")
+
+        def share(status: dict[str, Any]) -> int:
+            (result,) = status["allocation"]["devices"]["results"]
+            return milli(result["consumedCapacity"]["share"])
+
+        assert share(kubes) == 1000, kubes["allocation"]
+        assert share(ours) == share(kubes), ours["allocation"]
+    finally:
+        sched.stop()

@@ -110,9 +110,12 @@ _CLOCK_EVERY: Final = 256
 """Search steps between looks at the clock."""
 PARTITIONABLE_SINCE_MINOR: Final = 36
 """DRAPartitionableDevices is beta and on in kube-scheduler from 1.36 (alpha, off, in 1.35)."""
-FRACTIONAL_RANGE_SINCE_MINOR: Final = 37
-"""DRAFractionalCapacityRange (beta and on in 1.37): a ``validRange`` whose bounds are whole
-milliunits is rounded in milliunits; 1.36 rounds every value up to whole units first."""
+FRACTIONAL_RANGE_SINCE_MINOR: Final = 38
+"""DRAFractionalCapacityRange: a ``validRange`` whose bounds are whole milliunits is rounded
+in milliunits. Beta in 1.37 but on only when ``--min-compatibility-version`` is 1.37, and a
+component's default is one release back: kube-scheduler 1.37.2 as shipped rounds every value
+up to whole units first, as 1.36 does (checked live: 150m under 100m steps is written as 1).
+From 1.38 the default compatibility version reaches 1.37 and turns it on."""
 _NANO: Final = 10**9
 _MILLI_NANOS: Final = 10**6
 _INT64_MAX: Final = 2**63 - 1
@@ -967,8 +970,8 @@ def _units(nanos: int, unit: int) -> int:
 
 
 def _milli_range(policy: RequestPolicy, search: _Search) -> bool:
-    """kube's ``useMilli`` (1.37): every bound a whole number of milliunits, the step at
-    least 1m."""
+    """kube's ``useMilli`` (with DRAFractionalCapacityRange on): every bound a whole number
+    of milliunits, the step at least 1m."""
     if search.kube_minor < FRACTIONAL_RANGE_SINCE_MINOR:
         return False
     bounds = [b for b in (policy.min, policy.max, policy.step) if b is not None]

@@ -245,19 +245,22 @@ def test_a_shared_device_charges_its_counters_once() -> None:
     assert allocate([both], slices) is None
 
 
-def test_fractional_ranges_round_in_milliunits_from_1_37() -> None:
-    """1.37 (DRAFractionalCapacityRange): bounds in whole milliunits round there; 1.36
-    rounds every value up to whole units first; a request finer than 1m is an error."""
+def test_fractional_ranges_round_in_milliunits_only_from_1_38() -> None:
+    """DRAFractionalCapacityRange is off in kube-scheduler 1.37 as shipped (on only with
+    ``--min-compatibility-version`` 1.37, the default from 1.38): 1.36 and 1.37 round every
+    value up to whole units first; with it, bounds in whole milliunits round there and a
+    request finer than 1m is an error."""
     policy = {"validRange": {"min": "100m", "step": "100m"}}
     body = shared_gpu(memory="4", policy=policy)
-    found = one([wants("c", "150m")], body)
+    for minor in (36, 37):
+        old = one([wants("c", "150m")], body, kube_minor=minor)
+        assert old is not None
+        assert old[0]["devices"]["results"][0]["consumedCapacity"] == {"memory": "1"}
+    found = one([wants("c", "150m")], body, kube_minor=38)
     assert found is not None
     assert found[0]["devices"]["results"][0]["consumedCapacity"] == {"memory": "200m"}
-    old = one([wants("c", "150m")], body, kube_minor=36)
-    assert old is not None
-    assert old[0]["devices"]["results"][0]["consumedCapacity"] == {"memory": "1"}
     with pytest.raises(AllocationError, match="not a milli value"):
-        one([wants("c", "1500500u")], body)
+        one([wants("c", "1500500u")], body, kube_minor=38)
 
 
 def test_release_1_35_passes_over_shared_devices_and_refuses_the_fields() -> None:
