@@ -97,6 +97,10 @@ def domain_rank(problem: GangProblem, nodes: IndexArray, target: int) -> IntArra
     rank = np.full(p.num_nodes, len(chosen), dtype=np.int64)
     for i, d in enumerate(chosen):
         rank[pool[level[pool] == d]] = i
+    # A partial gang's rest fills its bound members' domains first (they are spanned
+    # already, as CP-SAT's tiers count them).
+    bound = p.spanned[-1] if len(p.spanned) == len(p.compact) else ()
+    rank[np.isin(level, np.asarray(bound, dtype=np.int64))] = -1
     return rank
 
 

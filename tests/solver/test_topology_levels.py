@@ -349,6 +349,8 @@ def test_a_partial_gangs_rest_joins_its_bound_members_rack() -> None:
         bound_nodes=["rB-n0"],
     )
     assert partial.spanned == ((0,), (1,))  # (blocks, racks): b1, rB
+    greedy = solve(partial, use_solver=False)
+    assert {rack_of[n] for _, n in greedy.placements} == {"rB"}
     plan = solve(partial, time_limit_s=10.0)
     assert plan.admitted
     assert {rack_of[n] for _, n in plan.placements} == {"rB"}
