@@ -15,7 +15,7 @@ from scheduler.core.snapshot import Snapshot
 from scheduler.model.pod import Pod
 from scheduler.solver import SolveStatus, solve, violations
 from scheduler.solver.check import kept_whole, spans, tight_used
-from scheduler.solver.domains import fewest, tightest
+from scheduler.solver.domains import domain_rank, fewest, tightest
 from scheduler.solver.problem import build_problem, compact_keys
 from tests.builders import cluster
 from tests.solver.support import (
@@ -349,6 +349,16 @@ def test_a_partial_gangs_rest_joins_its_bound_members_rack() -> None:
         bound_nodes=["rB-n0"],
     )
     assert partial.spanned == ((0,), (1,))  # (blocks, racks): b1, rB
+    # Greedy's fill order puts the bound member's rack first (alone, the tightest first).
+    everywhere = np.arange(partial.num_nodes)
+    order = domain_rank(partial, everywhere, 2)
+    assert order is not None
+    at = {name: int(order[i]) for i, name in enumerate(partial.node_names)}
+    assert at["rB-n0"] < at["rA-n0"]
+    loose = domain_rank(alone, np.arange(alone.num_nodes), 2)
+    assert loose is not None
+    at = {name: int(loose[i]) for i, name in enumerate(alone.node_names)}
+    assert at["rA-n0"] < at["rB-n0"]
     greedy = solve(partial, use_solver=False)
     assert {rack_of[n] for _, n in greedy.placements} == {"rB"}
     plan = solve(partial, time_limit_s=10.0)
