@@ -20,7 +20,8 @@ Devices (not in kube). kube adds a nominated pod to a node through each plugin's
 preemptor freed go to whichever pod asks first, a lower-priority one included, and the
 preemptor evicts again. Lattice holds them: for a pod that may use devices (claims, or
 extended resources a DeviceClass may serve), every nominated pod of priority >= its own
-with claims has its claims planned on its nominated node
+with claims, or with extended resources its nominated node serves by DRA, has its claims
+(and that node's claim for those resources) planned on its nominated node
 (:meth:`~scheduler.core.plugins.dynamic_resources.DynamicResources.nominee_devices`; highest
 priority first, then by key, each with the devices of those before it in use), and those
 devices count as in use for the whole decision
@@ -106,7 +107,7 @@ def nominee_devices(
             (other, node)
             for node, pods in nominated_by_node(snapshot, pod, nominated).items()
             for other in pods
-            if other.resource_claims
+            if other.resource_claims or other.container_requests
         ),
         key=lambda entry: (-entry[0].priority, entry[0].key),
     )

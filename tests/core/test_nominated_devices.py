@@ -209,3 +209,76 @@ def test_a_deferred_search_finds_its_verdicts_under_the_same_hold() -> None:
     plain = DeviceSearch(deferred=True)
     schedule_with_nominated(FRAMEWORK, snapshot, lo, [], dra=dra, search=plain)
     assert {j.key for j in plain.take_jobs()}.isdisjoint(j.key for j in jobs)
+
+
+# -- a nominee asking through a DeviceClass's extendedResourceName ---------------------
+
+GPU = "example.com/gpu"
+
+
+def gpu_pod(name: str, priority: int, count: int) -> Pod:
+    """A pod asking ``count`` of the extended resource no node's allocatable has: served by
+    DRA through the class's ``extendedResourceName`` (one implicit claim per node)."""
+    return make_pod(name, cpu="1", resources={GPU: str(count)}).priority(priority).uid(name).build()
+
+
+def extended_setup(nominee_gpus: int) -> tuple[DraState, Snapshot, Pod]:
+    """:func:`setup`, the class serving ``example.com/gpu``; the nominee "hi" (priority 10)
+    asks for ``nominee_gpus`` of it instead of a claim."""
+    dra, snapshot, _ = setup(1)
+    body = device_class("gpu")
+    body["spec"]["extendedResourceName"] = GPU
+    dra.set_class(DeviceClass.from_api(body))
+    return dra, snapshot, gpu_pod("hi", 10, nominee_gpus)
+
+
+def test_the_devices_of_an_extended_resource_nominee_are_held_for_it() -> None:
+    dra, snapshot, hi = extended_setup(2)
+    nominated = [(hi, "n0")]
+    lo, lo_gpu = claim_pod("lo", 1, "lo-c"), gpu_pod("lo-gpu", 1, 1)
+    before = dra.allocated_devices()
+    planned = nominee_devices(FRAMEWORK, snapshot, lo, nominated, dra)
+    assert planned == {DeviceId(GPU_DRIVER, "n0", "gpu-0"), DeviceId(GPU_DRIVER, "n0", "gpu-1")}
+    for pod in (lo, lo_gpu):  # a claim or an extended resource: both kept off
+        assert schedule_with_nominated(FRAMEWORK, snapshot, pod, [], dra=dra).selected == "n0"
+        d = schedule_with_nominated(FRAMEWORK, snapshot, pod, nominated, dra=dra)
+        assert d.selected is None
+        verdict = d.explanation.node("n0")
+        assert verdict.reasons == (CANNOT_ALLOCATE,)
+        assert verdict.code is Code.UNSCHEDULABLE
+    assert dra.allocated_devices() == before
+    assert dra.held_for_nominated() == frozenset()
+    # kube's rule: a nominee of priority >= the pod's holds; a higher-priority pod may take.
+    equal = gpu_pod("eq", 10, 1)
+    assert schedule_with_nominated(FRAMEWORK, snapshot, equal, nominated, dra=dra).selected is None
+    for up in (claim_pod("up", 11, "lo-c"), gpu_pod("up-gpu", 11, 1)):
+        assert schedule_with_nominated(FRAMEWORK, snapshot, up, nominated, dra=dra).selected == "n0"
+    # The nominee gets the devices held for it, through its node's implicit claim.
+    mine = schedule_with_nominated(FRAMEWORK, snapshot, hi, nominated, dra=dra)
+    assert mine.selected == "n0"
+    assert devices_of(mine) == planned
+    # The nomination ended: the devices are anyone's again.
+    assert schedule_with_nominated(FRAMEWORK, snapshot, lo_gpu, [], dra=dra).selected == "n0"
+
+
+def test_only_the_planned_devices_of_an_extended_resource_nominee_are_held() -> None:
+    dra, snapshot, hi = extended_setup(1)
+    lo = gpu_pod("lo", 1, 1)
+    planned = nominee_devices(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra)
+    assert len(planned) == 1
+    d = schedule_with_nominated(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra=dra)
+    assert d.selected == "n0"
+    assert devices_of(d).isdisjoint(planned)
+
+
+def test_an_extended_resource_nominee_on_a_device_plugin_node_holds_no_devices() -> None:
+    """Where the nominated node's allocatable has the resource, NodeResourcesFit serves it
+    (the nominee's count is added there as kube adds it): no implicit claim, nothing held."""
+    dra, _, hi = extended_setup(2)
+    nodes = [NODES[0], make_node("n1", cpu="8", memory="16Gi").resource(GPU, 2)]
+    snapshot = cluster(nodes, [(claim_pod("b", 20, "c-b"), "n1")])
+    lo = claim_pod("lo", 1, "lo-c")
+    assert nominee_devices(FRAMEWORK, snapshot, lo, [(hi, "n1")], dra) == frozenset()
+    assert nominee_devices(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra) == frozenset(
+        {DeviceId(GPU_DRIVER, "n0", "gpu-0"), DeviceId(GPU_DRIVER, "n0", "gpu-1")}
+    )

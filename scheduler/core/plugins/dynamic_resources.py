@@ -299,9 +299,7 @@ class DynamicResources:
         if variant is None:
             dra = cycle.dra
             assert dra is not None
-            classes = {r: c for r in served if (c := dra.extended_class(r)) is not None}
-            requests, mappings = extended.requests_and_mappings(cycle.pod, served, classes)
-            claim = extended.node_claim(cycle.pod, requests)
+            claim, mappings = _extended_claim(cycle.pod, dra, served)
             claims = [*state.to_allocate, claim]
             specs = dra.spec_id((self.aligned, _specs(claims)))
             variant = ext.variants[served] = _Variant(claim, mappings, specs)
@@ -337,8 +335,8 @@ class DynamicResources:
             node = snapshot.node(int(row))
             claims, specs = state.to_allocate, state.specs
             if ext is not None:
-                lacking = frozenset(r for r in ext.requests if not provided[r][row])
-                if lacking - ext.served:
+                lacking = _served_by_dra(ext, provided, int(row))
+                if lacking is None:
                     cannot_fit[row] = True
                     codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
                     continue
@@ -487,6 +485,33 @@ class DynamicResources:
             )
         return ClaimPlan(pod.name, pod.uid, tuple(writes))
 
+    def _nominee_claims(
+        self, snapshot: Snapshot, nominee: Pod, row: int, dra: DraState
+    ) -> list[ResourceClaim] | None:
+        """What ``nominee``'s decision would allocate on node ``row``, as PreFilter and
+        Filter resolve it: its unallocated claims, then the claim for the extended
+        resources the node serves it by DRA. None where PreFilter or Filter would reject
+        the nominee there (a claim missing, deleting or being allocated for another pod, a
+        claim left by an earlier attempt, a resource neither the node nor a class
+        provides): nothing to plan."""
+        claims = unallocated_claims(nominee, dra)
+        if claims is None:
+            return None
+        for c in claims:
+            if c.deleting or dra.pending_for(c.key) not in (None, nominee.uid):
+                return None
+        if self.extended_resources and nominee.container_requests:
+            ext = _extended_of(nominee, dra)
+            if ext is not None:
+                if ext.stale is not None:
+                    return None
+                lacking = _served_by_dra(ext, _provided(snapshot, ext), row)
+                if lacking is None:
+                    return None
+                if lacking:
+                    claims.append(_extended_claim(nominee, dra, lacking)[0])
+        return claims
+
     def nominee_devices(
         self,
         snapshot: Snapshot,
@@ -504,17 +529,15 @@ class DynamicResources:
         from the moment it is gone, even while another victim still terminates.
         Empty where nothing can be planned: no unallocated claim, a claim missing or being
         allocated for another pod, the node outside Lattice's DRA nodes, no allocation,
-        an allocator error or the on-loop budget spent (errors are not remembered). A
-        nominee's DRA-backed extended resources are not planned. The verdict is kept in
+        an allocator error or the on-loop budget spent (errors are not remembered). The
+        claim for the nominee's DRA-backed extended resources is planned with its own
+        claims, as its Filter would allocate them (:meth:`_nominee_claims`). The verdict is kept in
         the memo, keyed by the node's pools and versions, the claims' specs, the freed and
         the taken devices: a nomination costs one search per change of its node's devices."""
         row = snapshot.index_of(node_name)
-        claims = unallocated_claims(nominee, dra)
+        claims = None if row is None else self._nominee_claims(snapshot, nominee, row, dra)
         if row is None or not claims:
             return frozenset()
-        for c in claims:  # PreFilter would reject the nominee: nothing to plan
-            if c.deleting or dra.pending_for(c.key) not in (None, nominee.uid):
-                return frozenset()
         node = snapshot.node(row)
         own = self.args.node_selector
         if not own.is_empty and not own.matches(node.labels):
@@ -714,6 +737,25 @@ def _extended_of(pod: Pod, dra: DraState) -> _Extended | None:
     if not served:
         return None
     return _Extended(requests, served, dra.extended_claim(pod.uid, pod.name))
+
+
+def _served_by_dra(
+    ext: _Extended, provided: Mapping[str, BoolArray], row: int
+) -> frozenset[str] | None:
+    """The extended resources node ``row`` must serve the pod by DRA (its allocatable lacks
+    them); None where one of them no DeviceClass serves either (kube's "cannot fit")."""
+    lacking = frozenset(r for r in ext.requests if not provided[r][row])
+    return None if lacking - ext.served else lacking
+
+
+def _extended_claim(
+    pod: Pod, dra: DraState, served: frozenset[str]
+) -> tuple[ResourceClaim, tuple[extended.RequestMapping, ...]]:
+    """The claim (under the pod's placeholder) serving ``served`` for the pod by DRA, and
+    the pod's container-to-request mappings."""
+    classes = {r: c for r in served if (c := dra.extended_class(r)) is not None}
+    requests, mappings = extended.requests_and_mappings(pod, served, classes)
+    return extended.node_claim(pod, requests), mappings
 
 
 def _provided(snapshot: Snapshot, ext: _Extended | None) -> dict[str, BoolArray]:
