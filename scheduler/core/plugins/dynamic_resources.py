@@ -84,7 +84,14 @@ from scheduler.core.dra.allocator import (
     NodeAllocationError,
     chosen_subrequests,
 )
-from scheduler.core.dra.objects import FIRST_AVAILABLE_MAX, DeviceId, ResourceClaim, requests_of
+from scheduler.core.dra.objects import (
+    FIRST_AVAILABLE_MAX,
+    DeviceId,
+    ResourceClaim,
+    Share,
+    allocation_usage,
+    requests_of,
+)
 from scheduler.core.dra.search import CANNOT_ALLOCATE as CANNOT_ALLOCATE
 from scheduler.core.dra.search import (
     ON_LOOP_BUDGET,
@@ -102,7 +109,8 @@ from scheduler.core.dra.state import (
     ClaimWrite,
     DraState,
     ExtendedClaim,
-    allocation_devices,
+    Hold,
+    with_shares,
 )
 from scheduler.core.framework import (
     PREFILTER_SKIP,
@@ -512,18 +520,18 @@ class DynamicResources:
                     claims.append(_extended_claim(nominee, dra, lacking)[0])
         return claims
 
-    def nominee_devices(
+    def nominee_hold(
         self,
         snapshot: Snapshot,
         nominee: Pod,
         node_name: str,
         dra: DraState,
-        taken: frozenset[DeviceId],
-    ) -> frozenset[DeviceId]:
-        """The devices ``nominee``'s unallocated claims would get on ``node_name``, its
+        taken: Hold,
+    ) -> Hold:
+        """The devices and shares ``nominee``'s unallocated claims would get on ``node_name``, its
         nominated node, so that a decision for a pod of lower or equal priority can count
         them as in use (:mod:`scheduler.core.nominated`). Planned with ``taken`` (devices
-        held for nominees before it) in use and the devices of the node's terminating
+        and shares held for nominees before it) in use and the devices of the node's terminating
         pods of lower priority free: its victims, whose claims are released once they are
         gone, as preemption's dry run counted them; so the devices a victim frees are held
         from the moment it is gone, even while another victim still terminates.
@@ -537,11 +545,11 @@ class DynamicResources:
         row = snapshot.index_of(node_name)
         claims = None if row is None else self._nominee_claims(snapshot, nominee, row, dra)
         if row is None or not claims:
-            return frozenset()
+            return Hold()
         node = snapshot.node(row)
         own = self.args.node_selector
         if not own.is_empty and not own.matches(node.labels):
-            return frozenset()
+            return Hold()
         freed: set[DeviceId] = set()
         for other in snapshot.pods_on(row):
             claims_of = other.resource_claims or other.container_requests
@@ -551,26 +559,33 @@ class DynamicResources:
             aligned=self.aligned,
             compact_config=self.compact_config,
             kube_minor=self.kube_minor,
-            allocated=(dra.used_devices() - freed) | taken,
+            allocated=(dra.used_devices() - freed) | taken.devices,
+            shared=with_shares(dra.shared_in_use(), taken.shares),
         )
         pools = allocator.slices.pools(node.name, node.labels, allocator.kube_minor)
         specs = dra.spec_id((self.aligned, _specs(claims)))
-        key = ("nominee", *dra.node_key(node.name, pools, specs), frozenset(freed), taken)
+        key = ("nominee", *dra.node_key(node.name, pools, specs), frozenset(freed), taken.key())
         hit = dra.memo.get(key)
         if hit is not None:
-            return frozenset() if hit is _NO_FIT else cast(frozenset[DeviceId], hit)
+            return Hold() if hit is _NO_FIT else cast(Hold, hit)
         try:
             found = allocator.allocate(
                 node.name, node.labels, claims, stop_at=time.monotonic() + ON_LOOP_BUDGET
             )
         except (AllocationError, NodeAllocationError, BudgetExhausted):
-            return frozenset()
+            return Hold()
         if found is None:
             dra.memo[key] = _NO_FIT
-            return frozenset()
-        devices = frozenset(d for allocation in found for d in allocation_devices(allocation))
-        dra.memo[key] = devices
-        return devices
+            return Hold()
+        devices: set[DeviceId] = set()
+        shares: list[Share] = []
+        for allocation in found:
+            whole, parts = allocation_usage(allocation)
+            devices.update(whole)
+            shares += parts
+        hold = Hold(frozenset(devices), tuple(shares))
+        dra.memo[key] = hold
+        return hold
 
 
 def unallocated_claims(pod: Pod, dra: DraState) -> list[ResourceClaim] | None:
