@@ -20,10 +20,12 @@ Devices (not in kube). kube adds a nominated pod to a node through each plugin's
 preemptor freed go to whichever pod asks first, a lower-priority one included, and the
 preemptor evicts again. Lattice holds them: for a pod that may use devices (claims, or
 extended resources a DeviceClass may serve), every nominated pod of priority >= its own
-with claims has its claims planned on its nominated node
-(:meth:`~scheduler.core.plugins.dynamic_resources.DynamicResources.nominee_devices`; highest
+with claims, or with extended resources its nominated node serves by DRA, has its claims
+(and that node's claim for those resources) planned on its nominated node
+(:meth:`~scheduler.core.plugins.dynamic_resources.DynamicResources.nominee_hold`; highest
 priority first, then by key, each with the devices of those before it in use), and those
-devices count as in use for the whole decision
+devices (and the capacity of the shares of multi-allocatable devices among them) count as
+in use for the whole decision
 (:meth:`~scheduler.core.dra.state.DraState.hold_for_nominated`), on every node (a
 network-attached pool is seen by several). The hold lasts as long as the nomination: it
 ends when the nominee binds, is deleted, is nominated elsewhere or loses its nomination.
@@ -42,6 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scheduler.core.batch import Batch
+from scheduler.core.dra.state import Hold
 from scheduler.core.explain import (
     ABSENT,
     PREFILTER_REJECTED,
@@ -57,7 +60,6 @@ from scheduler.core.topology.state import TopologyState
 from scheduler.model.pod import Pod
 
 if TYPE_CHECKING:
-    from scheduler.core.dra.objects import DeviceId
     from scheduler.core.dra.search import DeviceSearch
     from scheduler.core.dra.state import DraState
     from scheduler.core.quota import QuotaContext
@@ -80,7 +82,7 @@ def nominated_by_node(
     return out
 
 
-def nominee_devices(
+def nominee_hold(
     framework: Framework,
     snapshot: Snapshot,
     pod: Pod,
@@ -88,31 +90,31 @@ def nominee_devices(
     dra: DraState | None,
     *,
     uses_devices: bool | None = None,
-) -> frozenset[DeviceId]:
-    """The devices held for the nominated pods that count for ``pod`` (see the module
-    docstring); empty for a pod that cannot use devices (``uses_devices``: whether it may,
-    if not from its own spec: a gang's lowest member stands for all its members)."""
+) -> Hold:
+    """The devices and shares held for the nominated pods that count for ``pod`` (see the
+    module docstring); empty for a pod that cannot use devices (``uses_devices``: whether
+    it may, if not from its own spec: a gang's lowest member stands for all its members)."""
     if uses_devices is None:
         uses_devices = bool(pod.resource_claims or pod.container_requests)
     if dra is None or not nominated or not uses_devices:
-        return frozenset()
+        return Hold()
     plugin = next(
         (p for p in framework.plugins.claim_planners if isinstance(p, DynamicResources)), None
     )
     if plugin is None:
-        return frozenset()
+        return Hold()
     nominees = sorted(
         (
             (other, node)
             for node, pods in nominated_by_node(snapshot, pod, nominated).items()
             for other in pods
-            if other.resource_claims
+            if other.resource_claims or other.container_requests
         ),
         key=lambda entry: (-entry[0].priority, entry[0].key),
     )
-    taken: frozenset[DeviceId] = frozenset()
+    taken = Hold()
     for other, node in nominees:
-        taken |= plugin.nominee_devices(snapshot, other, node, dra, taken)
+        taken |= plugin.nominee_hold(snapshot, other, node, dra, taken)
     return taken
 
 
@@ -126,18 +128,19 @@ def nominee_devices_held(
     *,
     uses_devices: bool | None = None,
 ) -> Iterator[None]:
-    """:func:`nominee_devices` counted as in use in ``dra`` within the block (the hold
+    """:func:`nominee_hold` counted as in use in ``dra`` within the block (the hold
     before it is restored after)."""
-    held = nominee_devices(framework, snapshot, pod, nominated, dra, uses_devices=uses_devices)
+    held = nominee_hold(framework, snapshot, pod, nominated, dra, uses_devices=uses_devices)
     if dra is None or not held:
         yield
         return
-    before = dra.held_for_nominated()
-    dra.hold_for_nominated(held | before)
+    before = dra.nominated_hold()
+    both = before | held
+    dra.hold_for_nominated(both.devices, both.shares)
     try:
         yield
     finally:
-        dra.hold_for_nominated(before)
+        dra.hold_for_nominated(before.devices, before.shares)
 
 
 def schedule_with_nominated(

@@ -111,8 +111,13 @@ class ClaimWriter(FakeWriter):
         return None
 
 
-def claim_scheduler(*claims: dict[str, Any]) -> tuple[Scheduler, ClaimWriter]:
-    writer = ClaimWriter({c["metadata"]["name"]: c for c in claims})
+def claim_scheduler(
+    *claims: dict[str, Any], writer: ClaimWriter | None = None
+) -> tuple[Scheduler, ClaimWriter]:
+    """Three nodes, one GPU on n1, ``claims``; ``writer``: a ClaimWriter of the test's own."""
+    if writer is None:
+        writer = ClaimWriter({})
+    writer.bodies.update({c["metadata"]["name"]: c for c in claims})
     sched = Scheduler(
         parse_spec({}, "lattice"),
         writer=cast(KubeWriter, writer),

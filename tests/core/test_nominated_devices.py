@@ -10,10 +10,10 @@ from typing import Any
 
 from scheduler.core.dra.objects import DeviceClass, DeviceId, ResourceClaim, ResourceSlice
 from scheduler.core.dra.search import DeviceSearch, search_node
-from scheduler.core.dra.state import DraState, allocation_devices
+from scheduler.core.dra.state import DraState, Hold, allocation_devices
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code
-from scheduler.core.nominated import nominee_devices, schedule_with_nominated
+from scheduler.core.nominated import nominee_hold, schedule_with_nominated
 from scheduler.core.plugins.dynamic_resources import CANNOT_ALLOCATE, remember
 from scheduler.core.preemption import Inputs, preempt
 from scheduler.core.schedule import Framework
@@ -29,6 +29,7 @@ from tests.core.dra.builders import (
     request,
     resource_slice,
 )
+from tests.core.dra.test_consumable import node_slice, shared_gpu, wants
 
 FRAMEWORK = Framework()
 NODES = [make_node(f"n{i}", cpu="8", memory="16Gi") for i in range(2)]
@@ -120,7 +121,7 @@ def test_the_priority_rule_is_kubes_add_nominated_pods() -> None:
 def test_only_the_planned_devices_are_held() -> None:
     dra, snapshot, hi = setup(1)
     lo = claim_pod("lo", 1, "lo-c")
-    planned = nominee_devices(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra)
+    planned = nominee_hold(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra).devices
     assert len(planned) == 1
     d = schedule_with_nominated(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra=dra)
     assert d.selected == "n0"
@@ -140,7 +141,7 @@ def test_the_devices_of_a_gone_victim_are_held_while_another_still_terminates() 
     hi, lo = claim_pod("hi", 10, "want"), claim_pod("lo", 1, "lo-c")
     assert schedule_with_nominated(FRAMEWORK, snapshot, lo, [], dra=dra).selected == "n0"
     assert schedule_with_nominated(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra=dra).selected is None
-    held_now = nominee_devices(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra)
+    held_now = nominee_hold(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra).devices
     assert held_now == {DeviceId(GPU_DRIVER, "n0", "gpu-0"), DeviceId(GPU_DRIVER, "n0", "gpu-1")}
 
 
@@ -152,9 +153,9 @@ def test_nominees_are_planned_by_priority_each_without_the_devices_before_it() -
     nominated = [(mid, "n0"), (hi, "n0")]
     below = claim_pod("lo", 1, "lo-c")
     between = claim_pod("btw", 7, "lo-c")
-    both = nominee_devices(FRAMEWORK, snapshot, below, nominated, dra)
+    both = nominee_hold(FRAMEWORK, snapshot, below, nominated, dra).devices
     assert len(both) == 2
-    only_hi = nominee_devices(FRAMEWORK, snapshot, between, nominated, dra)
+    only_hi = nominee_hold(FRAMEWORK, snapshot, between, nominated, dra).devices
     assert len(only_hi) == 1
     assert only_hi < both
     assert schedule_with_nominated(FRAMEWORK, snapshot, below, nominated, dra=dra).selected is None
@@ -166,7 +167,7 @@ def test_nominees_are_planned_by_priority_each_without_the_devices_before_it() -
 def test_a_pod_without_claims_holds_nothing_and_pays_nothing() -> None:
     dra, snapshot, hi = setup(2)
     plain = make_pod("plain", cpu="1").priority(1).uid("plain").build()
-    assert nominee_devices(FRAMEWORK, snapshot, plain, [(hi, "n0")], dra) == frozenset()
+    assert nominee_hold(FRAMEWORK, snapshot, plain, [(hi, "n0")], dra).devices == frozenset()
     assert schedule_with_nominated(FRAMEWORK, snapshot, plain, [(hi, "n0")], dra=dra).selected
 
 
@@ -196,7 +197,7 @@ def test_a_deferred_search_finds_its_verdicts_under_the_same_hold() -> None:
     schedule_with_nominated(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra=dra, search=first)
     jobs = first.take_jobs()
     assert [j.node for j in jobs] == ["n0", "n1"]
-    planned = nominee_devices(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra)
+    planned = nominee_hold(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra).devices
     for job in jobs:
         assert planned <= job.allocator.allocated  # the worker searches under the hold
         remember(dra, job.key, search_node(job.allocator, job.node, job.labels, job.claims, None))
@@ -209,3 +210,143 @@ def test_a_deferred_search_finds_its_verdicts_under_the_same_hold() -> None:
     plain = DeviceSearch(deferred=True)
     schedule_with_nominated(FRAMEWORK, snapshot, lo, [], dra=dra, search=plain)
     assert {j.key for j in plain.take_jobs()}.isdisjoint(j.key for j in jobs)
+
+
+# -- a nominee asking through a DeviceClass's extendedResourceName ---------------------
+
+GPU = "example.com/gpu"
+
+
+def gpu_pod(name: str, priority: int, count: int) -> Pod:
+    """A pod asking ``count`` of the extended resource no node's allocatable has: served by
+    DRA through the class's ``extendedResourceName`` (one implicit claim per node)."""
+    return make_pod(name, cpu="1", resources={GPU: str(count)}).priority(priority).uid(name).build()
+
+
+def extended_setup(nominee_gpus: int) -> tuple[DraState, Snapshot, Pod]:
+    """:func:`setup`, the class serving ``example.com/gpu``; the nominee "hi" (priority 10)
+    asks for ``nominee_gpus`` of it instead of a claim."""
+    dra, snapshot, _ = setup(1)
+    body = device_class("gpu")
+    body["spec"]["extendedResourceName"] = GPU
+    dra.set_class(DeviceClass.from_api(body))
+    return dra, snapshot, gpu_pod("hi", 10, nominee_gpus)
+
+
+def test_the_devices_of_an_extended_resource_nominee_are_held_for_it() -> None:
+    dra, snapshot, hi = extended_setup(2)
+    nominated = [(hi, "n0")]
+    lo, lo_gpu = claim_pod("lo", 1, "lo-c"), gpu_pod("lo-gpu", 1, 1)
+    before = dra.allocated_devices()
+    planned = nominee_hold(FRAMEWORK, snapshot, lo, nominated, dra).devices
+    assert planned == {DeviceId(GPU_DRIVER, "n0", "gpu-0"), DeviceId(GPU_DRIVER, "n0", "gpu-1")}
+    for pod in (lo, lo_gpu):  # a claim or an extended resource: both kept off
+        assert schedule_with_nominated(FRAMEWORK, snapshot, pod, [], dra=dra).selected == "n0"
+        d = schedule_with_nominated(FRAMEWORK, snapshot, pod, nominated, dra=dra)
+        assert d.selected is None
+        verdict = d.explanation.node("n0")
+        assert verdict.reasons == (CANNOT_ALLOCATE,)
+        assert verdict.code is Code.UNSCHEDULABLE
+    assert dra.allocated_devices() == before
+    assert dra.held_for_nominated() == frozenset()
+    # kube's rule: a nominee of priority >= the pod's holds; a higher-priority pod may take.
+    equal = gpu_pod("eq", 10, 1)
+    assert schedule_with_nominated(FRAMEWORK, snapshot, equal, nominated, dra=dra).selected is None
+    for up in (claim_pod("up", 11, "lo-c"), gpu_pod("up-gpu", 11, 1)):
+        assert schedule_with_nominated(FRAMEWORK, snapshot, up, nominated, dra=dra).selected == "n0"
+    # The nominee gets the devices held for it, through its node's implicit claim.
+    mine = schedule_with_nominated(FRAMEWORK, snapshot, hi, nominated, dra=dra)
+    assert mine.selected == "n0"
+    assert devices_of(mine) == planned
+    # The nomination ended: the devices are anyone's again.
+    assert schedule_with_nominated(FRAMEWORK, snapshot, lo_gpu, [], dra=dra).selected == "n0"
+
+
+def test_only_the_planned_devices_of_an_extended_resource_nominee_are_held() -> None:
+    dra, snapshot, hi = extended_setup(1)
+    lo = gpu_pod("lo", 1, 1)
+    planned = nominee_hold(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra).devices
+    assert len(planned) == 1
+    d = schedule_with_nominated(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra=dra)
+    assert d.selected == "n0"
+    assert devices_of(d).isdisjoint(planned)
+
+
+def test_an_extended_resource_nominee_on_a_device_plugin_node_holds_no_devices() -> None:
+    """Where the nominated node's allocatable has the resource, NodeResourcesFit serves it
+    (the nominee's count is added there as kube adds it): no implicit claim, nothing held."""
+    dra, _, hi = extended_setup(2)
+    nodes = [NODES[0], make_node("n1", cpu="8", memory="16Gi").resource(GPU, 2)]
+    snapshot = cluster(nodes, [(claim_pod("b", 20, "c-b"), "n1")])
+    lo = claim_pod("lo", 1, "lo-c")
+    assert nominee_hold(FRAMEWORK, snapshot, lo, [(hi, "n1")], dra).devices == frozenset()
+    assert nominee_hold(FRAMEWORK, snapshot, lo, [(hi, "n0")], dra).devices == frozenset(
+        {DeviceId(GPU_DRIVER, "n0", "gpu-0"), DeviceId(GPU_DRIVER, "n0", "gpu-1")}
+    )
+
+
+# -- a nominee whose claim takes a share of a multi-allocatable device -----------------
+
+
+def shares_setup() -> tuple[DraState, Snapshot]:
+    """n0 and n1 each have one GPU allowing multiple allocations, 40Gi of memory; n1's is
+    taken whole by "b" (priority 20). Claims ``hi-c`` (30Gi share), ``lo-c`` (20Gi),
+    ``small-c`` (10Gi)."""
+    dra = DraState()
+    dra.set_class(DeviceClass.from_api(device_class("gpu")))
+    for node in ("n0", "n1"):
+        dra.set_slice(ResourceSlice.from_api(node_slice(shared_gpu(), node=node)))
+    for c in (
+        held("c-b", "n1", [0], "b"),
+        wants("hi-c", "30Gi"),
+        wants("lo-c", "20Gi"),
+        wants("small-c", "10Gi"),
+    ):
+        dra.set_claim(ResourceClaim.from_api(c))
+    return dra, cluster(NODES, [(claim_pod("b", 20, "c-b"), "n1")])
+
+
+def test_a_nominees_share_of_a_device_is_held_for_it() -> None:
+    dra, snapshot = shares_setup()
+    hi = claim_pod("hi", 10, "hi-c")
+    nominated = [(hi, "n0")]
+    lo = claim_pod("lo", 1, "lo-c")
+    assert schedule_with_nominated(FRAMEWORK, snapshot, lo, [], dra=dra).selected == "n0"
+    # 30Gi of the 40Gi held for the nominee: 20Gi is too much, for lower or equal priority.
+    d = schedule_with_nominated(FRAMEWORK, snapshot, lo, nominated, dra=dra)
+    assert d.selected is None
+    assert d.explanation.node("n0").reasons == (CANNOT_ALLOCATE,)
+    assert (
+        schedule_with_nominated(
+            FRAMEWORK, snapshot, claim_pod("eq", 10, "lo-c"), nominated, dra=dra
+        ).selected
+        is None
+    )
+    assert dra.shared_capacity() == {}
+    assert dra.nominated_hold() == Hold()
+    # What is left of the device is anyone's, and a higher-priority pod may take the rest.
+    small = claim_pod("small", 1, "small-c")
+    assert schedule_with_nominated(FRAMEWORK, snapshot, small, nominated, dra=dra).selected == "n0"
+    up = claim_pod("up", 11, "lo-c")
+    assert schedule_with_nominated(FRAMEWORK, snapshot, up, nominated, dra=dra).selected == "n0"
+    # The nominee itself gets its share; once the nomination ends, so may the lower pod.
+    assert schedule_with_nominated(FRAMEWORK, snapshot, hi, nominated, dra=dra).selected == "n0"
+    assert schedule_with_nominated(FRAMEWORK, snapshot, lo, [], dra=dra).selected == "n0"
+    held_now = nominee_hold(FRAMEWORK, snapshot, lo, nominated, dra)
+    assert held_now.devices == frozenset()
+    assert [(s.device, dict(s.consumed)) for s in held_now.shares] == [
+        (DeviceId(GPU_DRIVER, "n0", "gpu-0"), {"memory": 30 * 2**30 * 10**9})
+    ]
+
+
+def test_two_nominees_shares_of_one_device_add_up() -> None:
+    """Each nominee is planned with the shares of those before it: two 20Gi shares fill
+    the device, a third nominee below them is planned nothing there."""
+    dra, snapshot = shares_setup()
+    first, second = claim_pod("hi", 10, "lo-c"), claim_pod("mid", 5, "lo-c")
+    third = claim_pod("third", 4, "small-c")
+    nominated = [(first, "n0"), (second, "n0"), (third, "n0")]
+    held_now = nominee_hold(FRAMEWORK, snapshot, claim_pod("lo", 1, "small-c"), nominated, dra)
+    assert len(held_now.shares) == 2
+    small = claim_pod("small", 1, "small-c")
+    assert schedule_with_nominated(FRAMEWORK, snapshot, small, nominated, dra=dra).selected is None

@@ -526,8 +526,9 @@ async def test_a_high_priority_claim_preempts_the_lower_holder_of_its_devices(
             await scheduling.delete_priority_class(name)
 
 
+@pytest.mark.parametrize("preemptor", ["claims", "extended"])
 async def test_the_devices_freed_for_a_preemptor_are_held_for_it_while_it_is_nominated(
-    plane: Plane, api: client.ApiClient, ns: str
+    plane: Plane, api: client.ApiClient, ns: str, preemptor: str
 ) -> None:
     """Lattice beyond kube 1.37 (its DynamicResources adds nothing for nominated pods). A
     node's two devices are held by a low-priority pod; a mid-priority pod that may not
@@ -536,8 +537,14 @@ async def test_the_devices_freed_for_a_preemptor_are_held_for_it_while_it_is_nom
     retried as soon as the devices are free, while the preemptor may still be in backoff:
     the devices are held for the nominated preemptor, so the mid pod does not take one
     (and is not evicted in its turn); the preemptor gets both. Once the preemptor is
-    deleted, the mid pod gets its device."""
+    deleted, the mid pod gets its device. ``extended``: the preemptor asks for the two
+    devices through the class's ``extendedResourceName`` instead of a claim (DRA-backed
+    extended resources, from 1.36), and is allocated them through its implicit claim."""
+    extended = preemptor == "extended"
+    if extended and kubernetes_version() < "v1.36":
+        pytest.skip("DRAExtendedResource is off before 1.36 (the claims case covers 1.35)")
     driver = f"{ns}.hold.lattice.dev"
+    resource = f"{driver}/gpu"
     node = node_name(0)
     scheduling = client.SchedulingV1Api(api)
     classes = {f"{ns}-low": (10, None), f"{ns}-mid": (100, "Never"), f"{ns}-high": (1000, None)}
@@ -562,7 +569,8 @@ async def test_the_devices_freed_for_a_preemptor_are_held_for_it_while_it_is_nom
             "apiVersion": "resource.k8s.io/v1",
             "kind": "DeviceClass",
             "metadata": {"name": f"{ns}-hold"},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}
+            | ({"extendedResourceName": resource} if extended else {}),
         },
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -593,9 +601,13 @@ async def test_the_devices_freed_for_a_preemptor_are_held_for_it_while_it_is_nom
             return bool(await events_of(api, ns, "FailedScheduling")) or None
 
         await poll(mid_waits, within=60, interval=0.5)
-        await create_pods(
-            api, ns, [pod("high", resourceClaims=both, priorityClassName=f"{ns}-high")]
-        )
+        if extended:
+            high = pod("high", priorityClassName=f"{ns}-high")
+            high["spec"]["containers"][0]["resources"]["requests"][resource] = "2"
+            high["spec"]["containers"][0]["resources"]["limits"] = {resource: "2"}
+        else:
+            high = pod("high", resourceClaims=both, priorityClassName=f"{ns}-high")
+        await create_pods(api, ns, [high])
 
         async def placed() -> dict[str, Any] | None:
             pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
@@ -607,9 +619,13 @@ async def test_the_devices_freed_for_a_preemptor_are_held_for_it_while_it_is_nom
         pods = await poll(placed, within=120, interval=0.5)
         assert pods["high"]["spec"]["nodeName"] == node
         assert not pods["mid"]["spec"].get("nodeName")  # never given a held device
-        body = await core.read_namespaced_pod("high", ns)
-        (status,) = body.status.resource_claim_statuses
-        allocation = (await get_claim(api, ns, status.resource_claim_name))["status"]["allocation"]
+        if extended:
+            claim_name = pods["high"]["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+        else:
+            body = await core.read_namespaced_pod("high", ns)
+            (status,) = body.status.resource_claim_statuses
+            claim_name = status.resource_claim_name
+        allocation = (await get_claim(api, ns, claim_name))["status"]["allocation"]
         assert sorted(r["device"] for r in allocation["devices"]["results"]) == ["gpu-0", "gpu-1"]
         deleted = [ln for ln in sched.lines() if ln.get("event") == "victim_deleted"]
         assert [(ln["node"], ln["reason"]) for ln in deleted] == [(node, f"{ns}/low")]

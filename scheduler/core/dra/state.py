@@ -105,6 +105,31 @@ class ClaimPlan:
         return tuple(w for w in self.writes if w.allocation is not None)
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """What the planned allocations of nominated pods hold during one decision
+    (:meth:`DraState.hold_for_nominated`): devices taken whole, and shares of
+    multi-allocatable devices (the capacity they consume)."""
+
+    devices: frozenset[DeviceId] = frozenset()
+    shares: tuple[Share, ...] = ()
+
+    def __or__(self, other: Hold) -> Hold:
+        return Hold(self.devices | other.devices, self.shares + other.shares)
+
+    def __bool__(self) -> bool:
+        return bool(self.devices or self.shares)
+
+    def key(self) -> tuple[object, ...]:
+        """Hashable, for memo keys."""
+        return (self.devices, share_key(self.shares))
+
+
+def share_key(shares: Iterable[Share]) -> tuple[tuple[DeviceId, tuple[tuple[str, int], ...]], ...]:
+    """Shares as a hashable, ordered value."""
+    return tuple(sorted((s.device, tuple(sorted(s.consumed.items()))) for s in shares))
+
+
 class DraState:
     def __init__(self) -> None:
         self.classes: dict[str, DeviceClass] = {}
@@ -126,8 +151,11 @@ class DraState:
         """Per (driver, pool): bumped whenever a device of the pool is taken or freed."""
         self._nominated: frozenset[DeviceId] = frozenset()
         """Devices held for nominated pods during one decision (:meth:`hold_for_nominated`)."""
-        self._nominated_pools: dict[tuple[str, str], frozenset[str]] = {}
-        """The same, by (driver, pool): their names, for the memo key (:meth:`node_key`)."""
+        self._nominated_shares: tuple[Share, ...] = ()
+        """Shares held for nominated pods during one decision, likewise."""
+        self._nominated_pools: dict[tuple[str, str], tuple[object, ...]] = {}
+        """The same, by (driver, pool): device names and shares, for the memo key
+        (:meth:`node_key`)."""
         self.memo: dict[tuple[object, ...], object] = {}
         self.generation = 0
         """Bumped whenever the memo is invalidated (not merely trimmed): a device search
@@ -335,22 +363,36 @@ class DraState:
         self._take(devices)
 
     # ------------------------------------------------------------- nominations
-    def hold_for_nominated(self, devices: Iterable[DeviceId]) -> None:
+    def hold_for_nominated(self, devices: Iterable[DeviceId], shares: Iterable[Share] = ()) -> None:
         """Count ``devices`` as in use for the decision about to run (the devices planned
         for nominated pods of at least its pod's priority, :mod:`scheduler.core.nominated`);
         an empty set ends the hold. Not a change of the ledger: no pool version moves, and
         the memo key names the held devices of each pool instead (:meth:`node_key`), so a
         decision taken again under the same hold (a deferred search's second pass) finds
-        the verdicts the worker wrote, and one without it finds the ones made without."""
+        the verdicts the worker wrote, and one without it finds the ones made without.
+        ``shares``: the capacity of multi-allocatable devices held likewise (added to
+        :meth:`shared_capacity`)."""
         held = frozenset(devices)
-        pools: dict[tuple[str, str], set[str]] = {}
+        held_shares = tuple(shares)
+        names: dict[tuple[str, str], set[str]] = {}
         for d in held:
-            pools.setdefault((d.driver, d.pool), set()).add(d.device)
+            names.setdefault((d.driver, d.pool), set()).add(d.device)
+        by_pool: dict[tuple[str, str], list[Share]] = {}
+        for share in held_shares:
+            by_pool.setdefault((share.device.driver, share.device.pool), []).append(share)
         self._nominated = held
-        self._nominated_pools = {k: frozenset(v) for k, v in pools.items()}
+        self._nominated_shares = held_shares
+        self._nominated_pools = {
+            k: (frozenset(names.get(k, ())), share_key(by_pool.get(k, ())))
+            for k in names.keys() | by_pool.keys()
+        }
 
     def held_for_nominated(self) -> frozenset[DeviceId]:
         return self._nominated
+
+    def nominated_hold(self) -> Hold:
+        """The devices and shares held for nominated pods now."""
+        return Hold(self._nominated, self._nominated_shares)
 
     # ------------------------------------------------------------------ views
     def allocated_devices(self) -> frozenset[DeviceId]:
@@ -364,7 +406,14 @@ class DraState:
         """Per multi-allocatable device with shares (written or pending): the capacity
         they consume, summed (kube's ``AggregatedCapacity``; a device whose shares consume
         nothing is here with an empty map, kube's ``AllocatedSharedDeviceIDs``). Rebuilt
-        after a change only; callers must not mutate it."""
+        after a change only; callers must not mutate it. During a decision, the shares
+        held for nominated pods are added (:meth:`hold_for_nominated`)."""
+        if self._nominated_shares:
+            return with_shares(self.shared_in_use(), self._nominated_shares)
+        return self.shared_in_use()
+
+    def shared_in_use(self) -> Mapping[DeviceId, Mapping[str, int]]:
+        """:meth:`shared_capacity` of allocations only (no nominated pod's hold)."""
         if self._shared_view is None:
             self._shared_view = {d: dict(self._consumed.get(d, Counter())) for d in self._shares}
         return self._shared_view
@@ -507,10 +556,12 @@ class DraState:
         compact_config: bool = True,
         kube_minor: int = DEFAULT_KUBE_MINOR,
         allocated: frozenset[DeviceId] | None = None,
+        shared: Mapping[DeviceId, Mapping[str, int]] | None = None,
     ) -> Allocator:
-        """``allocated``: the devices in use, if not :meth:`allocated_devices`."""
+        """``allocated``: the devices in use, if not :meth:`allocated_devices`; ``shared``:
+        the capacity shares consume, if not :meth:`shared_capacity`."""
         return Allocator(
-            shared=self.shared_capacity(),
+            shared=self.shared_capacity() if shared is None else shared,
             kube_minor=kube_minor,
             classes=self.classes,
             slices=self.slice_index(),
@@ -532,6 +583,18 @@ def classes_by_resource(classes: Iterable[DeviceClass]) -> dict[str, DeviceClass
             named.setdefault(cls.extended_resource_name, []).append(cls)
     for name, group in named.items():
         out[name] = min(group, key=lambda c: (-c.created, c.name))
+    return out
+
+
+def with_shares(
+    shared: Mapping[DeviceId, Mapping[str, int]], shares: Iterable[Share]
+) -> dict[DeviceId, dict[str, int]]:
+    """``shared`` (capacity consumed per device) with ``shares`` added."""
+    out = {d: dict(c) for d, c in shared.items()}
+    for share in shares:
+        consumed = out.setdefault(share.device, {})
+        for name, amount in share.consumed.items():
+            consumed[name] = consumed.get(name, 0) + amount
     return out
 
 

@@ -84,7 +84,14 @@ from scheduler.core.dra.allocator import (
     NodeAllocationError,
     chosen_subrequests,
 )
-from scheduler.core.dra.objects import FIRST_AVAILABLE_MAX, DeviceId, ResourceClaim, requests_of
+from scheduler.core.dra.objects import (
+    FIRST_AVAILABLE_MAX,
+    DeviceId,
+    ResourceClaim,
+    Share,
+    allocation_usage,
+    requests_of,
+)
 from scheduler.core.dra.search import CANNOT_ALLOCATE as CANNOT_ALLOCATE
 from scheduler.core.dra.search import (
     ON_LOOP_BUDGET,
@@ -102,7 +109,8 @@ from scheduler.core.dra.state import (
     ClaimWrite,
     DraState,
     ExtendedClaim,
-    allocation_devices,
+    Hold,
+    with_shares,
 )
 from scheduler.core.framework import (
     PREFILTER_SKIP,
@@ -299,9 +307,7 @@ class DynamicResources:
         if variant is None:
             dra = cycle.dra
             assert dra is not None
-            classes = {r: c for r in served if (c := dra.extended_class(r)) is not None}
-            requests, mappings = extended.requests_and_mappings(cycle.pod, served, classes)
-            claim = extended.node_claim(cycle.pod, requests)
+            claim, mappings = _extended_claim(cycle.pod, dra, served)
             claims = [*state.to_allocate, claim]
             specs = dra.spec_id((self.aligned, _specs(claims)))
             variant = ext.variants[served] = _Variant(claim, mappings, specs)
@@ -337,8 +343,8 @@ class DynamicResources:
             node = snapshot.node(int(row))
             claims, specs = state.to_allocate, state.specs
             if ext is not None:
-                lacking = frozenset(r for r in ext.requests if not provided[r][row])
-                if lacking - ext.served:
+                lacking = _served_by_dra(ext, provided, int(row))
+                if lacking is None:
                     cannot_fit[row] = True
                     codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
                     continue
@@ -487,38 +493,63 @@ class DynamicResources:
             )
         return ClaimPlan(pod.name, pod.uid, tuple(writes))
 
-    def nominee_devices(
+    def _nominee_claims(
+        self, snapshot: Snapshot, nominee: Pod, row: int, dra: DraState
+    ) -> list[ResourceClaim] | None:
+        """What ``nominee``'s decision would allocate on node ``row``, as PreFilter and
+        Filter resolve it: its unallocated claims, then the claim for the extended
+        resources the node serves it by DRA. None where PreFilter or Filter would reject
+        the nominee there (a claim missing, deleting or being allocated for another pod, a
+        claim left by an earlier attempt, a resource neither the node nor a class
+        provides): nothing to plan."""
+        claims = unallocated_claims(nominee, dra)
+        if claims is None:
+            return None
+        for c in claims:
+            if c.deleting or dra.pending_for(c.key) not in (None, nominee.uid):
+                return None
+        if self.extended_resources and nominee.container_requests:
+            ext = _extended_of(nominee, dra)
+            if ext is not None:
+                if ext.stale is not None:
+                    return None
+                lacking = _served_by_dra(ext, _provided(snapshot, ext), row)
+                if lacking is None:
+                    return None
+                if lacking:
+                    claims.append(_extended_claim(nominee, dra, lacking)[0])
+        return claims
+
+    def nominee_hold(
         self,
         snapshot: Snapshot,
         nominee: Pod,
         node_name: str,
         dra: DraState,
-        taken: frozenset[DeviceId],
-    ) -> frozenset[DeviceId]:
-        """The devices ``nominee``'s unallocated claims would get on ``node_name``, its
+        taken: Hold,
+    ) -> Hold:
+        """The devices and shares ``nominee``'s unallocated claims would get on ``node_name``, its
         nominated node, so that a decision for a pod of lower or equal priority can count
         them as in use (:mod:`scheduler.core.nominated`). Planned with ``taken`` (devices
-        held for nominees before it) in use and the devices of the node's terminating
+        and shares held for nominees before it) in use and the devices of the node's terminating
         pods of lower priority free: its victims, whose claims are released once they are
         gone, as preemption's dry run counted them; so the devices a victim frees are held
         from the moment it is gone, even while another victim still terminates.
         Empty where nothing can be planned: no unallocated claim, a claim missing or being
         allocated for another pod, the node outside Lattice's DRA nodes, no allocation,
-        an allocator error or the on-loop budget spent (errors are not remembered). A
-        nominee's DRA-backed extended resources are not planned. The verdict is kept in
+        an allocator error or the on-loop budget spent (errors are not remembered). The
+        claim for the nominee's DRA-backed extended resources is planned with its own
+        claims, as its Filter would allocate them (:meth:`_nominee_claims`). The verdict is kept in
         the memo, keyed by the node's pools and versions, the claims' specs, the freed and
         the taken devices: a nomination costs one search per change of its node's devices."""
         row = snapshot.index_of(node_name)
-        claims = unallocated_claims(nominee, dra)
+        claims = None if row is None else self._nominee_claims(snapshot, nominee, row, dra)
         if row is None or not claims:
-            return frozenset()
-        for c in claims:  # PreFilter would reject the nominee: nothing to plan
-            if c.deleting or dra.pending_for(c.key) not in (None, nominee.uid):
-                return frozenset()
+            return Hold()
         node = snapshot.node(row)
         own = self.args.node_selector
         if not own.is_empty and not own.matches(node.labels):
-            return frozenset()
+            return Hold()
         freed: set[DeviceId] = set()
         for other in snapshot.pods_on(row):
             claims_of = other.resource_claims or other.container_requests
@@ -528,26 +559,33 @@ class DynamicResources:
             aligned=self.aligned,
             compact_config=self.compact_config,
             kube_minor=self.kube_minor,
-            allocated=(dra.used_devices() - freed) | taken,
+            allocated=(dra.used_devices() - freed) | taken.devices,
+            shared=with_shares(dra.shared_in_use(), taken.shares),
         )
         pools = allocator.slices.pools(node.name, node.labels, allocator.kube_minor)
         specs = dra.spec_id((self.aligned, _specs(claims)))
-        key = ("nominee", *dra.node_key(node.name, pools, specs), frozenset(freed), taken)
+        key = ("nominee", *dra.node_key(node.name, pools, specs), frozenset(freed), taken.key())
         hit = dra.memo.get(key)
         if hit is not None:
-            return frozenset() if hit is _NO_FIT else cast(frozenset[DeviceId], hit)
+            return Hold() if hit is _NO_FIT else cast(Hold, hit)
         try:
             found = allocator.allocate(
                 node.name, node.labels, claims, stop_at=time.monotonic() + ON_LOOP_BUDGET
             )
         except (AllocationError, NodeAllocationError, BudgetExhausted):
-            return frozenset()
+            return Hold()
         if found is None:
             dra.memo[key] = _NO_FIT
-            return frozenset()
-        devices = frozenset(d for allocation in found for d in allocation_devices(allocation))
-        dra.memo[key] = devices
-        return devices
+            return Hold()
+        devices: set[DeviceId] = set()
+        shares: list[Share] = []
+        for allocation in found:
+            whole, parts = allocation_usage(allocation)
+            devices.update(whole)
+            shares += parts
+        hold = Hold(frozenset(devices), tuple(shares))
+        dra.memo[key] = hold
+        return hold
 
 
 def unallocated_claims(pod: Pod, dra: DraState) -> list[ResourceClaim] | None:
@@ -714,6 +752,25 @@ def _extended_of(pod: Pod, dra: DraState) -> _Extended | None:
     if not served:
         return None
     return _Extended(requests, served, dra.extended_claim(pod.uid, pod.name))
+
+
+def _served_by_dra(
+    ext: _Extended, provided: Mapping[str, BoolArray], row: int
+) -> frozenset[str] | None:
+    """The extended resources node ``row`` must serve the pod by DRA (its allocatable lacks
+    them); None where one of them no DeviceClass serves either (kube's "cannot fit")."""
+    lacking = frozenset(r for r in ext.requests if not provided[r][row])
+    return None if lacking - ext.served else lacking
+
+
+def _extended_claim(
+    pod: Pod, dra: DraState, served: frozenset[str]
+) -> tuple[ResourceClaim, tuple[extended.RequestMapping, ...]]:
+    """The claim (under the pod's placeholder) serving ``served`` for the pod by DRA, and
+    the pod's container-to-request mappings."""
+    classes = {r: c for r in served if (c := dra.extended_class(r)) is not None}
+    requests, mappings = extended.requests_and_mappings(pod, served, classes)
+    return extended.node_claim(pod, requests), mappings
 
 
 def _provided(snapshot: Snapshot, ext: _Extended | None) -> dict[str, BoolArray]:
