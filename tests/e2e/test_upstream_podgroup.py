@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
+from lattice_dev.devcluster.build import kubernetes_version
 from lattice_dev.devcluster.cluster import ClusterConfig
 from lattice_dev.devcluster.kube import poll
 from scheduler.model.workload import UPSTREAM_GROUP, UPSTREAM_PLURAL, UPSTREAM_VERSION
@@ -31,7 +32,14 @@ from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane
 RACKS = {"r1": 2, "r2": 1}
 """Nodes per rack; 8 GPUs a node and members of 4 GPUs: r1 holds 4 members, r2 holds 2."""
 
-pytestmark = pytest.mark.cluster
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(
+        kubernetes_version() < "v1.37",
+        reason="scheduling.k8s.io/v1beta1 PodGroups are served from 1.37 (1.35 and 1.36 have "
+        "no such API version, and 1.35 no TopologyAwareWorkloadScheduling gate)",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
