@@ -395,8 +395,8 @@ async def _nodes_ready(api: client.ApiClient, bodies: list[dict[str, Any]]) -> N
 
 async def _live(
     cluster: DevCluster, shape: Shape, stream: Sequence[Gang], args: argparse.Namespace
-) -> tuple[PolicyResult, list[str]]:
-    """The live run's figures and its violations (errors on the benchmark's side too)."""
+) -> tuple[PolicyResult, list[str], dict[str, list[Member]]]:
+    """The live run's figures, its violations and the admitted gangs' members as read."""
     async with api_client(cluster.kubeconfig) as api:
         await _nodes_ready(api, node_bodies(shape))
         core = client.CoreV1Api(api)
@@ -423,7 +423,7 @@ async def _live(
     ]
     for e in bench.errors:
         print(f"  (benchmark side: {e})", flush=True)
-    return result, violations
+    return result, violations, bench.placed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         apply_crds(cluster, state)
         print(f"control plane ready in {time.monotonic() - started:.0f}s", flush=True)
-        live, violations = asyncio.run(_live(cluster, shape, stream, args))
+        live, violations, placed = asyncio.run(_live(cluster, shape, stream, args))
     finally:
         cluster.down()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -489,10 +489,11 @@ def main(argv: list[str] | None = None) -> int:
     print(format_rows([SeedRun(args.seed, len(stream), tuple(results))]))
     print("admitted per kind:")
     print("\n".join(by_kind_lines(results)))
-    checked = sum(1 for g in stream if g.spec.topology_key or g.spec.slice_size)
+    required = sum(1 for g in stream if g.name in placed and g.spec.topology_key)
+    sliced = sum(1 for g in stream if g.name in placed and g.spec.slice_size)
     print(
-        f"placement check (from the API objects, {checked} required-rack or sliced gangs in "
-        f"the stream): {len(violations)} violations"
+        f"placement check, read from the API objects at each admission ({len(placed)} admitted "
+        f"gangs, {required} required-rack, {sliced} sliced): {len(violations)} violations"
     )
     for v in violations:
         print(f"  {v}")
