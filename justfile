@@ -74,6 +74,10 @@ bench-preemption *ARGS:
 bench-gang *ARGS:
     python -m lattice_dev.benchmarks.gangs {{ARGS}}
 
+# The topology simulator's gang stream live on kwok nodes labelled as its cluster (2x4x4x8), Lattice with its levels, beside the offline figure (~4 min).
+bench-topology *ARGS:
+    python -m lattice_dev.benchmarks.topology {{ARGS}}
+
 # GPU fragmentation, live: the Alibaba GPU trace on 1213 kwok nodes, Lattice vs kube-scheduler default and MostAllocated (~15 min; --synthetic SHARE --seed N for a drawn mix).
 bench-frag *ARGS:
     python -m lattice_dev.benchmarks.frag {{ARGS}}
