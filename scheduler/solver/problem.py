@@ -567,8 +567,8 @@ def _with_levels(
     _, inverse = np.unique(per_domain.astype(np.int64), return_inverse=True)
     tight_rank = inverse.reshape(-1).astype(np.int64) + 1
     groups = [k.members for k in p.classes]
-    finer = _finer_levels(levels, tight_key)
-    pack = pack_table(p, snapshot, index, finer, capacity)
+    finer = _domain_levels(p, snapshot, index, _finer_levels(levels, tight_key))
+    pack = pack_table(p, finer, capacity)
     empty = empty_domains(p, snapshot, index, finer, gpu_resource)
     weights = _weights(
         members_best(p.score, p.limit, groups),
@@ -615,21 +615,14 @@ def _finer_levels(levels: Sequence[str], tight_key: str) -> tuple[str, ...]:
     return tuple(levels[list(levels).index(tight_key) + 1 :])
 
 
-def pack_table(
-    p: GangProblem,
-    snapshot: Snapshot,
-    index: IndexArray,
-    keys: Sequence[str],
-    capacity: IntArray,
-) -> IntArray:
+def pack_table(p: GangProblem, finer: Sequence[Level], capacity: IntArray) -> IntArray:
     """See :attr:`GangProblem.pack`. Room is free GPUs when the gang asks for GPUs, else
-    members the nodes hold; a level whose every domain is one local node is the node
-    level, which the GPUs-kept tier already ranks."""
+    members the nodes hold (``finer``: :func:`_domain_levels`)."""
     uses_gpus = bool((p.gpus > 0).any())
     room = np.maximum(p.gpu_free, 0) if uses_gpus else capacity
     unit = np.where(p.gpus > 0, p.gpus, 1) if uses_gpus else np.ones(p.num_classes, np.int64)
     per_node = np.zeros(p.num_nodes, dtype=np.int64)
-    for level in _domain_levels(p, snapshot, index, keys):
+    for level in finer:
         per_domain = np.bincount(level.domain, weights=room, minlength=level.size).astype(np.int64)
         # Ranks, not GPUs: the order is what counts, and it keeps the tier's range (and the
         # objective's magnitude) to the number of distinct rooms.
@@ -655,7 +648,7 @@ def empty_domains(
     p: GangProblem,
     snapshot: Snapshot,
     index: IndexArray,
-    keys: Sequence[str],
+    finer: Sequence[Level],
     gpu_resource: str,
 ) -> tuple[EmptyDomains, ...]:
     """See :attr:`GangProblem.empty`: GPU gangs only; a domain is empty when no node of it
@@ -666,10 +659,11 @@ def empty_domains(
     if gcol is None:
         return ()
     out = []
-    for level in _domain_levels(p, snapshot, index, keys):
-        ids = _domain_ids(snapshot, level.key, np.arange(len(snapshot.node_names), dtype=np.intp))
-        alloc = snapshot.allocatable[gcol].astype(np.int64)
-        busy = (alloc > 0) & (snapshot.requested[gcol] > 0)
+    everyone = np.arange(len(snapshot.node_names), dtype=np.intp)
+    alloc = snapshot.allocatable[gcol].astype(np.int64)
+    busy = (alloc > 0) & (snapshot.requested[gcol] > 0)
+    for level in finer:
+        ids = _domain_ids(snapshot, level.key, everyone)
         values_busy = np.unique(ids[(ids >= 0) & busy])
         local_ids = _domain_ids(snapshot, level.key, index)
         room = np.zeros(level.size, dtype=np.int64)

@@ -23,21 +23,18 @@ import yaml
 from kubernetes_asyncio import client
 
 from lattice_dev.devcluster.build import kubernetes_version
-from lattice_dev.devcluster.kube import poll
 from tests.e2e.differential.dra_cases import (
-    BOUND,
     KUBE_NODE,
     LATTICE_NODE,
     as_kube,
     claim_status,
     dra_plane,
     list_claims,
-    pinned,
+    pinned_verdicts,
     unstamped,
-    verdict,
 )
 from tests.e2e.test_dra_partitionable import amount
-from tests.e2e.test_scheduler import Plane, create_pods, list_pods
+from tests.e2e.test_scheduler import Plane
 
 pytestmark = pytest.mark.skipif(
     kubernetes_version() < "v1.36", reason="DRAConsumableCapacity is off before 1.36"
@@ -190,21 +187,7 @@ async def test_shares_of_devices_as_kube_scheduler_allocates_them(
     plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(bodies))
     sched = plane.lattice().start()
     try:
-        verdicts: dict[str, list[str]] = {KUBE_NODE: [], LATTICE_NODE: []}
-        for case, _, _ in ORDER:
-            names = {f"{case}-{node}": node for node in (KUBE_NODE, LATTICE_NODE)}
-            await create_pods(api, ns, [pinned(case, node) for node in names.values()])
-
-            async def settled(names: dict[str, str] = names) -> dict[str, str | None] | None:
-                pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
-                seen = {n: verdict(pods[n]) for n in names if n in pods}
-                return seen if len(seen) == 2 and all(seen.values()) else None
-
-            seen = await poll(settled, within=60, interval=0.5)
-            for name, node in names.items():
-                verdicts[node].append("bound" if seen[name] == BOUND else "pending")
-                if seen[name] != BOUND:
-                    assert seen[name] == "Unschedulable", (name, seen[name])
+        verdicts = await pinned_verdicts(api, ns, [case for case, _, _ in ORDER])
         assert verdicts[KUBE_NODE] == EXPECTED
         assert verdicts[LATTICE_NODE] == verdicts[KUBE_NODE]
         for (case, _, _), outcome in zip(ORDER, EXPECTED, strict=True):
@@ -305,16 +288,8 @@ async def test_a_fractional_range_rounds_as_kube_scheduler_does(
     plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(bodies))
     sched = plane.lattice().start()
     try:
-        names = {f"j-{node}": node for node in (KUBE_NODE, LATTICE_NODE)}
-        await create_pods(api, ns, [pinned("j", node) for node in names.values()])
-
-        async def settled() -> dict[str, str | None] | None:
-            pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
-            seen = {n: verdict(pods[n]) for n in names if n in pods}
-            return seen if len(seen) == 2 and all(seen.values()) else None
-
-        seen = await poll(settled, within=60, interval=0.5)
-        assert set(seen.values()) == {BOUND}, seen
+        verdicts = await pinned_verdicts(api, ns, ["j"])
+        assert verdicts == {KUBE_NODE: ["bound"], LATTICE_NODE: ["bound"]}, verdicts
         kubes = await claim_status(api, ns, f"j-{KUBE_NODE}")
         ours = await claim_status(api, ns, f"j-{LATTICE_NODE}")
 

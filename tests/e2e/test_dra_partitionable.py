@@ -31,6 +31,7 @@ from tests.e2e.differential.dra_cases import (
     dra_plane,
     list_claims,
     pinned,
+    pinned_verdicts,
     unstamped,
     verdict,
 )
@@ -188,21 +189,7 @@ async def test_partitions_share_counters_as_kube_scheduler_allocates_them(
     plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(bodies))
     sched = plane.lattice().start()
     try:
-        verdicts: dict[str, list[str]] = {KUBE_NODE: [], LATTICE_NODE: []}
-        for case, _, _ in ORDER:
-            names = {f"{case}-{node}": node for node in (KUBE_NODE, LATTICE_NODE)}
-            await create_pods(api, ns, [pinned(case, node) for node in names.values()])
-
-            async def settled(names: dict[str, str] = names) -> dict[str, str | None] | None:
-                pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
-                seen = {n: verdict(pods[n]) for n in names if n in pods}
-                return seen if len(seen) == 2 and all(seen.values()) else None
-
-            seen = await poll(settled, within=60, interval=0.5)
-            for name, node in names.items():
-                verdicts[node].append("bound" if seen[name] == BOUND else "pending")
-                if seen[name] != BOUND:
-                    assert seen[name] == "Unschedulable", (name, seen[name])
+        verdicts = await pinned_verdicts(api, ns, [case for case, _, _ in ORDER])
         assert verdicts[KUBE_NODE] == EXPECTED
         assert verdicts[LATTICE_NODE] == verdicts[KUBE_NODE]
         for (case, _, _), outcome in zip(ORDER, EXPECTED, strict=True):

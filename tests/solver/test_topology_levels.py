@@ -12,6 +12,7 @@ import pytest
 
 from lattice_dev.solver.naive import solve_naive
 from scheduler.core.snapshot import Snapshot
+from scheduler.model.gang import GangSpec
 from scheduler.model.pod import Pod
 from scheduler.solver import SolveStatus, solve, violations
 from scheduler.solver.check import kept_whole, spans, tight_used
@@ -56,6 +57,13 @@ def fewest_racks(layout: Mapping[str, Mapping[str, Sequence[int]]], n: int, gpus
         if any(sum(c) >= n for c in itertools.combinations(caps, k)):
             return k
     raise AssertionError("does not fit")
+
+
+def naive_objective(snapshot: Snapshot, members: Sequence[Pod], spec: GangSpec) -> int | None:
+    """The naive member-by-node model's optimum for the gang (every member its own class),
+    with the levels: what CP-SAT's count model must reach."""
+    unmerged = problem_for(snapshot, members, spec=spec, levels=LEVELS, merge=False)
+    return solve_naive(unmerged, time_limit_s=30.0, workers=1).objective
 
 
 def test_compact_chain_from_levels() -> None:
@@ -193,12 +201,7 @@ def test_cpsat_matches_the_naive_model_and_the_fewest_racks(seed: int) -> None:
     counts = counts_of(merged, plan)
     assert violations(merged, counts) == []
     assert spans(merged, counts)[-1] == fewest_racks(layout, n, 2)
-    naive = solve_naive(
-        problem_for(snapshot, members, spec=spec, levels=LEVELS, merge=False),
-        time_limit_s=30.0,
-        workers=1,
-    )
-    assert naive.objective == plan.objective
+    assert naive_objective(snapshot, members, spec) == plan.objective
     # Greedy never beats the optimum; placing as many, it spans at least as many racks.
     greedy_plan = solve(merged, use_solver=False)
     assert greedy_plan.objective is not None
@@ -265,18 +268,8 @@ def test_a_block_gang_bigger_than_the_crumbs_fills_one_empty_rack_whole() -> Non
     assert used.count("rA") == 2
     assert {used.count("rB"), used.count("rC")} == {8, 0}
     assert kept_whole(problem, counts_of(problem, plan)) == 2
-    naive = solve_naive(
-        problem_for(
-            snapshot,
-            gpu_members(10),
-            spec=gang(min_member=10, preferred=BLOCK),
-            levels=LEVELS,
-            merge=False,
-        ),
-        time_limit_s=30.0,
-        workers=1,
-    )
-    assert naive.objective == plan.objective
+    spec = gang(min_member=10, preferred=BLOCK)
+    assert naive_objective(snapshot, gpu_members(10), spec) == plan.objective
 
 
 def test_a_rack_of_cpu_nodes_and_free_gpus_is_empty_a_busy_gpu_is_not() -> None:
@@ -316,12 +309,7 @@ def test_block_gangs_match_the_naive_model(seed: int) -> None:
     plan = solve(merged, time_limit_s=30.0, workers=1)
     assert plan.status is SolveStatus.OPTIMAL
     assert violations(merged, counts_of(merged, plan)) == []
-    naive = solve_naive(
-        problem_for(snapshot, gpu_members(n), spec=spec, levels=LEVELS, merge=False),
-        time_limit_s=30.0,
-        workers=1,
-    )
-    assert naive.objective == plan.objective
+    assert naive_objective(snapshot, gpu_members(n), spec) == plan.objective
     greedy_plan = solve(merged, use_solver=False)
     assert greedy_plan.objective is not None
     assert plan.objective is not None

@@ -327,6 +327,16 @@ class _Request:
         return self.spec.admin_access is True
 
 
+def _constrains(requests: frozenset[str], request: _Request) -> bool:
+    """Whether a constraint naming ``requests`` (none: all) covers ``request``: by its own
+    name, or a subrequest by ``request/sub``."""
+    return (
+        not requests
+        or request.base in requests
+        or (bool(request.sub) and request.result_name in requests)
+    )
+
+
 @dataclass(slots=True)
 class _MatchAttribute:
     requests: frozenset[str]
@@ -335,11 +345,7 @@ class _MatchAttribute:
     members: int = 0
 
     def applies(self, request: _Request) -> bool:
-        return (
-            not self.requests
-            or request.base in self.requests
-            or (bool(request.sub) and request.result_name in self.requests)
-        )
+        return _constrains(self.requests, request)
 
     def add(self, request: _Request, device: Device) -> bool:
         if not self.applies(request):
@@ -369,11 +375,7 @@ class _DistinctAttribute:
     values: list[Attribute] = field(default_factory=list)
 
     def applies(self, request: _Request) -> bool:
-        return (
-            not self.requests
-            or request.base in self.requests
-            or (bool(request.sub) and request.result_name in self.requests)
-        )
+        return _constrains(self.requests, request)
 
     def add(self, request: _Request, device: Device) -> bool:
         if not self.applies(request):

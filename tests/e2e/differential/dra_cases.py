@@ -19,8 +19,9 @@ from typing import Any, Final
 from kubernetes_asyncio import client
 
 from lattice_dev.devcluster.cluster import ClusterConfig
+from lattice_dev.devcluster.kube import poll
 from lattice_dev.devcluster.profiles import node_name
-from tests.e2e.test_scheduler import Plane, lattice_plane, pod
+from tests.e2e.test_scheduler import Plane, create_pods, lattice_plane, list_pods, pod
 
 KUBE_NODE: Final = node_name(0)
 LATTICE_NODE: Final = node_name(1)
@@ -125,3 +126,27 @@ def verdict(p: dict[str, Any]) -> str | None:
         if c["type"] == "PodScheduled" and c.get("status") == "False":
             return str(c.get("reason") or "")
     return None
+
+
+async def pinned_verdicts(
+    api: client.ApiClient, ns: str, cases: Sequence[str], *, within: float = 60
+) -> dict[str, list[str]]:
+    """Per node (kube-scheduler's, Lattice's), ``bound`` or ``pending`` for each case in
+    order: the case's pod pinned to each node (its claim named as the pod), created
+    together, waited for until both are bound or Unschedulable (any other reason fails)."""
+    out: dict[str, list[str]] = {KUBE_NODE: [], LATTICE_NODE: []}
+    for case in cases:
+        names = {f"{case}-{node}": node for node in (KUBE_NODE, LATTICE_NODE)}
+        await create_pods(api, ns, [pinned(case, node) for node in names.values()])
+
+        async def settled(names: dict[str, str] = names) -> dict[str, str | None] | None:
+            pods = {p["metadata"]["name"]: p for p in await list_pods(api, ns)}
+            seen = {n: verdict(pods[n]) for n in names if n in pods}
+            return seen if len(seen) == 2 and all(seen.values()) else None
+
+        seen = await poll(settled, within=within, interval=0.5)
+        for name, node in names.items():
+            out[node].append("bound" if seen[name] == BOUND else "pending")
+            if seen[name] != BOUND:
+                assert seen[name] == "Unschedulable", (name, seen[name])
+    return out
