@@ -63,6 +63,7 @@ from scheduler.core.dra.allocator import (
     BudgetExhausted,
     NodeAllocationError,
 )
+from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
 from scheduler.core.dra.objects import DeviceId
 from scheduler.core.dra.search import ON_LOOP_BUDGET, SEARCH_BUDGET
 from scheduler.core.dra.state import DraState
@@ -72,7 +73,11 @@ from scheduler.core.gpus import Free, GpuDemand, SizeClass, fragmentation
 from scheduler.core.load import LoadView
 from scheduler.core.nominated import nominated_by_node, nominee_devices_held
 from scheduler.core.plugins import pod_topology_spread as spread_plugin
-from scheduler.core.plugins.dynamic_resources import DynamicResources, unallocated_claims
+from scheduler.core.plugins.dynamic_resources import (
+    DynamicResources,
+    extended_claims,
+    unallocated_claims,
+)
 from scheduler.core.plugins.inter_pod_affinity import incoming_term_matches, required_state
 from scheduler.core.plugins.node_ports import conflicts
 from scheduler.core.plugins.topology import Placement, Topology
@@ -85,7 +90,7 @@ from scheduler.core.topology.request import InvalidTopologyRequest, TopologyRequ
 from scheduler.core.topology.state import TopologyState
 from scheduler.core.volumes import VolumeState
 from scheduler.model.gang import GangSpec
-from scheduler.model.names import CPU, PODS, is_extended_resource
+from scheduler.model.names import CPU, PODS, is_dra_extended_resource, is_extended_resource
 from scheduler.model.pod import Pod, PodAffinityTerm, UnsatisfiableAction
 from scheduler.model.release import DEFAULT_KUBE_MINOR
 from scheduler.model.selectors import LabelSelector
@@ -839,6 +844,7 @@ def _build(
         col = snapshot.resource_column(r)
         if col is not None:
             free[j] = snapshot.allocatable[col][union] - snapshot.requested[col][union]
+    _serve_by_dra(framework, snapshot, dra, resources, request, groups, union, free)
     free_pods = snapshot.allowed_pods[union] - snapshot.pod_counts[union]
 
     limit = np.zeros((c_count, k), dtype=np.int64)
@@ -1290,6 +1296,40 @@ def _topology_caps(
     return caps, True, aligned
 
 
+def _serve_by_dra(
+    framework: Framework,
+    snapshot: Snapshot,
+    dra: DraState | None,
+    resources: Sequence[str],
+    request: IntArray,
+    groups: Sequence[Sequence[int]],
+    union: IndexArray,
+    free: IntArray,
+) -> None:
+    """An extended resource a DeviceClass serves is not counted where a node's allocatable
+    lacks it (NodeResourcesFit skips it there, kube's ``shouldDelegateResourceToDRA``): its
+    free amount becomes the gang's whole demand, and the node's devices bound the members
+    instead (:func:`_claim_caps`, with the claim DynamicResources makes for them)."""
+    plugin = _dra_plugin(framework)
+    if dra is None or plugin is None or plugin.kube_minor < DRA_EXTENDED_SINCE:
+        return
+    sizes = np.array([len(g) for g in groups], dtype=np.int64)
+    for j, r in enumerate(resources):
+        if not is_dra_extended_resource(r) or dra.extended_class(r) is None:
+            continue
+        col = snapshot.resource_column(r)
+        lacking = (
+            np.ones(len(union), dtype=np.bool_)
+            if col is None
+            else snapshot.allocatable[col][union] <= 0
+        )
+        free[j, lacking] = int(request[:, j] @ sizes)
+
+
+def _dra_plugin(framework: Framework) -> DynamicResources | None:
+    return next((p for p in framework.plugins.filters if isinstance(p, DynamicResources)), None)
+
+
 def _claim_caps(
     framework: Framework,
     snapshot: Snapshot,
@@ -1298,8 +1338,9 @@ def _claim_caps(
     rows: IndexArray,
     size: int,
 ) -> tuple[IntArray, bool]:
-    """Per feasible row, how many members with ``pod``'s claims the node's free devices
-    take one after another, with the allocator DynamicResources uses and each simulated
+    """Per feasible row, how many members with ``pod``'s claims (and the claim made for its
+    extended resources where the node serves them by DRA) the node's free devices take one
+    after another, with the allocator DynamicResources uses and each simulated
     member's devices counted as used: what the commit's member-by-member allocation does.
     Returns (caps, claiming: the class allocates devices).
 
@@ -1308,21 +1349,28 @@ def _claim_caps(
     keeps what was counted, at least 1 (each row passed the member's filter, so one
     member's claims fit there), and the rows after it get 1."""
     caps = np.full(len(rows), UNLIMITED, dtype=np.int64)
-    if dra is None or not pod.resource_claims:
+    if dra is None:
         return caps, False
-    claims = unallocated_claims(pod, dra)
-    if not claims:
+    plugin = _dra_plugin(framework)
+    minor = plugin.kube_minor if plugin is not None else DEFAULT_KUBE_MINOR
+    extra = extended_claims(pod, dra, snapshot, minor)
+    claims = (unallocated_claims(pod, dra) or []) if pod.resource_claims else []
+    if not claims and extra is None:
         return caps, False  # allocated claims: their nodeSelector is the filter's
     base = dra.allocated_devices()
     index = dra.slice_index()
-    plugin = next((p for p in framework.plugins.filters if isinstance(p, DynamicResources)), None)
     aligned = plugin.aligned if plugin is not None else False
     compact = plugin.compact_config if plugin is not None else True
-    minor = plugin.kube_minor if plugin is not None else DEFAULT_KUBE_MINOR
     budget = min(plugin.args.search_budget if plugin is not None else SEARCH_BUDGET, ON_LOOP_BUDGET)
     stop_at = time.monotonic() + budget
     spent = False
+    claiming = bool(claims)
     for i, row in enumerate(rows.tolist()):
+        own = extra.at(row) if extra is not None else None
+        wanted = claims if own is None else [*claims, own]
+        if not wanted:
+            continue  # its allocatable serves the extended resources: NodeResourcesFit's
+        claiming = True
         if spent:
             caps[i] = 1
             continue
@@ -1341,7 +1389,7 @@ def _claim_caps(
                 shared=dra.shared_capacity(),
             )
             try:
-                found = allocator.allocate(node.name, node.labels, claims, stop_at=stop_at)
+                found = allocator.allocate(node.name, node.labels, wanted, stop_at=stop_at)
             except (AllocationError, NodeAllocationError):
                 break
             except BudgetExhausted:
@@ -1356,7 +1404,7 @@ def _claim_caps(
                     if r.get("adminAccess") is not True:
                         used.add(DeviceId(r["driver"], r["pool"], r["device"]))
         caps[i] = count
-    return caps, True
+    return caps, claiming
 
 
 def _device_exclusive(classes: Sequence[MemberClass], limit: IntArray) -> BoolArray:

@@ -32,6 +32,7 @@ class ExtendedWriter(ClaimWriter):
         self.fail_at: set[str] = set()
         self.created = 0
         self.deleted: list[str] = []
+        self.allocations: dict[str, dict[str, Any]] = {}
 
     def _failing(self, step: str) -> bool:
         if step in self.fail_at:
@@ -58,6 +59,7 @@ class ExtendedWriter(ClaimWriter):
         if self._failing("write"):
             return None, f"writing resourceclaim {write.namespace}/{write.name}: 500"
         self.log.append(("write", write.name))
+        self.allocations[write.name] = dict(write.allocation or {})
         return await super().write_claim(write, pod_name=pod_name, pod_uid=pod_uid)
 
     async def set_extended_claim_status(self, pod: PodRef, status: Any) -> str | None:
@@ -234,16 +236,23 @@ async def test_a_new_device_class_wakes_a_pod_waiting_for_the_resource() -> None
     assert sched.queue.where(key) in (QueueName.ACTIVE, QueueName.BACKOFF)
 
 
-async def test_gang_members_are_served_by_device_plugins_only() -> None:
-    """The gang model counts an extended resource as the nodes' allocatable: members go
-    where a device plugin has it (the DRA-only node counts none), and no claim is made."""
+async def test_gang_members_get_a_claim_each_where_the_node_serves_them_by_dra() -> None:
+    """A gang of 3 asking for 2 each: n0's device plugin has 1 (too few), n1's 8 devices
+    hold all 3; each member's binding creates its own claim, with devices of its own."""
     sched, writer = extended_scheduler()
-    sched.node_upserted(make_node("n0", cpu="4", memory="16Gi").resource(GPU, 2).obj())
-    sched.podgroup_upserted(podgroup("g", 2))
-    for name in ("a", "b"):
-        body = gpu_pod(name, count="1")
+    sched.podgroup_upserted(podgroup("g", 3))
+    for name in ("a", "b", "c"):
+        body = gpu_pod(name, count="2")
         body["metadata"].setdefault("labels", {})["scheduling.x-k8s.io/pod-group"] = "g"
         sched.pod_upserted(body)
     await run_one(sched)
-    assert sorted(writer.binds) == [("a", "n0"), ("b", "n0")]
-    assert writer.created == 0
+    assert sorted(writer.binds) == [("a", "n1"), ("b", "n1"), ("c", "n1")]
+    assert writer.created == 3
+    assert sorted(writer.allocations) == sorted(writer.bodies)  # the created claims
+    devices = [
+        r["device"]
+        for allocation in writer.allocations.values()
+        for r in allocation["devices"]["results"]
+    ]
+    assert len(devices) == 6
+    assert len(set(devices)) == 6

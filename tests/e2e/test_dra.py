@@ -1042,6 +1042,116 @@ async def test_an_extended_resource_is_served_from_a_device_class_by_a_claim_of_
     assert sched.proc.returncode == 0
 
 
+@pytest.mark.skipif(
+    kubernetes_version() < "v1.36", reason="DRAExtendedResource is alpha and off before 1.36"
+)
+async def test_a_gang_asking_a_dra_extended_resource_gets_a_claim_per_member(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """A PodGroup of 3 unchanged pods asking ``example.com/gpu: 4``, on two kwok nodes of 8
+    devices and no such allocatable: the gang binds whole, 2 + 1, each member with a claim
+    Lattice created for it (4 devices on its node, no device twice). A second gang of 2
+    then finds room for one member only: neither binds and no claim is made for it."""
+    driver = f"{ns}.xgang.lattice.dev"
+    resource = "example.com/xgpu"
+    nodes = [node_name(i) for i in range(NODES)]
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{ns}-xgang"},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}],
+                "extendedResourceName": resource,
+            },
+        }
+    ]
+    for node in nodes:
+        objects.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{ns}-xgang-{node}"},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": f"gpu-{d}"} for d in range(8)],
+                },
+            }
+        )
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+
+    def member(name: str, group: str) -> dict[str, Any]:
+        body = pod(name)
+        body["metadata"]["labels"][LABEL] = group
+        container = body["spec"]["containers"][0]
+        container["resources"]["requests"][resource] = "4"
+        container["resources"]["limits"] = {resource: "4"}
+        return body
+
+    async def claims_of(group: str) -> dict[str, tuple[str | None, list[tuple[str, str]]]]:
+        """Per member of ``group``: its node and its extended claim's devices."""
+        out: dict[str, tuple[str | None, list[tuple[str, str]]]] = {}
+        for p in await list_pods(api, ns):
+            if p["metadata"]["labels"].get(LABEL) != group:
+                continue
+            status = (p.get("status") or {}).get("extendedResourceClaimStatus")
+            devices: list[tuple[str, str]] = []
+            if status is not None:
+                made = await get_claim(api, ns, status["resourceClaimName"])
+                owner = made["metadata"]["ownerReferences"][0]
+                assert owner["uid"] == p["metadata"]["uid"], made["metadata"]
+                allocation = (made.get("status") or {}).get("allocation") or {}
+                results = (allocation.get("devices") or {}).get("results") or []
+                devices = [(r["pool"], r["device"]) for r in results]
+            out[p["metadata"]["name"]] = (p["spec"].get("nodeName"), devices)
+        return out
+
+    core = client.CoreV1Api(api)
+    sched = plane.lattice().start()
+    try:
+        await create_group(api, ns, "xfirst", 3)
+        await create_pods(api, ns, [member(f"xfirst-{i}", "xfirst") for i in range(3)])
+
+        async def placed() -> dict[str, tuple[str | None, list[tuple[str, str]]]] | None:
+            got = await claims_of("xfirst")
+            done = len(got) == 3 and all(n and len(d) == 4 for n, d in got.values())
+            return got if done else None
+
+        first = await poll(placed, within=120, interval=1.0)
+        held = [d for _, devices in first.values() for d in devices]
+        assert len(set(held)) == 12, f"a device in two claims: {first}"
+        for name, (where, devices) in first.items():
+            assert {pool for pool, _ in devices} == {where}, f"{name}: devices off its node"
+        assert sorted(sorted(n or "" for n, _ in first.values()).count(n) for n in nodes) == [1, 2]
+
+        await create_group(api, ns, "xsecond", 2)
+        await create_pods(api, ns, [member(f"xsecond-{i}", "xsecond") for i in range(2)])
+
+        async def refused() -> list[Any] | None:
+            evs = [
+                e
+                for e in await events_of(api, ns, "FailedScheduling")
+                if e.message.startswith(f"gang {ns}/xsecond:") and "quorum" not in e.message
+            ]
+            return evs or None
+
+        evs = await poll(refused, within=90, interval=0.5)
+        assert "members fit" in evs[0].message, evs[0].message
+        await asyncio.sleep(2)
+        second = await claims_of("xsecond")
+        assert second == {f"xsecond-{i}": (None, []) for i in range(2)}, second
+        made = set(await list_claims(api, ns))
+        assert not any(n.startswith("xsecond-") for n in made), made
+    finally:
+        sched.stop()
+        for p in await list_pods(api, ns):
+            await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        plane.run("delete", "resourceslices", *(f"{ns}-xgang-{n}" for n in nodes), check=False)
+        plane.run("delete", "deviceclass", f"{ns}-xgang", check=False)
+
+
 async def test_a_hostile_claim_pod_never_holds_up_plain_pods(
     plane: Plane, api: client.ApiClient, ns: str
 ) -> None:

@@ -215,3 +215,77 @@ def test_a_gang_does_not_count_the_devices_held_for_a_nominated_pod() -> None:
     assert limits([(nominee(0), "n0")]) == {"n1": 2}  # equal priority: held
     assert limits([(nominee(-1), "n0")]) == {"n0": 2, "n1": 2}  # lower: not held
     assert dra.held_for_nominated() == frozenset()
+
+
+# -- DRA-backed extended resources (a DeviceClass's extendedResourceName) -------------
+
+EXTENDED = "example.com/gpu"
+
+
+def extended_state(nodes: dict[str, int]) -> DraState:
+    """A class serving ``example.com/gpu`` and each node's devices in a slice."""
+    body = device_class("gpu")
+    body["spec"]["extendedResourceName"] = EXTENDED
+    dra = DraState()
+    dra.set_class(DeviceClass.from_api(body))
+    for node, n in nodes.items():
+        dra.set_slice(ResourceSlice.from_api(gpus(node, n)))
+    return dra
+
+
+def extended_gang(n: int, count: int) -> list[Pod]:
+    """Unchanged pods asking ``example.com/gpu: count``: no claim of their own."""
+    return [
+        make_pod(f"w{i}", cpu="1", resources={EXTENDED: str(count)})
+        .uid(f"u-w{i}")
+        .label("app", "train")
+        .build()
+        for i in range(n)
+    ]
+
+
+def test_members_asking_a_dra_extended_resource_count_the_devices_of_dra_nodes() -> None:
+    """Nodes without the resource in their allocatable serve it from their devices (8 on
+    n0, 4 on n1): 4 members of 2 fit as 4 + 2 (n2 has none); a device plugin's node
+    (allocatable 2) serves one member by its allocatable. The gang of 7 fits only so."""
+    dra = extended_state({"n0": 8, "n1": 4})
+    snapshot = cluster(
+        [
+            make_node("n0", cpu="64", memory="256Gi"),
+            make_node("n1", cpu="64", memory="256Gi"),
+            make_node("n2", cpu="64", memory="256Gi"),
+            make_node("plugin", cpu="64", memory="256Gi").resource(EXTENDED, 2),
+        ]
+    )
+    members = extended_gang(7, 2)
+    problem = build_problem(framework(), snapshot, gang(min_member=7), members, need=7, dra=dra)
+    assert problem.num_classes == 1
+    limits = dict(zip(problem.node_names, problem.limit[0].tolist(), strict=True))
+    assert limits == {"n0": 4, "n1": 2, "plugin": 1}
+    assert problem.classes[0].topology_active  # a device user where it claims devices
+    plan = solve(problem, time_limit_s=2.0)
+    assert plan.admitted
+    counts = np.zeros((1, len(problem.node_names)), dtype=np.int64)
+    for _, node in plan.placements:
+        counts[0, problem.node_names.index(node)] += 1
+    assert violations(problem, counts) == []
+    assert counts.tolist() == [[4, 2, 1]]
+    one_more = extended_gang(8, 2)
+    problem = build_problem(framework(), snapshot, gang(min_member=8), one_more, need=8, dra=dra)
+    assert not solve(problem, time_limit_s=2.0).admitted
+
+
+def test_before_1_36_a_dra_extended_resource_is_the_allocatable_s_alone() -> None:
+    """DRAExtendedResource is off in 1.35: only the device plugin's node serves them."""
+    dra = extended_state({"n0": 8})
+    snapshot = cluster(
+        [
+            make_node("n0", cpu="64", memory="256Gi"),
+            make_node("plugin", cpu="64", memory="256Gi").resource(EXTENDED, 4),
+        ]
+    )
+    fw = Framework(dataclasses.replace(framework().profile, kube_minor=35))
+    members = extended_gang(2, 2)
+    problem = build_problem(fw, snapshot, gang(min_member=2), members, need=2, dra=dra)
+    assert problem.node_names == ("plugin",)
+    assert problem.limit.tolist() == [[2]]

@@ -773,6 +773,40 @@ def _extended_claim(
     return extended.node_claim(pod, requests), mappings
 
 
+class ExtendedClaims:
+    """Per node, the claim that would serve a pod's DRA-backed extended resources there
+    (the names the node's allocatable lacks), for a caller that counts devices node by
+    node as the commit allocates them: the gang model."""
+
+    def __init__(self, pod: Pod, dra: DraState, snapshot: Snapshot, ext: _Extended) -> None:
+        self._pod, self._dra, self._ext = pod, dra, ext
+        self._provided = _provided(snapshot, ext)
+        self._claims: dict[frozenset[str], ResourceClaim] = {}
+
+    def at(self, row: int) -> ResourceClaim | None:
+        """The claim node ``row`` must allocate for the pod's extended resources; None where
+        its allocatable serves them all (NodeResourcesFit's) or some of them no class
+        serves (the filter refused the node)."""
+        lacking = _served_by_dra(self._ext, self._provided, row)
+        if not lacking:
+            return None
+        claim = self._claims.get(lacking)
+        if claim is None:
+            claim = self._claims[lacking] = _extended_claim(self._pod, self._dra, lacking)[0]
+        return claim
+
+
+def extended_claims(
+    pod: Pod, dra: DraState, snapshot: Snapshot, kube_minor: int
+) -> ExtendedClaims | None:
+    """:class:`ExtendedClaims` for a pod asking for a name some DeviceClass serves, on a
+    release that serves them (DRAExtendedResource); None otherwise."""
+    if kube_minor < extended.SINCE_MINOR:
+        return None
+    ext = _extended_of(pod, dra)
+    return None if ext is None or ext.stale is not None else ExtendedClaims(pod, dra, snapshot, ext)
+
+
 def _provided(snapshot: Snapshot, ext: _Extended | None) -> dict[str, BoolArray]:
     """Per extended resource the pod asks for: nodes whose allocatable has it (> 0)."""
     if ext is None:
