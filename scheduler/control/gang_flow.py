@@ -53,7 +53,8 @@ from scheduler.core.dra.state import ClaimPlan, DraState
 from scheduler.core.explain import Decision
 from scheduler.core.load import LoadView
 from scheduler.core.preemption import Inputs
-from scheduler.core.quota import QuotaContext, charged, gang_room
+from scheduler.core.quota import QuotaContext, Rule, Verdict, charged, gang_room
+from scheduler.core.reclaim import Quotas, Reclaimed, reclaimed
 from scheduler.core.schedule import Framework
 from scheduler.core.volumes import gang_volume_refusal
 from scheduler.model.errors import InvalidObjectError
@@ -81,11 +82,13 @@ from scheduler.predict import LoadPredictor
 from scheduler.solver import GangPlan, GangProblem, SolveStatus, build_problem, solve
 from scheduler.solver.preempt import (
     GangPreemption,
+    QuotaGate,
     VictimSearch,
     candidate_units,
     ineligible_reason,
     node_lookup,
     problem_without,
+    quota_gate,
 )
 
 Body = Mapping[str, Any]
@@ -122,6 +125,7 @@ class Host(Protocol):
         nominations: Sequence[tuple[Pod, str]],
         victims: Sequence[Pod],
         log: Any,
+        taken: Mapping[str, Reclaimed] | None = None,
     ) -> None: ...
 
     def end_nominations(self, keys: Sequence[str]) -> None: ...
@@ -506,12 +510,18 @@ class GangFlow:
                     info, gang, f"gang {gang.key}: {refusal}", log, started, unschedulable=True
                 )
                 return
-        members, refusal = self._quota_admitted(gang.namespace, members, need)
+        members, verdict = self._quota_admitted(gang.namespace, members, need)
+        refusal = verdict.message if not verdict.admitted else ""
+        gate: QuotaGate | None = None
         if refusal:  # a pod of a quota namespace finishing, or a quota change, wakes it
-            self._failed(
-                info, gang, f"gang {gang.key}: {refusal}", log, started, unschedulable=True
-            )
-            return
+            members = members[:need]
+            if verdict.rule is Rule.MIN:  # the sum of mins: reclaim may serve it
+                gate = quota_gate(members, self._host.preemption_inputs())
+            if gate is None:  # it waits
+                self._failed(
+                    info, gang, f"gang {gang.key}: {refusal}", log, started, unschedulable=True
+                )
+                return
         built = time.perf_counter()
         try:
             problem = build_problem(
@@ -540,9 +550,39 @@ class GangFlow:
             reason=f"{len(members)} members, need {need}",
             duration_ms=round((time.perf_counter() - built) * 1000, 3),
         )
+        if gate is not None:
+            self._spawn(
+                self._reclaim(info, gang.key, members, problem, gate, refusal, log, started)
+            )
+            return
         self._spawn(
             self._solve_and_commit(info, gang.key, members, problem, log, trace_id, started)
         )
+
+    async def _reclaim(
+        self,
+        info: QueuedPodInfo[QueuedPod],
+        gkey: str,
+        members: list[Pod],
+        problem: GangProblem,
+        gate: QuotaGate,
+        refusal: str,
+        log: Any,
+        started: float,
+    ) -> None:
+        """A gang its quota refused while within its min (the other quotas borrow the sum
+        of mins): evict borrowers' pods so that the quota admits it and it fits, else it
+        waits with the quota's refusal."""
+        message = f"gang {gkey}: {refusal}"
+        try:
+            handled = await self._preempt(info, gkey, members, problem, message, log, started, gate)
+        except Exception as exc:  # a bug in reclaim costs the gang its reclaim
+            log.exception("gang_preemption_failed", reason=repr(exc))
+            handled = False
+        if not handled and (gang := self.gangs.get(gkey)) is not None:
+            self._failed(info, gang, message, log, started, unschedulable=True)
+        elif not handled:
+            self._queue.done(info)
 
     async def _solve_and_commit(
         self,
@@ -590,7 +630,9 @@ class GangFlow:
             return
         if not plan.admitted:
             try:
-                handled = await self._preempt(info, gkey, members, problem, plan, log, started)
+                handled = await self._preempt(
+                    info, gkey, members, problem, plan.message, log, started
+                )
             except Exception as exc:  # a bug in preemption costs the gang its preemption
                 log.exception("gang_preemption_failed", reason=repr(exc))
                 handled = False
@@ -635,20 +677,23 @@ class GangFlow:
         gkey: str,
         members: list[Pod],
         problem: GangProblem,
-        failed: GangPlan,
+        failed: str,
         log: Any,
         started: float,
+        gate: QuotaGate | None = None,
     ) -> bool:
-        """After a solve that could not place the gang: wait for the last preemption's
-        victims, or search for victims whose eviction lets the whole gang fit and evict
-        them. True when the attempt's outcome was reported here."""
+        """After a solve that could not place the gang (``failed``: its message): wait for
+        the last preemption's victims, or search for victims whose eviction lets the whole
+        gang fit and evict them. ``gate``: reclaim for a gang its quota refused (a trial
+        counts only where the quota admits it). True when the attempt's outcome was
+        reported here."""
         gang = self.gangs.get(gkey)
         if gang is None or gang.spec is None:
             return False
         spec, need = gang.spec, gang.need
         left = self._victims_left(gkey)
         if left:
-            message = f"{failed.message}; waiting for {left} preempted pods to terminate"
+            message = f"{failed}; waiting for {left} preempted pods to terminate"
             self._failed(info, gang, message, log, started, unschedulable=True)
             return True
         host = self._host
@@ -659,7 +704,7 @@ class GangFlow:
             self._failed(
                 info,
                 gang,
-                f"{failed.message} preemption: {reason}",
+                f"{failed} preemption: {reason}",
                 log,
                 started,
                 unschedulable=True,
@@ -677,9 +722,16 @@ class GangFlow:
             representatives=reps,
             seed=seed,
         )
-        search = VictimSearch(units, inputs, node_lookup(snapshot))
+        search = VictimSearch(units, inputs, node_lookup(snapshot), gate=gate)
         cfg = host.settings.gang
         while (removed := search.trial()) is not None:
+            why = gate.refusal(removed) if gate is not None else None
+            if why is not None:  # the quota still refuses: no solve can help
+                rejected = dataclasses.replace(problem, rejection=why)
+                if search.needs_solve(rejected):
+                    search.tell(solve(rejected))  # at once: a rejection is not searched
+                await asyncio.sleep(0)
+                continue
             trial = problem_without(
                 host.framework,
                 self._cache.snapshot,
@@ -724,7 +776,7 @@ class GangFlow:
             }
             ended = [m for m in members if m.key in was]
             host.end_nominations([m.key for m in ended])
-            message = f"{failed.message} preemption: {search.message}"
+            message = f"{failed} preemption: {search.message}"
             cleared = {pod_key(m.namespace, m.name): "" for m in ended}
             self._failed(
                 info, gang, message, log, started, unschedulable=True, nominated=cleared or None
@@ -737,7 +789,7 @@ class GangFlow:
         ]
         if len(still) != len(members) or gang.need != need:
             return False  # the gang changed while the search ran: try again from the start
-        self._evict(info, gang, members, found, log, started)
+        self._evict(info, gang, members, found, log, started, inputs.quotas, reclaim=gate)
         return True
 
     def _evict(
@@ -748,30 +800,44 @@ class GangFlow:
         found: GangPreemption,
         log: Any,
         started: float,
+        quotas: Quotas | None = None,
+        *,
+        reclaim: QuotaGate | None = None,
     ) -> None:
         """Evict ``found``'s victims and nominate the members to its plan's nodes; the gang
-        waits (unschedulable) for the deletions, which move it."""
+        waits (unschedulable) for the deletions, which move it. Victims of other quotas
+        get the reclaim event naming the gang's quota and PodGroup."""
         nominations = [(members[i], node) for i, node in found.plan.placements]
         victims = found.victims
         self._victims[gang.key] = {(pod_key(v.namespace, v.name), v.uid) for v in victims}
         log.info(
-            "gang_preempting",
+            "gang_reclaiming" if reclaim is not None else "gang_preempting",
             reason=f"{len(victims)} victims ({found.units} units, {found.trials} solves, "
             f"{found.checks} checks): " + ", ".join(f"{v.namespace}/{v.name}" for v in victims),
         )
-        self._host.preempt_for(f"PodGroup {gang.key}", nominations, victims, log)
+        preemptor = f"PodGroup {gang.key}"
+        taken: dict[str, Reclaimed] = {}
+        if quotas is not None and members:
+            lowest = min(members, key=lambda m: m.priority)
+            snapshot = self._cache.snapshot
+            for v in victims:
+                node = snapshot.node_of_pod(v.key) or ""
+                taken.update(reclaimed(quotas, lowest, [v], node, preemptor=preemptor))
+        self._host.preempt_for(preemptor, nominations, victims, log, taken or None)
         nodes = found.nodes
+        what = (
+            f"reclaiming {len(victims)} pods of quotas above their min"
+            if reclaim is not None
+            else f"preempting {len(victims)} lower-priority pods"
+        )
         self._event(
             gang,
             "Preempting",
-            f"preempting {len(victims)} lower-priority pods so that {found.plan.placed} members "
+            f"{what} so that {found.plan.placed} members "
             f"fit on {len(nodes)} nodes ({', '.join(nodes)})",
             warning=False,
         )
-        message = (
-            f"gang {gang.key}: preempting {len(victims)} lower-priority pods; "
-            "waiting for them to terminate"
-        )
+        message = f"gang {gang.key}: {what}; waiting for them to terminate"
         nominated = {pod_key(m.namespace, m.name): node for m, node in nominations}
         self._failed(info, gang, message, log, started, unschedulable=True, nominated=nominated)
 
@@ -882,13 +948,14 @@ class GangFlow:
 
     def _quota_admitted(
         self, namespace: str, members: list[Pod], need: int
-    ) -> tuple[list[Pod], str]:
+    ) -> tuple[list[Pod], Verdict]:
         """CapacityScheduling for a gang: its quorum is admitted against its namespace's
-        ElasticQuota as one unit or not at all (members, refusal message), and only as many
-        more members as the quota admits go to the solver, so no plan can pass ``max``."""
+        ElasticQuota as one unit or not at all (members, the quorum's verdict), and only as
+        many more members as the quota admits go to the solver, so no plan can pass
+        ``max``."""
         context = self._host.quota_context(exclude=frozenset(m.key for m in members))
         if context is None or not context.snapshot.governs(namespace) or need <= 0:
-            return members, ""
+            return members, Verdict(Rule.NO_QUOTA)
         count, verdict = gang_room(
             context.snapshot,
             namespace,
@@ -898,8 +965,8 @@ class GangFlow:
             nominated=context.others(""),
         )
         if count == 0:
-            return members, verdict.message
-        return members[:count], ""
+            return members, verdict
+        return members[:count], verdict
 
     def _commit(
         self,
@@ -920,7 +987,8 @@ class GangFlow:
         slices = dict(plan.slices)
         slice_key = gang.spec.slice_key if gang.spec is not None else None
         planned_members = [members[i] for i, _ in plan.placements]
-        kept, refusal = self._quota_admitted(gang.namespace, planned_members, gang.need)
+        kept, verdict = self._quota_admitted(gang.namespace, planned_members, gang.need)
+        refusal = verdict.message if not verdict.admitted else ""
         if refusal or len(kept) < len(planned_members):
             # Quota used while the solver ran: the plan as a whole is no longer admitted.
             message = (

@@ -271,11 +271,17 @@ class Reclaimed:
 
 
 def reclaimed(
-    quotas: Quotas | None, pod: Pod, victims: Sequence[Pod], node: str
+    quotas: Quotas | None,
+    pod: Pod,
+    victims: Sequence[Pod],
+    node: str,
+    *,
+    preemptor: str | None = None,
 ) -> dict[str, Reclaimed]:
     """By victim :attr:`Pod.key`, the victims of ``pod``'s preemption that reclaim took from
     another quota (a pod of its own quota, or of none, is plain preemption), each with the
-    message of its ``Preempted`` event naming the reclaiming quota and pod."""
+    message of its ``Preempted`` event naming the reclaiming quota and pod (``preemptor``:
+    what to name instead of the pod, e.g. its PodGroup)."""
     if quotas is None:
         return {}
     snapshot = quotas.snapshot
@@ -292,7 +298,8 @@ def reclaimed(
         out[victim.key] = Reclaimed(
             theirs.namespace,
             theirs.name,
-            f"Reclaimed by ElasticQuota {own.key} for pod {pod.namespace}/{pod.name} on node "
+            f"Reclaimed by ElasticQuota {own.key} for "
+            f"{preemptor or f'pod {pod.namespace}/{pod.name}'} on node "
             f"{node}: quota {theirs.key} {why}",
         )
     return out

@@ -48,6 +48,12 @@ the nodes of the gang's plan, with the plan, else the gang solve, as the fit che
    members wherever they run). More evictions than needed happen only on the plan's
    nodes (units past the solve budget), never off them and never because of a timeout.
 
+**Reclaim** (:class:`QuotaGate`): a gang its ElasticQuota refuses by the sum of mins, while
+its own quota stays within its min, may evict borrowers' units: a trial counts only where the
+quota admits the gang with the trial's pods gone, victims need not be on the plan's nodes
+(the quota rule is cluster-wide), and the reprieve puts back the units of quotas nearest
+their fair share first.
+
 :func:`problem_without` builds one trial's problem: it takes the pods out of the snapshot
 (and the device ledger, and the claims' users), runs
 :func:`~scheduler.solver.problem.build_problem` and puts them back in their original order.
@@ -58,10 +64,12 @@ explain``).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Final
 
 import numpy as np
@@ -148,6 +156,39 @@ def gang_rules(members: Sequence[Pod], inputs: Inputs) -> Rules | None:
     keys = {m.key for m in members}
     others = [(p, n) for p, n in inputs.nominated if p.key not in keys]
     return Rules.of(quotas, lowest, others, request=request)
+
+
+@dataclass(frozen=True)
+class QuotaGate:
+    """Reclaim for a gang its quota refused (all quotas together over the sum of their
+    mins, while its own stays within its min with the gang): a trial counts only where the
+    quota admits the gang with the trial's pods gone, wherever they run. The quota rule is
+    cluster-wide, so its victims need not be on the plan's nodes."""
+
+    rules: Rules
+
+    def refusal(self, removed: Sequence[Pod]) -> str | None:
+        """None when the quota admits the gang with ``removed`` gone, else why not."""
+        ledger = self.rules.ledger()
+        ledger.take(removed)
+        if self.rules.admits(ledger):
+            return None
+        return "the quota still refuses the gang with these pods gone"
+
+    def excess(self, unit: Unit) -> Fraction:
+        """How far the unit's quota is above its fair share (0 without fair share): the
+        reprieve puts back the units of quotas nearest their share first."""
+        return self.rules.excess(unit[0].namespace)
+
+
+def quota_gate(members: Sequence[Pod], inputs: Inputs) -> QuotaGate | None:
+    """The gate for a gang whose quorum (``members``) its quota refused, when reclaim may
+    serve it: quotas in force, and its quota within its min with the gang (above it, only
+    its own lower-priority pods could go, and those the quota already counts)."""
+    rules = gang_rules(members, inputs)
+    if rules is None or rules.own is None or rules.above_min:
+        return None
+    return QuotaGate(rules)
 
 
 def candidate_units(
@@ -362,11 +403,14 @@ class VictimSearch:
         node_of: Callable[[Pod], str | None],
         *,
         max_trials: int = MAX_REPRIEVE_TRIALS,
+        gate: QuotaGate | None = None,
     ) -> None:
         self._units = list(units)
         self._inputs = inputs
         self._node_of = node_of
         self._max_trials = max_trials
+        self._gate = gate
+        """Reclaim for a gang its quota refused: victims anywhere, fair share's order."""
         self._stage = _Stage.ALL if self._units else _Stage.DONE
         self._current: set[int] = set(range(len(self._units)))
         """Indices of the units removed now."""
@@ -473,7 +517,7 @@ class VictimSearch:
         if self._confirmed:
             nodes = {node for _, node in self._plan.placements}
             narrow = {i for i in self._current if self._touches(i, nodes)}
-            if narrow == self._current:
+            if narrow == self._current or self._gate is not None:
                 self._settled()
                 return
             if not narrow:
@@ -526,10 +570,13 @@ class VictimSearch:
         start. Keeping a gang first spares more pods when the singles can make room;
         keeping the singles first does when the gang can: neither order wins always."""
 
-        def key(i: int) -> tuple[int, int, float]:
+        gate = self._gate
+
+        def key(i: int) -> tuple[Fraction, int, int, float]:
             unit = self._units[i]
             priority, start = unit_importance(unit, self._inputs)
-            return (priority, -len(unit) if larger_first else len(unit), start)
+            excess = gate.excess(unit) if gate is not None else Fraction(0)
+            return (excess, priority, -len(unit) if larger_first else len(unit), start)
 
         ordered = sorted(self._current, key=key)
         violating, fine = split_units_by_pdb([self._units[i] for i in ordered], self._inputs.pdbs)
@@ -618,27 +665,36 @@ def preempt_gang(
     solve_fn: Callable[[GangProblem], GangPlan],
     seed: int = 0,
     max_trials: int = MAX_REPRIEVE_TRIALS,
+    gate: QuotaGate | None = None,
 ) -> GangPreemption | None:
     """The whole search on one snapshot, synchronously: the victims and the plan, or None
-    when the gang may not preempt or no eviction of lower-priority pods lets it fit."""
+    when the gang may not preempt or no eviction of lower-priority pods lets it fit.
+    ``gate``: reclaim for a gang its quota refused (:func:`quota_gate`)."""
     if ineligible_reason(snapshot, members, inputs) is not None:
         return None
     units = candidate_units(framework, snapshot, members, inputs, own_gang=gang.key, seed=seed)
-    search = VictimSearch(units, inputs, node_lookup(snapshot), max_trials=max_trials)
+    search = VictimSearch(units, inputs, node_lookup(snapshot), max_trials=max_trials, gate=gate)
+    base: GangProblem | None = None
     while (removed := search.trial()) is not None:
-        problem = problem_without(
-            framework,
-            snapshot,
-            gang,
-            members,
-            removed,
-            need=need,
-            topology=inputs.topology,
-            load=inputs.load,
-            seed=seed,
-            volumes=inputs.volumes,
-            dra=inputs.dra,
-        )
+        why = gate.refusal(removed) if gate is not None else None
+        if why is not None:
+            if base is None:
+                base = build_problem(framework, snapshot, gang, members, need=need, dra=inputs.dra)
+            problem = dataclasses.replace(base, rejection=why)
+        else:
+            problem = problem_without(
+                framework,
+                snapshot,
+                gang,
+                members,
+                removed,
+                need=need,
+                topology=inputs.topology,
+                load=inputs.load,
+                seed=seed,
+                volumes=inputs.volumes,
+                dra=inputs.dra,
+            )
         if search.needs_solve(problem):
             search.tell(solve_fn(problem))
     return search.result()

@@ -223,6 +223,91 @@ async def test_gang_members_beyond_the_quorum_only_as_far_as_the_quota_goes() ->
     assert sched.quota_snapshot().quotas["team-a"].used[GPU] == 6
 
 
+def borrowed(sched: Scheduler, priority: int = 1000) -> list[dict[str, Any]]:
+    """team-a (min 8 GPUs) idle; team-b (min 8) borrows: 6 pods of 2 GPUs, 4 on n0 and 2
+    on n1, of a priority above anything team-a runs. n1 has 4 GPUs free."""
+    sched.quota_upserted(quota_body("team-a", "q", min={GPU: 8}, max={GPU: 16}))
+    sched.quota_upserted(quota_body("team-b", "q", min={GPU: 8}, max={GPU: 16}))
+    out = []
+    for i in range(6):
+        body = gpu_pod(f"b{i}", 2, ns="team-b", node="n0" if i < 4 else "n1")
+        body["metadata"]["uid"] = f"uid-b{i}"
+        body["spec"]["priority"] = priority
+        body["status"]["startTime"] = f"2026-01-01T00:00:0{i}Z"
+        sched.pod_upserted(body)
+        out.append(body)
+    return out
+
+
+async def test_a_gang_within_its_min_reclaims_from_the_borrower_whole_then_binds() -> None:
+    """The sum of mins (16) refuses team-a's gang of 4 x 2 GPUs (12 + 8 > 16) though n1 has
+    room for two members: two of team-b's pods go (not more: team-b keeps its min), whatever
+    their priority, each with the reclaim event naming the PodGroup; the gang binds whole
+    once they are gone."""
+    sched, writer = scheduler()
+    theirs = borrowed(sched)
+    sched.podgroup_upserted(team_podgroup("g", 4))
+    for name in ("a", "b", "c", "d"):
+        sched.pod_upserted(gang_member(name, "g", 2))
+    await run_one(sched)
+    assert writer.binds == []
+    assert len(writer.deletes) == 2
+    assert all(v.startswith("b") for v in writer.deletes)
+    events = sorted(e[3] for e in writer.events if e[2] == "Preempted")
+    assert len(events) == 2
+    for message in events:
+        assert message.startswith("Reclaimed by ElasticQuota team-a/q for PodGroup team-a/g on ")
+        assert message.endswith("quota team-b/q used more than its min")
+    (pg,) = [e[3] for e in writer.events if e[0] == "PodGroup" and e[2] == "Preempting"]
+    assert "reclaiming 2 pods of quotas above their min" in pg
+    registry = sched.metrics.registry
+    sample = registry.get_sample_value(
+        "lattice_quota_reclaim_evictions_total", {"namespace": "team-b", "quota": "q"}
+    )
+    assert sample == 2.0
+
+    for body in theirs:
+        if body["metadata"]["name"] in writer.deletes:
+            sched.pod_deleted(body)
+    sched.queue.flush(now=1e9)
+    await run_one(sched)
+    assert sorted(n for n, _ in writer.binds) == ["a", "b", "c", "d"]
+    assert sched.quota_snapshot().quotas["team-a"].used[GPU] == 8
+    assert sched.quota_snapshot().quotas["team-b"].used[GPU] == 8
+
+
+async def test_a_gang_reclaims_borrowed_quota_off_the_nodes_it_goes_to() -> None:
+    """With an empty third node the gang fits as it is: only the sum of mins refuses it.
+    Reclaim then evicts two of the borrower's pods wherever they run (the quota rule is
+    cluster-wide), not none, and not pods on the nodes the gang will use."""
+    sched, writer = scheduler(nodes=3)
+    borrowed(sched)
+    sched.podgroup_upserted(team_podgroup("g", 4))
+    for name in ("a", "b", "c", "d"):
+        sched.pod_upserted(gang_member(name, "g", 2))
+    await run_one(sched)
+    assert len(writer.deletes) == 2
+    assert all(v.startswith("b") for v in writer.deletes)
+    nominated = {p.name: node for p, node in sched.preemptor.nominations.values()}
+    assert set(nominated) == {"a", "b", "c", "d"}
+
+
+async def test_a_gang_that_would_pass_its_min_does_not_reclaim() -> None:
+    """A gang of 5 x 2 GPUs takes team-a past its min (10 > 8): reclaim may not serve it,
+    it waits with the quota's refusal and nothing is evicted."""
+    sched, writer = scheduler()
+    borrowed(sched)
+    sched.podgroup_upserted(team_podgroup("g", 5))
+    for name in ("a", "b", "c", "d", "e"):
+        sched.pod_upserted(gang_member(name, "g", 2))
+    await run_one(sched)
+    assert writer.binds == []
+    assert writer.deletes == []
+    failed = {e[1]: e[3] for e in writer.events if e[2] == "FailedScheduling"}
+    assert failed["a"].startswith("gang team-a/g: ")
+    assert "their mins sum to" in failed["a"]
+
+
 def test_explain_shows_the_quota_view() -> None:
     sched, _ = scheduler()
     sched.quota_upserted(quota_body("team-a", "q", min={GPU: 16}, max={GPU: 16}))

@@ -34,6 +34,8 @@ from lattice_dev.devcluster.cluster import ClusterConfig
 from lattice_dev.devcluster.kube import poll
 from scheduler.core.quota import GROUP, KIND, PLURAL, VERSION
 from tests.conftest import report_line
+from tests.e2e.test_gangs import GROUP as GANG_GROUP
+from tests.e2e.test_gangs import LABEL as GANG_LABEL
 from tests.e2e.test_scheduler import Plane, lattice_plane
 
 pytestmark = pytest.mark.cluster
@@ -279,5 +281,69 @@ async def test_capacity_scheduling_reclaim_cases(plane: Plane, api: client.ApiCl
             "reclaim e2e: CapacityScheduling's cross-namespace, in-namespace and three-quota "
             f"cases replayed on 2 kwok nodes, {reclaimed} pods reclaimed across quotas"
         )
+    finally:
+        sched.stop()
+
+
+async def test_a_gang_within_its_min_reclaims_what_another_quota_borrowed(
+    plane: Plane, api: client.ApiClient
+) -> None:
+    """Reclaim for a gang: ns1 (min 2 cpu) borrows 4 high-priority pods of 1 cpu, one node
+    half full each; ns2's PodGroup of 2 x 2 cpu stays within ns2's min (4), but the sum
+    of mins (6) refuses it although the nodes have room for it. Two of ns1's pods go (ns1
+    back at its min, no more), each with the reclaim event naming the PodGroup, and the
+    gang binds whole."""
+    scheduling = client.SchedulingV1Api(api)
+    for name, value in CLASSES.items():
+        pc: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass"}
+        pc |= {"metadata": {"name": name}, "value": value}
+        with contextlib.suppress(client.ApiException):
+            await scheduling.create_priority_class(cast(client.V1PriorityClass, pc))
+    core = client.CoreV1Api(api)
+    a, b = sorted(n.metadata.name for n in (await core.list_node()).items)
+    sched = plane.lattice(identity="reclaim-gang").start()
+    case = Case(api, "gang")
+    try:
+        await case.setup({"ns1": ("2", "8"), "ns2": ("4", "8")})
+        existing = [("ns1", pod(f"t9-p{i}", "1", "rc-high", a if i < 2 else b)) for i in range(4)]
+        await case.create(existing)
+        await case.running([(s, body["metadata"]["name"]) for s, body in existing])
+        await asyncio.sleep(1.0)
+        await case.custom.create_namespaced_custom_object(
+            *GANG_GROUP[:2],
+            case.ns("ns2"),
+            GANG_GROUP[2],
+            {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": "g"},
+                "spec": {"minMember": 2},
+            },
+        )
+        members = []
+        for i in range(2):
+            body = pod(f"t9-g{i}", "2", "rc-low")
+            body["metadata"]["labels"] = {GANG_LABEL: "g"}
+            members.append(("ns2", body))
+        await case.create(members)
+        await case.running([("ns2", "t9-g0"), ("ns2", "t9-g1")])
+
+        async def two_gone() -> list[str] | None:
+            alive = [
+                n for _, body in existing if await case.alive("ns1", n := body["metadata"]["name"])
+            ]
+            return alive if len(alive) == 2 else None
+
+        left = await poll(two_gone, within=30, interval=0.3)
+        events = await case.reclaim_events("ns1")
+        gone = {body["metadata"]["name"] for _, body in existing} - set(left)
+        for name in gone:
+            assert events.get(name, "").startswith(
+                f"Reclaimed by ElasticQuota {case.ns('ns2')}/eq-ns2 for PodGroup "
+                f"{case.ns('ns2')}/g on node "
+            ), events
+        await asyncio.sleep(2.0)  # no further eviction shows by now
+        assert len([n for n in left if await case.alive("ns1", n)]) == 2
+        await case.teardown()
     finally:
         sched.stop()
