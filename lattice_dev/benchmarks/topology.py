@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import shutil
 import sys
@@ -50,9 +51,11 @@ from typing import Any, cast
 
 import numpy as np
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from lattice_dev.benchmarks.common import apply_crds
 from lattice_dev.benchmarks.gangs import (
+    KUBE_SCHEDULER,
     LATTICE,
     LS_GROUP,
     LS_PLURAL,
@@ -65,9 +68,11 @@ from lattice_dev.benchmarks.gangs import (
     PodRecord,
     PodWatch,
     gang_outcome,
+    gang_spec,
     pod_body,
     podgroup_body,
 )
+from lattice_dev.devcluster.build import kubernetes_version
 from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
 from lattice_dev.devcluster.kube import api_client, create_nodes, node_is_ready, poll
 from lattice_dev.devcluster.profiles import get_profile
@@ -78,6 +83,13 @@ from scheduler.model.gang import (
     TOPOLOGY_SLICE_ANNOTATION,
     TOPOLOGY_SLICE_REQUIRED_ANNOTATION,
     TOPOLOGY_SLICE_SIZE_ANNOTATION,
+)
+from scheduler.model.workload import UPSTREAM_GROUP, UPSTREAM_PLURAL, UPSTREAM_VERSION
+from scheduler.sim.topology import (
+    GREEDY as SIM_GREEDY,
+)
+from scheduler.sim.topology import (
+    KUBE_TAS as SIM_KUBE_TAS,
 )
 from scheduler.sim.topology import (
     LATTICE as SIM_LATTICE,
@@ -99,6 +111,17 @@ from scheduler.sim.topology import (
 NODE_PROFILE = "gpu-8x"
 LIVE = "Lattice live"
 OFFLINE = "Lattice offline"
+ARMS = ("lattice", "greedy", "kube")
+"""Live arms: Lattice with CP-SAT, Lattice greedy-only, kube-scheduler 1.37 with
+``GenericWorkload`` and ``TopologyAwareWorkloadScheduling`` on (the upstream PodGroup)."""
+ARM_ROWS = {"lattice": LIVE, "greedy": "Greedy live", "kube": "KubeTAS live"}
+OFFLINE_ROWS = {
+    "lattice": (SIM_LATTICE, OFFLINE),
+    "greedy": (SIM_GREEDY, "Greedy offline"),
+    "kube": (SIM_KUBE_TAS, "KubeTAS offline"),
+}
+KUBE_GATES = ("GenericWorkload=true", "TopologyAwareWorkloadScheduling=true")
+KUBE_RUNTIME_CONFIG = ("scheduling.k8s.io/v1beta1=true",)
 
 
 # --- bodies (pure) -------------------------------------------------------------------------
@@ -139,9 +162,39 @@ def gang_podgroup(gang: Gang, timeout_s: int) -> dict[str, Any]:
     return body
 
 
-def member_bodies(gang: Gang) -> list[dict[str, Any]]:
-    """The gang's pods, named as the simulator names them, on Lattice."""
-    return [pod_body(p.name, gang.gpus, LATTICE, gang.name) for p in gang.pods]
+def member_bodies(gang: Gang, arm: str = "lattice") -> list[dict[str, Any]]:
+    """The gang's pods, named as the simulator names them: on Lattice, or (``kube``) on
+    kube-scheduler, naming their upstream PodGroup in ``spec.schedulingGroup`` (the
+    scheduler-plugins label stays for the benchmark's own listing; kube ignores it)."""
+    if arm != "kube":
+        return [pod_body(p.name, gang.gpus, LATTICE, gang.name) for p in gang.pods]
+    out = []
+    for p in gang.pods:
+        body = pod_body(p.name, gang.gpus, KUBE_SCHEDULER, gang.name)
+        body["spec"]["schedulingGroup"] = {"podGroupName": gang.name}
+        out.append(body)
+    return out
+
+
+def kube_key(gang: Gang) -> str | None:
+    """The one required key kube-scheduler 1.37 takes: the gang's required level, else
+    its slice level (the only way one key keeps every slice in one domain, as the
+    simulator's KubeTAS); a preference cannot be expressed."""
+    return gang.spec.topology_key or gang.spec.slice_key
+
+
+def upstream_podgroup(gang: Gang) -> dict[str, Any]:
+    """``scheduling.k8s.io/v1beta1`` PodGroup for the kube arm: all members, one key."""
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": gang.members}}}
+    key = kube_key(gang)
+    if key is not None:
+        spec["schedulingConstraints"] = {"topology": [{"key": key}]}
+    return {
+        "apiVersion": f"{UPSTREAM_GROUP}/{UPSTREAM_VERSION}",
+        "kind": "PodGroup",
+        "metadata": {"name": gang.name},
+        "spec": spec,
+    }
 
 
 def scheduler_body(time_limit_s: float) -> dict[str, Any]:
@@ -164,20 +217,25 @@ Member = tuple[str, str | None]
 
 
 def placement_violations(
-    gang: Gang, members: Sequence[Member], labels: Mapping[str, Mapping[str, str]]
+    gang: Gang,
+    members: Sequence[Member],
+    labels: Mapping[str, Mapping[str, str]],
+    *,
+    arm: str = "lattice",
 ) -> list[str]:
     """What breaks the gang's required level or its slices, from its bound members and the
-    nodes' labels (``labels[node][key]``); empty when nothing does."""
+    nodes' labels (``labels[node][key]``); empty when nothing does. The kube arm is held
+    to the one key it was given (:func:`kube_key`), and writes no slices."""
     out: list[str] = []
     if len(members) != gang.members:
         out.append(f"{gang.name}: {len(members)} members bound, {gang.members} expected")
-    key = gang.spec.topology_key
+    key = kube_key(gang) if arm == "kube" else gang.spec.topology_key
     if key is not None:
         domains = {labels.get(n, {}).get(key) for n, _ in members}
         if len(domains) != 1 or None in domains:
             out.append(f"{gang.name}: required {key}, members in {sorted(map(str, domains))}")
     size, level = gang.spec.slice_size, gang.spec.slice_key
-    if size is not None and level is not None:
+    if size is not None and level is not None and arm != "kube":
         slices: dict[str | None, list[str]] = {}
         for node, s in members:
             slices.setdefault(s, []).append(node)
@@ -237,9 +295,10 @@ def live_result(
     *,
     horizon: float,
     seconds: float,
+    policy: str = LIVE,
 ) -> PolicyResult:
     """The live run's figures in the simulator's record (module docstring)."""
-    result = PolicyResult(LIVE, gangs=len(stream), seconds=seconds)
+    result = PolicyResult(policy, gangs=len(stream), seconds=seconds)
     everything = list(records.values())
     index = {n: i for i, n in enumerate(layout.names)}
     for gang in stream:
@@ -292,19 +351,31 @@ class TopologyBench(GangBench):
         node_labels: Mapping[str, Mapping[str, str]],
         node_gpus: Mapping[str, int],
         args: argparse.Namespace,
+        arm: str = "lattice",
     ) -> None:
         super().__init__(cluster, api, [], node_gpus, args)
         self.gangs = list(stream)
         self.labels = node_labels
+        self.arm = arm
         self.placed: dict[str, list[Member]] = {}
         self.errors: list[str] = []
 
     async def run(self, ns: str) -> tuple[dict[str, PodRecord], dict[str, GangWindow], float]:
         await self.core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": ns}}))
-        await self.objects.create_cluster_custom_object(
-            LS_GROUP, LS_VERSION, LS_PLURAL, scheduler_body(self.args.solver_time_limit)
-        )
-        await self._start_scheduler("cpsat", self._log_size())
+        if self.arm == "kube":
+            await self._start_scheduler("kube", 0)
+        else:
+            body = scheduler_body(self.args.solver_time_limit)
+            body["spec"]["gang"] = gang_spec(
+                "greedy" if self.arm == "greedy" else "cpsat", self.args.solver_time_limit
+            )
+            with contextlib.suppress(ApiException):  # one object across the Lattice arms
+                await self.objects.create_cluster_custom_object(
+                    LS_GROUP, LS_VERSION, LS_PLURAL, body
+                )
+            await self._start_scheduler(
+                "greedy" if self.arm == "greedy" else "cpsat", self._log_size()
+            )
         records = {
             p.name: PodRecord(p.name, g.gpus, gang=g.name) for g in self.gangs for p in g.pods
         }
@@ -327,10 +398,12 @@ class TopologyBench(GangBench):
         for exc in await asyncio.gather(*tasks, return_exceptions=True):
             if isinstance(exc, Exception):
                 self.errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[:1]}")
-        if not self.cluster.running().get(LATTICE, False):
-            self.errors.append("lattice was not running at the end of the run")
-        self.cluster.stop_component(LATTICE)
+        component = "kube-scheduler" if self.arm == "kube" else LATTICE
+        if not self.cluster.running().get(component, False):
+            self.errors.append(f"{component} was not running at the end of the run")
+        self.cluster.stop_component(component)
         await watch.stop()
+        await self._clear(ns)
         if lags and max(lags) > 1.0:
             self.errors.append(f"pacing lag up to {max(lags):.1f} s")
         return records, windows, ended
@@ -347,17 +420,22 @@ class TopologyBench(GangBench):
         await self._sleep_until(t0, gang.created, lags)
         recs = [records[p.name] for p in gang.pods]
         try:
-            await self.objects.create_namespaced_custom_object(
-                PG_GROUP,
-                PG_VERSION,
-                ns,
-                PG_PLURAL,
-                gang_podgroup(gang, math.ceil(self.args.patience)),
-            )
+            if self.arm == "kube":
+                await self.objects.create_namespaced_custom_object(
+                    UPSTREAM_GROUP, UPSTREAM_VERSION, ns, UPSTREAM_PLURAL, upstream_podgroup(gang)
+                )
+            else:
+                await self.objects.create_namespaced_custom_object(
+                    PG_GROUP,
+                    PG_VERSION,
+                    ns,
+                    PG_PLURAL,
+                    gang_podgroup(gang, math.ceil(self.args.patience)),
+                )
             await asyncio.gather(
                 *(
                     self._create_pod(ns, body, r, t0)
-                    for body, r in zip(member_bodies(gang), recs, strict=True)
+                    for body, r in zip(member_bodies(gang, self.arm), recs, strict=True)
                 )
             )
             window.opened = max(cast(float, r.created) for r in recs)
@@ -380,6 +458,16 @@ class TopologyBench(GangBench):
                 window.closed = time.monotonic() - t0
             await asyncio.shield(self._delete_gang(ns, gang.name, recs, t0))
 
+    async def _delete_gang(self, ns: str, name: str, recs: Sequence[PodRecord], t0: float) -> None:
+        if self.arm == "kube":
+            with contextlib.suppress(ApiException):
+                await self.objects.delete_namespaced_custom_object(
+                    UPSTREAM_GROUP, UPSTREAM_VERSION, ns, UPSTREAM_PLURAL, name
+                )
+            await asyncio.gather(*(self._delete_pod(ns, r, t0) for r in recs))
+            return
+        await super()._delete_gang(ns, name, recs, t0)
+
 
 async def _nodes_ready(api: client.ApiClient, bodies: list[dict[str, Any]]) -> None:
     await create_nodes(api, bodies)
@@ -393,10 +481,16 @@ async def _nodes_ready(api: client.ApiClient, bodies: list[dict[str, Any]]) -> N
     await poll(ready, within=300, interval=0.5)
 
 
+Placed = dict[str, list[Member]]
+
+
 async def _live(
     cluster: DevCluster, shape: Shape, stream: Sequence[Gang], args: argparse.Namespace
-) -> tuple[PolicyResult, list[str], dict[str, list[Member]]]:
-    """The live run's figures, its violations and the admitted gangs' members as read."""
+) -> list[tuple[str, PolicyResult, list[str], Placed]]:
+    """Per arm, one after another on the same nodes (each in a namespace of its own, the
+    fleet emptied between them): its figures, its violations and the admitted gangs'
+    members as read."""
+    out = []
     async with api_client(cluster.kubeconfig) as api:
         await _nodes_ready(api, node_bodies(shape))
         core = client.CoreV1Api(api)
@@ -407,23 +501,33 @@ async def _live(
             for n in nodes
             if n.metadata.name in set(Layout.of(topology_cluster(shape)).names)
         }
-        bench = TopologyBench(cluster, api, stream, labels, node_gpus, args)
-        started = time.monotonic()
-        records, windows, horizon = await bench.run("bench-topology")
-        seconds = time.monotonic() - started
-    layout = Layout.of(topology_cluster(shape))
-    result = live_result(
-        stream, records, windows, layout, node_gpus, horizon=horizon, seconds=seconds
-    )
-    violations = [
-        v
-        for g in stream
-        if g.name in bench.placed
-        for v in placement_violations(g, bench.placed[g.name], labels)
-    ]
-    for e in bench.errors:
-        print(f"  (benchmark side: {e})", flush=True)
-    return result, violations, bench.placed
+        layout = Layout.of(topology_cluster(shape))
+        for arm in args.arms:
+            print(f"arm {arm}: {ARM_ROWS[arm]}", flush=True)
+            bench = TopologyBench(cluster, api, stream, labels, node_gpus, args, arm)
+            started = time.monotonic()
+            records, windows, horizon = await bench.run(f"bench-topology-{arm}")
+            seconds = time.monotonic() - started
+            result = live_result(
+                stream,
+                records,
+                windows,
+                layout,
+                node_gpus,
+                horizon=horizon,
+                seconds=seconds,
+                policy=ARM_ROWS[arm],
+            )
+            violations = [
+                v
+                for g in stream
+                if g.name in bench.placed
+                for v in placement_violations(g, bench.placed[g.name], labels, arm=arm)
+            ]
+            for e in bench.errors:
+                print(f"  ({arm}, benchmark side: {e})", flush=True)
+            out.append((arm, result, violations, bench.placed))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -443,8 +547,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--solver-time-limit", type=float, default=1.0, help="CP-SAT budget, s")
-    parser.add_argument("--no-offline", action="store_true", help="skip the simulator's row")
+    parser.add_argument("--no-offline", action="store_true", help="skip the simulator's rows")
+    parser.add_argument(
+        "--arms",
+        nargs="+",
+        choices=ARMS,
+        default=["lattice", "kube"],
+        help="live arms, run one after another on the same nodes (kube: kube-scheduler "
+        "1.37 with GenericWorkload and TopologyAwareWorkloadScheduling on, the upstream "
+        "PodGroup with one required key)",
+    )
     args = parser.parse_args(argv)
+    args.score_all = False  # kube-scheduler as its users run it (bench-gang's default)
     shape = Shape.parse(args.topology)
     stream = topology_stream(
         shape, gangs=args.gangs, load=args.load, seed=args.seed, mean_run=args.mean_run
@@ -463,42 +577,57 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     scratch = Path(tempfile.mkdtemp(prefix="lattice-bench-topology-"))
     cluster = DevCluster(scratch / "state")
+    kube = "kube" in args.arms
+    if kube and kubernetes_version() < "v1.37":
+        parser.error("the kube arm needs Kubernetes 1.37 (the upstream PodGroup's topology)")
     try:
         state = cluster.up(
-            ClusterConfig(nodes=0, node_profile=NODE_PROFILE, node_ready_timeout=600)
+            ClusterConfig(
+                nodes=0,
+                node_profile=NODE_PROFILE,
+                node_ready_timeout=600,
+                feature_gates=KUBE_GATES if kube else (),
+                runtime_config=KUBE_RUNTIME_CONFIG if kube else (),
+            )
         )
         apply_crds(cluster, state)
         print(f"control plane ready in {time.monotonic() - started:.0f}s", flush=True)
-        live, violations, placed = asyncio.run(_live(cluster, shape, stream, args))
+        arms = asyncio.run(_live(cluster, shape, stream, args))
     finally:
         cluster.down()
         shutil.rmtree(scratch, ignore_errors=True)
-    results = [live]
+    results = [result for _, result, _, _ in arms]
     if not args.no_offline:
-        offline = replay_policy(
-            topology_cluster(shape),
-            stream,
-            SIM_LATTICE,
-            patience=args.patience,
-            seed=args.seed,
-            time_limit_s=args.solver_time_limit,
-        )
-        offline.policy = OFFLINE
-        results.append(offline)
+        for arm in args.arms:
+            policy, row = OFFLINE_ROWS[arm]
+            offline = replay_policy(
+                topology_cluster(shape),
+                stream,
+                policy,
+                patience=args.patience,
+                seed=args.seed,
+                time_limit_s=args.solver_time_limit,
+            )
+            offline.policy = row
+            results.append(offline)
     print()
     print(format_rows([SeedRun(args.seed, len(stream), tuple(results))]))
     print("admitted per kind:")
     print("\n".join(by_kind_lines(results)))
-    required = sum(1 for g in stream if g.name in placed and g.spec.topology_key)
-    sliced = sum(1 for g in stream if g.name in placed and g.spec.slice_size)
-    print(
-        f"placement check, read from the API objects at each admission ({len(placed)} admitted "
-        f"gangs, {required} required-rack, {sliced} sliced): {len(violations)} violations"
-    )
-    for v in violations:
-        print(f"  {v}")
+    failed = False
+    for arm, _, violations, placed in arms:
+        required = sum(1 for g in stream if g.name in placed and g.spec.topology_key)
+        sliced = sum(1 for g in stream if g.name in placed and g.spec.slice_size)
+        print(
+            f"{arm}: placement check, read from the API objects at each admission "
+            f"({len(placed)} admitted gangs, {required} required-rack, {sliced} sliced): "
+            f"{len(violations)} violations"
+        )
+        for v in violations:
+            print(f"  {v}")
+        failed = failed or bool(violations)
     print(f"(total {time.monotonic() - started:.0f}s)")
-    return 1 if violations else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -9,15 +9,18 @@ from lattice_dev.benchmarks.gangs import GangWindow, PodRecord
 from lattice_dev.benchmarks.topology import (
     LIVE,
     gang_podgroup,
+    kube_key,
     live_result,
     member_bodies,
     node_bodies,
     placement_violations,
     scheduler_body,
+    upstream_podgroup,
 )
 from scheduler.model.gang import POD_GROUP_LABEL
 from scheduler.model.pod import Pod
 from scheduler.model.podgroup import check_levels, gang_from_podgroup
+from scheduler.model.workload import UPSTREAM_GROUP, UPSTREAM_VERSION
 from scheduler.sim.topology import (
     BLOCK,
     KINDS,
@@ -101,6 +104,34 @@ def test_slice_check_wants_every_slice_whole_and_in_one_rack() -> None:
     got = placement_violations(gang, unsliced, labels())
     assert any("without a slice annotation" in v for v in got)
     assert any("slice 0 has 3 members" in v for v in got)
+
+
+def test_the_kube_arm_asks_one_required_key_of_the_upstream_podgroup() -> None:
+    """kube-scheduler 1.37 takes one required key: the required rack, else the slice level
+    (a sliced gang in one rack); a preferred gang is a plain gang. Its pods name the group
+    in ``spec.schedulingGroup`` and go to the default scheduler; its check holds it to that
+    key and reads no slice annotations."""
+    required = make_gang("req", REQUIRED_RACK, 2, 8)
+    sliced = make_gang("sl", SLICES, 4, 4, slice_size=2)
+    preferred = make_gang("pr", PREFERRED_RACK, 2, 8)
+    assert [kube_key(g) for g in (required, sliced, preferred)] == [RACK, RACK, None]
+    body = upstream_podgroup(sliced)
+    assert body["apiVersion"] == f"{UPSTREAM_GROUP}/{UPSTREAM_VERSION}"
+    assert body["spec"] == {
+        "schedulingPolicy": {"gang": {"minCount": 4}},
+        "schedulingConstraints": {"topology": [{"key": RACK}]},
+    }
+    assert "schedulingConstraints" not in upstream_podgroup(preferred)["spec"]
+    for pod in member_bodies(sliced, "kube"):
+        assert pod["spec"]["schedulerName"] == "default-scheduler"
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "sl"}
+    one_rack = [("b0-r0-n0", None), ("b0-r0-n0", None), ("b0-r0-n1", None), ("b0-r0-n1", None)]
+    assert placement_violations(sliced, one_rack, labels(), arm="kube") == []
+    two = [("b0-r0-n0", None), ("b0-r0-n0", None), ("b0-r1-n1", None), ("b0-r1-n1", None)]
+    assert placement_violations(sliced, two, labels(), arm="kube") == [
+        "sl: required example.com/rack, members in ['b0-r0', 'b0-r1']"
+    ]
+    assert placement_violations(sliced, two, labels()) != []  # Lattice: no slice annotations
 
 
 def _bind(rec: PodRecord, at: float, node: str, gone: float | None) -> PodRecord:
