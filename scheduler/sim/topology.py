@@ -469,6 +469,14 @@ class PolicyResult:
         """Mean domains spanned beyond the fewest possible."""
         return float(np.mean([s - m for s, m in self.spans])) if self.spans else None
 
+    @property
+    def at_fewest_pct(self) -> float | None:
+        """Share of preferred gangs that spanned the fewest domains possible then (#37's
+        acceptance asks >= 95 %)."""
+        if not self.spans:
+            return None
+        return 100 * float(np.mean([s <= m for s, m in self.spans]))
+
     def to_json(self) -> dict[str, Any]:
         def r(v: float | None) -> float | None:
             return None if v is None else round(v, 3)
@@ -485,6 +493,7 @@ class PolicyResult:
             "preferredDomainsSpanned": r(self.mean_spanned),
             "preferredDomainsFewest": r(self.mean_fewest),
             "preferredDomainsExcess": r(self.excess),
+            "preferredAtFewestPercent": r(self.at_fewest_pct),
             "waitP50Seconds": r(self.wait_pct(50)),
             "waitP99Seconds": r(self.wait_pct(99)),
             "attempts": self.attempts,
@@ -769,6 +778,7 @@ COLUMNS: Final = (
     "pref. domains spanned",
     "fewest possible",
     "excess",
+    "at fewest %",
     "wait p50 s",
     "wait p99 s",
     "s",
@@ -795,6 +805,7 @@ def format_rows(runs: Sequence[SeedRun]) -> str:
                     _f(r.mean_spanned, 2),
                     _f(r.mean_fewest, 2),
                     _f(r.excess, 2),
+                    _f(r.at_fewest_pct, 0),
                     _f(r.wait_pct(50), 0),
                     _f(r.wait_pct(99), 0),
                     f"{r.seconds:.0f}",
@@ -817,6 +828,7 @@ def format_rows(runs: Sequence[SeedRun]) -> str:
                     _f(mean([r.mean_spanned for r in results]), 2),
                     _f(mean([r.mean_fewest for r in results]), 2),
                     _f(mean([r.excess for r in results]), 2),
+                    _f(mean([r.at_fewest_pct for r in results]), 0),
                     _f(mean([r.wait_pct(50) for r in results]), 0),
                     _f(mean([r.wait_pct(99) for r in results]), 0),
                     f"{sum(r.seconds for r in results):.0f}",

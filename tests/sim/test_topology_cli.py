@@ -50,6 +50,11 @@ def test_table_and_json_agree(capsys: pytest.CaptureFixture[str]) -> None:
         assert sum(a for a, _ in result["admittedByKind"].values()) == gangs["admitted"]
         assert result["recheckFailed"] == 0
         assert 0 <= result["allocatedGpuPercentTimeAvg"] <= 100
+        at_fewest = result["preferredAtFewestPercent"]
+        assert at_fewest is None or 0 <= at_fewest <= 100
+        assert (at_fewest == 100) == (
+            at_fewest is not None and result["preferredDomainsExcess"] == 0
+        )
 
 
 def test_policies_and_mix_are_chosen(capsys: pytest.CaptureFixture[str]) -> None:
