@@ -81,6 +81,7 @@ from typing import Any, Final
 from scheduler.core.dra.cel import CelError, SelectorCompiler
 from scheduler.core.dra.objects import (
     ALL,
+    BINDING_CONDITIONS_SINCE_MINOR,
     CONSUMABLE_CAPACITY_SINCE_MINOR,
     EXACT_COUNT,
     FROM_CLAIM,
@@ -258,7 +259,17 @@ class SliceIndex:
                 pools.append(Pool(driver, name, kept, incomplete=True))
                 continue
             pools.append(_build_pool(driver, name, kept, same, partitionable))
+        if kube_minor >= BINDING_CONDITIONS_SINCE_MINOR:
+            # kube tries the complete pools some of whose devices (on this node) have
+            # binding conditions last, each group in pool order: a device that binds at
+            # once is preferred to one whose binding waits for a driver.
+            pools.sort(key=_waits_for_binding)
         return pools
+
+
+def _waits_for_binding(pool: Pool) -> bool:
+    """kube's ``poolHasBindingConditions`` (an incomplete pool stays in place)."""
+    return not pool.incomplete and any(d.binding_conditions for s in pool.slices for d in s.devices)
 
 
 def _build_pool(
@@ -802,7 +813,7 @@ def _view(
     for pool in pools:
         for s in pool.slices:
             for d in s.devices:
-                if not d.allocatable or _gated(search, d):
+                if not d.allocatable(search.kube_minor) or _gated(search, d):
                     continue
                 try:
                     ok = _selectors_match(
@@ -929,7 +940,7 @@ def _selectable(
 ) -> bool:
     """kube's ``isSelectable``: class selectors, request selectors, then (a slice with
     ``perDeviceNodeSelection``) the device's own node selection."""
-    if not device.allocatable:
+    if not device.allocatable(search.kube_minor):
         return False
     memo_key = (device_id, *key)
     cached = search.memo.get(memo_key)
@@ -1430,6 +1441,11 @@ def _result(search: _Search, ci: int, compact: bool) -> dict[str, Any]:
                 entry["consumedCapacity"] = {
                     name: str(Quantity(value)) for name, value in sorted(p.consumed.items())
                 }
+        device = p.candidate.device
+        if device.binding_conditions:  # allocatable from 1.36 only: kube copies them then
+            entry["bindingConditions"] = list(device.binding_conditions)
+        if device.binding_failure_conditions:
+            entry["bindingFailureConditions"] = list(device.binding_failure_conditions)
         results.append(entry)
     config: list[dict[str, Any]] = []
     class_ranges: dict[str, tuple[int, int]] = {}
@@ -1510,7 +1526,8 @@ def chosen_subrequests(
 
 
 def _node_selector(search: _Search, picked: Sequence[_Candidate]) -> dict[str, Any] | None:
-    """kube's ``createNodeSelector``: the node's name if a device is node-local, else the
+    """kube's ``createNodeSelector``: the node's name if a device is node-local or
+    ``bindsToNode`` (1.36+: such a device is allocatable from then only), else the
     union of the single-term selectors; a device of a ``perDeviceNodeSelection`` slice
     brings its own node selection instead of the slice's."""
     chosen = [
@@ -1519,7 +1536,7 @@ def _node_selector(search: _Search, picked: Sequence[_Candidate]) -> dict[str, A
         else (c.slice.node_name, c.slice.raw_node_selector, c.slice.name)
         for c in picked
     ]
-    if any(name for name, _, _ in chosen):
+    if any(name for name, _, _ in chosen) or any(c.device.binds_to_node for c in picked):
         return {
             "nodeSelectorTerms": [
                 {
