@@ -108,7 +108,12 @@ def allocated(
     stamp: str | None = "2026-12-07T00:00:00Z",
     conditions: tuple[str, ...] = (ATTACHED,),
 ) -> ResourceClaim:
-    result = {"request": "gpu", "driver": GPU_DRIVER, "pool": "n1", "device": "gpu-0"}
+    result: dict[str, Any] = {
+        "request": "gpu",
+        "driver": GPU_DRIVER,
+        "pool": "n1",
+        "device": "gpu-0",
+    }
     if conditions:
         result |= {"bindingConditions": list(conditions), "bindingFailureConditions": [FAILED]}
     allocation: dict[str, Any] = {"devices": {"results": [result]}}
@@ -151,9 +156,7 @@ def test_a_claim_waits_until_every_binding_condition_of_its_device_is_true() -> 
     assert check(allocated(), now=STAMPED + 601) is Readiness.TIMED_OUT
     assert check(allocated(stamp=None), now=STAMPED + 10_000) is Readiness.WAITING
     # met conditions never time out
-    assert check(allocated(status_of((ATTACHED, "True"))), now=STAMPED + 601) is (
-        Readiness.READY
-    )
+    assert check(allocated(status_of((ATTACHED, "True"))), now=STAMPED + 601) is (Readiness.READY)
 
 
 def test_a_failure_condition_fails_the_binding_at_once_and_says_why() -> None:
