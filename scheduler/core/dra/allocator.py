@@ -23,7 +23,9 @@ feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
    roots that hold its count first, fewest free devices first, then the others, most
    free first (:func:`_by_root`), so a claim's devices share a root where one can hold
    them and a 1-device claim fills a partly used root, keeping whole roots for claims
-   that need them.
+   that need them. From 1.36 (DRADeviceBindingConditions) the complete pools with a
+   device that has ``bindingConditions`` come after the others, as in kube; on 1.35 a
+   device with any binding field is passed over.
 3. **Validation, per request (and per firstAvailable subrequest):** the class must exist; a
    selector that is not CEL is an error; ExactCount needs ``count`` devices; All takes every
    selectable device of every pool now, and an incomplete or invalid pool is an *error*;
@@ -50,9 +52,11 @@ feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
    allocation order (``adminAccess: true`` only for adminAccess requests; ``tolerations``, a
    copy of the request's, where it has any, as 1.36+ writes), ``devices.config``
    with each class's configs once per class naming the requests that used it (the v1.34.2+
-   form) followed by the claim's configs (one copy per matching request, as kube does), and
-   ``nodeSelector``: the node's name when any device comes from a node-local slice, else
-   the union of the slices' single-term selectors, else none (``allNodes`` only).
+   form) followed by the claim's configs (one copy per matching request, as kube does),
+   each result with ``bindingConditions`` and ``bindingFailureConditions`` copied from its
+   device (1.36+), and ``nodeSelector``: the node's name when any device comes from a
+   node-local slice or is ``bindsToNode``, else the union of the slices' single-term
+   selectors, else none (``allNodes`` only).
    Which ``firstAvailable`` subrequest a claim got is read back from these results
    (:func:`chosen_subrequests`), from a fresh allocation and from a written
    ``status.allocation`` alike, as kube's DynamicResources score reads it.

@@ -26,10 +26,15 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
   The search over the nodes has a budget per attempt and, in the controller, runs off
   the event loop (:mod:`scheduler.core.dra.search`: the attempt's
   :class:`~scheduler.core.dra.search.DeviceSearch`, or one of the cycle's own).
+* **Binding conditions** (1.36+, :mod:`scheduler.core.dra.binding`): an allocated claim
+  whose device's binding failure condition is True, or whose binding timed out
+  (``spec.dra.bindingTimeoutSeconds`` from its ``allocationTimestamp``), is available on
+  no node (kube's Filter), so that PostFilter gives it back. The controller's PreBind
+  waits for the conditions before the binding.
 * **PostFilter** (:func:`stale_allocations`, run by the controller when no node fits):
   as kube 1.34+, one of the pod's allocated claims that nobody else holds and that some
-  node reaching DynamicResources' filter cannot use is deallocated, so the next attempt
-  can allocate anew, elsewhere.
+  node reaching DynamicResources' filter cannot use (or whose binding failed) is
+  deallocated, so the next attempt can allocate anew, elsewhere.
 * **Score** (kube 1.35+, kubernetes#134711; weight 2 in the default profile of every
   supported release): prioritized lists only. Per node, over the pod's claims in order,
   each ``firstAvailable`` request adds ``8 - index`` of the subrequest its allocation on
