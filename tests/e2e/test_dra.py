@@ -1228,14 +1228,14 @@ class ClaimRecorder:
         return False
 
 
-async def _reserved(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
+async def reserved_claim(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
     """The claim once allocated and reserved for a pod, else None."""
     body = await get_claim(api, ns, name)
     status = body.get("status") or {}
     return body if status.get("allocation") and status.get("reservedFor") else None
 
 
-async def _driver_sets(
+async def driver_sets(
     api: client.ApiClient, ns: str, name: str, *conditions: tuple[str, str, str]
 ) -> None:
     """What the driver does: conditions (type, status, reason) on the allocated device's
@@ -1287,7 +1287,7 @@ async def test_devices_with_binding_conditions_bind_when_the_driver_says_so(
     sched = plane.lattice().start()
     try:
         await create_pods(api, ns, [claim_pod("ready", resourceClaimName="ready")])
-        claim = await poll(lambda: _reserved(api, ns, "ready"), within=60, interval=0.2)
+        claim = await poll(lambda: reserved_claim(api, ns, "ready"), within=60, interval=0.2)
         allocation = claim["status"]["allocation"]
         (result,) = allocation["devices"]["results"]
         assert result["bindingConditions"] == [ATTACHED]
@@ -1298,7 +1298,7 @@ async def test_devices_with_binding_conditions_bind_when_the_driver_says_so(
         assert not (await core.read_namespaced_pod("ready", ns)).spec.node_name
         pending = await events_of(api, ns, "BindingConditionsPending")
         assert [e.involved_object.name for e in pending] == ["ready"]
-        await _driver_sets(api, ns, "ready", (ATTACHED, "True", "Attached"))
+        await driver_sets(api, ns, "ready", (ATTACHED, "True", "Attached"))
         (bound,) = await wait_bound(api, ns, 1, within=30)
         assert (bound["metadata"]["name"], bound["spec"]["nodeName"]) == ("ready", node)
 
@@ -1311,8 +1311,8 @@ async def test_devices_with_binding_conditions_bind_when_the_driver_says_so(
                 claim_pod("slow", resourceClaimName="slow"),
             ],
         )
-        await poll(lambda: _reserved(api, ns, "broken"), within=60, interval=0.2)
-        await _driver_sets(
+        await poll(lambda: reserved_claim(api, ns, "broken"), within=60, interval=0.2)
+        await driver_sets(
             api, ns, "broken", (ATTACHED, "False", "Attaching"), (ATTACH_FAILED, "True", "NoPath")
         )
 
