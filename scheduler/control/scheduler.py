@@ -1679,11 +1679,13 @@ class Scheduler:
                 trace_id=trace_id,
             )
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        started = loop.time()
         self._prebinding[pod.uid] = True
+        outcome = "error"
         try:
             while True:
                 if not self._prebinding.get(pod.uid, False):
+                    outcome = "gone"
                     return POD_GONE
                 waiting = ""
                 for namespace, name in keys:
@@ -1692,15 +1694,18 @@ class Scheduler:
                         return f'resourceclaim "{name}" not found'
                     check = binding_check(claim, now=self.wall_clock(), timeout=timeout)
                     if check.unusable:
+                        outcome = "failed" if check.readiness is Readiness.FAILED else "timeout"
                         return check.message
                     if check.readiness is Readiness.WAITING:
                         waiting = name
                         break
                 if not waiting:
+                    outcome = "ready"
                     log.info("binding_conditions_met", node=node)
                     return None
-                left = deadline - loop.time()
+                left = started + timeout - loop.time()
                 if left <= 0:
+                    outcome = "timeout"
                     return f"{TIMED_OUT}: claim={waiting}"
                 changed = self._claims_changed
                 try:
@@ -1709,6 +1714,8 @@ class Scheduler:
                     continue
         finally:
             self._prebinding.pop(pod.uid, None)
+            self.metrics.dra_binding_waits.labels(outcome).inc()
+            self.metrics.dra_binding_wait_duration.observe(loop.time() - started)
 
     async def _bind_claims(self, plan: ClaimPlan, log: Any) -> str | None:
         """kube's DynamicResources PreBind: each claim's finalizer, allocation and

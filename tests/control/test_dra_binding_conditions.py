@@ -53,6 +53,13 @@ def make(timeout: float | None = None, kube_minor: int = 37) -> tuple[Scheduler,
     return sched, writer
 
 
+def waits(sched: Scheduler, outcome: str) -> float | None:
+    """``lattice_dra_binding_condition_waits_total`` for ``outcome``."""
+    return sched.metrics.registry.get_sample_value(
+        "lattice_dra_binding_condition_waits_total", {"outcome": outcome}
+    )
+
+
 async def start_binding(sched: Scheduler, writer: FaultyWriter) -> None:
     """Run one cycle and let its binding task go as far as writing the claim."""
     info = sched.queue.try_pop()
@@ -119,6 +126,7 @@ async def test_the_pod_binds_once_the_driver_sets_the_binding_condition() -> Non
     driver_sets(sched, (ATTACHED, "True"), version="4")
     await settled(sched)
     assert ("p", "n1") in writer.binds
+    assert waits(sched, "ready") == 1
     assert writer.unreserved == []
     assert writer.deallocated == []
 
@@ -139,6 +147,7 @@ async def test_a_failure_condition_unreserves_requeues_and_then_deallocates() ->
         says='running PreBind plugin "DynamicResources": device binding failed: claim=c, '
         f'reason=Attaching, message="{FAILED}=True"',
     )
+    assert waits(sched, "failed") == 1
     # The echo of the unreserve: allocated still, reserved for nobody. The next attempt
     # finds the claim available on no node; PostFilter gives the allocation back.
     echo = copy.deepcopy(claim("c", request("gpu", exactly("gpu"))))
@@ -170,6 +179,9 @@ async def test_the_binding_times_out_and_the_pod_goes_back() -> None:
         "p",
         says='running PreBind plugin "DynamicResources": device binding timeout: claim=c',
     )
+    assert waits(sched, "timeout") == 1
+    count = "lattice_dra_binding_condition_wait_seconds_count"
+    assert sched.metrics.registry.get_sample_value(count) == 1
     assert sched.queue.where(pod_key("default", "p")) is QueueName.BACKOFF
 
 
@@ -194,6 +206,7 @@ async def test_a_pod_deleted_while_waiting_ends_the_wait_and_is_unreserved() -> 
     assert writer.unreserved == [("c", body["metadata"]["uid"])]
     assert not [e for e in writer.events if e[2] == "FailedScheduling"]
     assert sched.queue.where(pod_key("default", "p")) is None
+    assert waits(sched, "gone") == 1
 
 
 def test_the_binding_timeout_is_a_setting_600_s_by_default() -> None:
