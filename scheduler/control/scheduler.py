@@ -101,9 +101,10 @@ from scheduler.control.storage import POD_GONE, Kind, Storage
 from scheduler.control.timing import timed
 from scheduler.control.transient import describe, failure_of, is_transient, written_or_failure
 from scheduler.core.batch import Batch
+from scheduler.core.dra.binding import TIMED_OUT, Readiness, binding_check, has_binding_conditions
 from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
 from scheduler.core.dra.extended import status_body
-from scheduler.core.dra.objects import ResourceClaim
+from scheduler.core.dra.objects import BINDING_CONDITIONS_SINCE_MINOR, ResourceClaim
 from scheduler.core.dra.search import ON_LOOP_BUDGET, DeviceSearch, Job, feasible_to_find, run_jobs
 from scheduler.core.dra.state import ClaimPlan, ClaimWrite
 from scheduler.core.explain import Decision
@@ -302,6 +303,9 @@ class Scheduler:
         self.quotas = QuotaBook()
         """ElasticQuotas (CapacityScheduling's admission); usage is the cache's."""
         self._prebinding: dict[str, bool] = {}
+        self._claims_changed = asyncio.Event()
+        """Set (and replaced) on every ResourceClaim change: wakes PreBind's wait for
+        binding conditions (:meth:`_await_binding_conditions`)."""
         self._extended_claims: dict[str, tuple[str, str, str]] = {}
         """Per pod uid in PreBind or binding: the claim created for its extended resources
         (namespace, name, uid), which Unreserve deletes if the binding fails."""
@@ -693,6 +697,8 @@ class Scheduler:
         name = str(meta.get("name") or "")
         event = ClusterEvent(ClusterEventType.DRA_CHANGED, subject=f"{kind}/{name}")
         if kind is DraKind.CLAIM:
+            self._claims_changed.set()
+            self._claims_changed = asyncio.Event()
             namespace = str(meta.get("namespace") or "default")
             new = None if deleted else self.cache.dra.claims.get((namespace, name))
             freed = (
@@ -1093,7 +1099,14 @@ class Scheduler:
                 return []
             if pod.resource_claims:
                 reached = decision.explanation.reached(DYNAMIC_RESOURCES)
-                stale = stale_allocations(pod, self.cache.dra, self.cache.snapshot, reached)
+                stale = stale_allocations(
+                    pod,
+                    self.cache.dra,
+                    self.cache.snapshot,
+                    reached,
+                    binding_timeout=self._binding_timeout(),
+                    now=self.wall_clock(),
+                )
                 if stale and self.writer is not None:
                     self._spawn(self._deallocate(pod, stale, log))
             made = stale_extended_claim(
@@ -1401,13 +1414,24 @@ class Scheduler:
                 return
         if claim_plan is not None and claim_plan.writes:
             why = await self._bind_claims(claim_plan, log)
+            if why is None:
+                why = await self._await_binding_conditions(pod, claim_plan, node, log, trace_id)
             if why is not None:
-                if nominated:
+                if nominated and why != POD_GONE:
                     self._clear_nomination(ref, log)
                 self.cache.dra.forget(claim_plan)
                 await self._unreserve(pod, claim_plan, log)  # as kube after a failed PreBind
                 self.cache.forget(pod)
                 self.load.forget_pod(key)
+                if why == POD_GONE:
+                    progress.settled = True
+                    if info is not None:
+                        self.queue.done(info)
+                    if gang is not None:
+                        self.gang_flow.binding_ended(gang, key)
+                        self.gang_flow.sync(gang)
+                    log.info("binding_superseded", reason="deleted while its devices bound")
+                    return
                 self.counters.errors += 1
                 self.metrics.count_attempt(AttemptResult.ERROR, profile)
                 message = f'running PreBind plugin "DynamicResources": {why}'
@@ -1605,6 +1629,93 @@ class Scheduler:
                 ClusterEvent(ClusterEventType.DRA_CHANGED, subject=f"{DraKind.CLAIM}/{claim.name}"),
                 lambda p: isinstance(p, Pod) and p.uid == pod.uid,
             )
+
+    def _binding_timeout(self) -> float | None:
+        """DRADeviceBindingConditions (kube 1.36+): the binding timeout; None before,
+        where no device with binding conditions is allocated."""
+        if self.framework.profile.kube_minor < BINDING_CONDITIONS_SINCE_MINOR:
+            return None
+        return self.settings.profile.dynamic_resources.binding_timeout
+
+    def _plan_claim_keys(self, pod: Pod, plan: ClaimPlan) -> list[tuple[str, str]]:
+        """The claims the plan wrote, the extended-resources claim under its real name."""
+        keys: list[tuple[str, str]] = []
+        for write in plan.writes:
+            if write.create is None:
+                keys.append((write.namespace, write.name))
+                continue
+            made = self._extended_claims.get(pod.uid)
+            if made is not None:
+                keys.append((made[0], made[1]))
+        return keys
+
+    async def _await_binding_conditions(
+        self, pod: Pod, plan: ClaimPlan, node: str, log: Any, trace_id: str
+    ) -> str | None:
+        """kube's PreBind wait (DRADeviceBindingConditions, 1.36+): once the claims are
+        written, wait until every binding condition of their allocated devices is True
+        in the claims' ``status.devices`` (:func:`~scheduler.core.dra.binding.binding_check`).
+        None when ready (or nothing to wait for); else why not: a failure condition
+        True, the binding timeout (from the allocation's ``allocationTimestamp``, or
+        from the start of the wait), a claim gone, or :data:`POD_GONE`.
+
+        Watch-driven: the claims are read from the cache, which the ResourceClaim watch
+        keeps current, on every claim change (and at least once a second, for the
+        timeout); kube polls its informer cache every 5 s. It runs in the pod's binding
+        task: the loop keeps scheduling other pods and binding them meanwhile."""
+        timeout = self._binding_timeout()
+        if timeout is None:
+            return None
+        keys = self._plan_claim_keys(pod, plan)
+        held = [self.cache.dra.claims.get(k) for k in keys]
+        if not any(c is not None and has_binding_conditions(c.allocation) for c in held):
+            return None
+        log.info("binding_conditions_pending", node=node)
+        if self.reporter is not None:
+            self.reporter.event(
+                PodRef(pod.namespace, pod.name, pod.uid),
+                reason="BindingConditionsPending",
+                message=f"waiting for binding conditions for device on node {node}",
+                trace_id=trace_id,
+            )
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        self._prebinding[pod.uid] = True
+        outcome = "error"
+        try:
+            while True:
+                if not self._prebinding.get(pod.uid, False):
+                    outcome = "gone"
+                    return POD_GONE
+                waiting = ""
+                for namespace, name in keys:
+                    claim = self.cache.dra.claims.get((namespace, name))
+                    if claim is None:
+                        return f'resourceclaim "{name}" not found'
+                    check = binding_check(claim, now=self.wall_clock(), timeout=timeout)
+                    if check.unusable:
+                        outcome = "failed" if check.readiness is Readiness.FAILED else "timeout"
+                        return check.message
+                    if check.readiness is Readiness.WAITING:
+                        waiting = name
+                        break
+                if not waiting:
+                    outcome = "ready"
+                    log.info("binding_conditions_met", node=node)
+                    return None
+                left = started + timeout - loop.time()
+                if left <= 0:
+                    outcome = "timeout"
+                    return f"{TIMED_OUT}: claim={waiting}"
+                changed = self._claims_changed
+                try:
+                    await asyncio.wait_for(changed.wait(), timeout=min(left, 1.0))
+                except TimeoutError:
+                    continue
+        finally:
+            self._prebinding.pop(pod.uid, None)
+            self.metrics.dra_binding_waits.labels(outcome).inc()
+            self.metrics.dra_binding_wait_duration.observe(loop.time() - started)
 
     async def _bind_claims(self, plan: ClaimPlan, log: Any) -> str | None:
         """kube's DynamicResources PreBind: each claim's finalizer, allocation and

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.core.dra.binding import BINDING_TIMEOUT
 from scheduler.core.dra.search import SEARCH_BUDGET
 from scheduler.core.profile import (
     DEFAULT_KUBE_MINOR,
@@ -254,6 +255,9 @@ def parse_gpu_placement(raw: object) -> GpuPlacementArgs:
     return GpuPlacementArgs(policy=policy, resources=resources)
 
 
+BINDING_TIMEOUT_MAX = 86400.0
+"""The largest ``spec.dra.bindingTimeoutSeconds`` (a day: a binding that waits longer
+holds its devices and node room for nothing)."""
 SEARCH_BUDGET_MAX = 60.0
 """The largest ``spec.dra.searchBudgetSeconds``: past kube's 10 s per node, a minute of
 search per attempt serves no one."""
@@ -265,9 +269,19 @@ def parse_dra(raw: object) -> DynamicResourcesArgs:
         return DynamicResourcesArgs()
     if not isinstance(raw, Mapping):
         raise SettingsError("spec.dra must be an object")
-    unknown = sorted(set(raw) - {"nodeSelector", "searchBudgetSeconds"})
+    unknown = sorted(set(raw) - {"nodeSelector", "searchBudgetSeconds", "bindingTimeoutSeconds"})
     if unknown:
         raise SettingsError(f"spec.dra: unknown key {unknown[0]!r}")
+    timeout: object = raw.get("bindingTimeoutSeconds", BINDING_TIMEOUT)
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout <= BINDING_TIMEOUT_MAX
+    ):
+        raise SettingsError(
+            f"spec.dra.bindingTimeoutSeconds: {timeout!r} is not a number within "
+            f"(0, {BINDING_TIMEOUT_MAX:g}]"
+        )
     budget: object = raw.get("searchBudgetSeconds", SEARCH_BUDGET)
     if (
         isinstance(budget, bool)
@@ -280,12 +294,14 @@ def parse_dra(raw: object) -> DynamicResourcesArgs:
         )
     body = raw.get("nodeSelector")
     if body is None:
-        return DynamicResourcesArgs(search_budget=float(budget))
+        return DynamicResourcesArgs(search_budget=float(budget), binding_timeout=float(timeout))
     try:
         selector = LabelSelector.from_api(body, field="spec.dra.nodeSelector")
     except InvalidObjectError as exc:
         raise SettingsError(str(exc)) from exc
-    return DynamicResourcesArgs(node_selector=selector, search_budget=float(budget))
+    return DynamicResourcesArgs(
+        node_selector=selector, search_budget=float(budget), binding_timeout=float(timeout)
+    )
 
 
 def default_spec(scheduler_name: str) -> dict[str, Any]:
@@ -322,6 +338,7 @@ def default_spec(scheduler_name: str) -> dict[str, Any]:
         "dra": {
             "nodeSelector": {},
             "searchBudgetSeconds": s.profile.dynamic_resources.search_budget,
+            "bindingTimeoutSeconds": s.profile.dynamic_resources.binding_timeout,
         },
         "topology": {"levels": list(s.topology.levels)},
         "quota": {"policy": s.quota.policy.value},

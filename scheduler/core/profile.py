@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
+from scheduler.core.dra.binding import BINDING_TIMEOUT
 from scheduler.core.dra.search import SEARCH_BUDGET
 from scheduler.model.names import CPU, MEMORY
 from scheduler.model.release import DEFAULT_KUBE_MINOR as DEFAULT_KUBE_MINOR
@@ -282,6 +283,10 @@ class DynamicResourcesArgs:
     search_budget: float = SEARCH_BUDGET
     """Seconds of device search one attempt may take over all its nodes
     (``spec.dra.searchBudgetSeconds``; :mod:`scheduler.core.dra.search`)."""
+    binding_timeout: float = BINDING_TIMEOUT
+    """Seconds PreBind waits for a device's binding conditions, from the allocation
+    (kube's ``DynamicResourcesArgs.bindingTimeout``, 600 s by default;
+    ``spec.dra.bindingTimeoutSeconds``; :mod:`scheduler.core.dra.binding`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,6 +141,7 @@ _E2E_BUCKETS: Final = _exponential(0.01, 2, 20)  # 10 ms .. ~87 min
 _PLUGIN_BUCKETS: Final = _exponential(0.00001, 1.5, 20)  # 10 µs .. ~22 ms
 _BIND_BUCKETS: Final = _exponential(0.001, 2, 15)
 _SOLVE_BUCKETS: Final = _exponential(0.001, 2, 14)  # 1 ms .. 8 s
+_BINDING_WAIT_BUCKETS: Final = _exponential(0.1, 2, 14)  # 100 ms .. 27 min (timeout 600 s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +185,14 @@ class Metrics:
     schedulers allocating from one pool)."""
     dra_conflicts: Counter
     """Allocations PreBind did not write: a device was in another allocation by then."""
+    dra_binding_waits: Counter
+    """PreBind waits for devices' binding conditions (1.36+), by ``outcome``: ready,
+    failed (a failure condition), timeout, gone (the pod deleted meanwhile) or error (a
+    claim gone); kube-scheduler's ``scheduler_dra_bindingconditions_allocations_total``
+    counts the same per device and driver."""
+    dra_binding_wait_duration: Histogram
+    """How long those waits took (kube's
+    ``scheduler_dra_bindingconditions_prebind_duration_seconds``)."""
     dra_allocation_duration: Histogram
     """Per attempt of a pod with claims: time in the structured allocator, all nodes."""
     dra_cel_evaluations: Histogram
@@ -337,6 +346,20 @@ class Metrics:
                 "Allocations not written at PreBind: a device was in another allocation by then.",
                 namespace=NAMESPACE,
                 registry=reg,
+            ),
+            dra_binding_waits=Counter(
+                "dra_binding_condition_waits",
+                "PreBind waits for devices' binding conditions, by outcome.",
+                ["outcome"],
+                namespace=NAMESPACE,
+                registry=reg,
+            ),
+            dra_binding_wait_duration=Histogram(
+                "dra_binding_condition_wait_seconds",
+                "Duration of PreBind waits for devices' binding conditions.",
+                namespace=NAMESPACE,
+                registry=reg,
+                buckets=_BINDING_WAIT_BUCKETS,
             ),
             dra_allocation_duration=Histogram(
                 "dra_allocation_duration_seconds",

@@ -18,6 +18,8 @@ gangs, and device taints (a slice's and a DeviceTaintRule's).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +27,7 @@ from typing import Any, Final, cast
 
 import pytest
 import yaml
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
 
 from lattice_dev.devcluster.build import kubernetes_version
 from lattice_dev.devcluster.cluster import LATTICE_USER, ClusterConfig
@@ -1233,3 +1235,236 @@ async def test_a_hostile_claim_pod_never_holds_up_plain_pods(
             await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
         plane.run("delete", "resourceslices", *(f"{ns}-hostile-{n}" for n in nodes), check=False)
         plane.run("delete", "deviceclass", f"{ns}-hostile", check=False)
+
+
+ATTACH_DRIVER: Final = "attach.e2e.lattice.dev"
+ATTACHED: Final = f"{ATTACH_DRIVER}/attached"
+ATTACH_FAILED: Final = f"{ATTACH_DRIVER}/attach-failed"
+BINDING_TIMEOUT: Final = 8
+"""spec.dra.bindingTimeoutSeconds for the binding-conditions test (kube's default: 600)."""
+
+
+def attach_objects(ns: str) -> list[dict[str, Any]]:
+    """A class and a pool for every node of three devices that bind to the chosen node
+    and wait for ``ATTACHED`` (``ATTACH_FAILED`` fails them); three one-device claims."""
+    devices = [
+        {
+            "name": f"dev-{i}",
+            "bindsToNode": True,
+            "bindingConditions": [ATTACHED],
+            "bindingFailureConditions": [ATTACH_FAILED],
+        }
+        for i in range(3)
+    ]
+    request = {"name": "dev", "exactly": {"deviceClassName": f"{ns}-attach"}}
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{ns}-attach"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{ATTACH_DRIVER}"'}}]},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{ns}-attach"},
+            "spec": {
+                "driver": ATTACH_DRIVER,
+                "allNodes": True,
+                "pool": {"name": f"{ns}-attach", "generation": 1, "resourceSliceCount": 1},
+                "devices": devices,
+            },
+        },
+        *(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"devices": {"requests": [request]}},
+            }
+            for name in ("ready", "broken", "slow")
+        ),
+        {
+            "apiVersion": "lattice.dev/v1alpha1",
+            "kind": "LatticeScheduler",
+            "metadata": {"name": "lattice"},
+            "spec": {"schedulerName": "lattice", "dra": {"bindingTimeoutSeconds": BINDING_TIMEOUT}},
+        },
+    ]
+
+
+class ClaimRecorder:
+    """Every version of the namespace's claims the watch shows, by name: an allocation
+    given back and made anew within a second or two is seen."""
+
+    def __init__(self, api: client.ApiClient, ns: str) -> None:
+        self.objects = client.CustomObjectsApi(api)
+        self.ns = ns
+        self.seen: dict[str, list[dict[str, Any]]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(client.ApiException, asyncio.TimeoutError):
+                async with watch.Watch().stream(
+                    self.objects.list_namespaced_custom_object,
+                    "resource.k8s.io",
+                    "v1",
+                    self.ns,
+                    "resourceclaims",
+                    timeout_seconds=30,
+                ) as stream:
+                    async for event in stream:
+                        body = event["object"]
+                        self.seen.setdefault(body["metadata"]["name"], []).append(body)
+
+    def start(self) -> None:
+        self.task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    def given_back(self, name: str) -> bool:
+        """An allocated version was followed by one without an allocation."""
+        allocated = False
+        for body in self.seen.get(name, []):
+            has = bool((body.get("status") or {}).get("allocation"))
+            if allocated and not has:
+                return True
+            allocated = allocated or has
+        return False
+
+
+async def reserved_claim(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
+    """The claim once allocated and reserved for a pod, else None."""
+    body = await get_claim(api, ns, name)
+    status = body.get("status") or {}
+    return body if status.get("allocation") and status.get("reservedFor") else None
+
+
+async def driver_sets(
+    api: client.ApiClient, ns: str, name: str, *conditions: tuple[str, str, str]
+) -> None:
+    """What the driver does: conditions (type, status, reason) on the allocated device's
+    ``status.devices`` entry, through the status subresource (as admin)."""
+    body = await get_claim(api, ns, name)
+    (result,) = body["status"]["allocation"]["devices"]["results"]
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    entry = {
+        "driver": result["driver"],
+        "pool": result["pool"],
+        "device": result["device"],
+        "conditions": [
+            {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": f"{kind} is {status}",
+                "lastTransitionTime": now,
+            }
+            for kind, status, reason in conditions
+        ],
+    }
+    await cast(Any, client.CustomObjectsApi(api)).patch_namespaced_custom_object_status(
+        "resource.k8s.io",
+        "v1",
+        ns,
+        "resourceclaims",
+        name,
+        {"status": {"devices": [entry]}},
+        _content_type="application/merge-patch+json",
+    )
+
+
+async def test_devices_with_binding_conditions_bind_when_the_driver_says_so(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """Kubernetes 1.36+ (DRADeviceBindingConditions): the allocation carries the device's
+    binding conditions and, for a ``bindsToNode`` device of an every-node pool, names the
+    chosen node; the pod is not bound until the driver (the test) sets the condition True
+    in the claim's ``status.devices``. A failure condition, or the binding timeout, fails
+    the binding: FailedScheduling says which, the pod stays unbound, and its allocation is
+    given back (kube's Unreserve, then Filter and PostFilter on the next attempt)."""
+    if kubernetes_version() < "v1.36":
+        pytest.skip("DRADeviceBindingConditions is off before 1.36")
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(attach_objects(ns)))
+    recorder = ClaimRecorder(api, ns)
+    recorder.start()
+    core = client.CoreV1Api(api)
+    sched = plane.lattice().start()
+    try:
+        await create_pods(api, ns, [claim_pod("ready", resourceClaimName="ready")])
+        claim = await poll(lambda: reserved_claim(api, ns, "ready"), within=60, interval=0.2)
+        allocation = claim["status"]["allocation"]
+        (result,) = allocation["devices"]["results"]
+        assert result["bindingConditions"] == [ATTACHED]
+        assert result["bindingFailureConditions"] == [ATTACH_FAILED]
+        (term,) = allocation["nodeSelector"]["nodeSelectorTerms"]
+        ((node,),) = [f["values"] for f in term["matchFields"] if f["key"] == "metadata.name"]
+        await asyncio.sleep(2)
+        assert not (await core.read_namespaced_pod("ready", ns)).spec.node_name
+        pending = await events_of(api, ns, "BindingConditionsPending")
+        assert [e.involved_object.name for e in pending] == ["ready"]
+        await driver_sets(api, ns, "ready", (ATTACHED, "True", "Attached"))
+        (bound,) = await wait_bound(api, ns, 1, within=30)
+        assert (bound["metadata"]["name"], bound["spec"]["nodeName"]) == ("ready", node)
+
+        # A failure condition, and a driver that never answers, side by side.
+        await create_pods(
+            api,
+            ns,
+            [
+                claim_pod("broken", resourceClaimName="broken"),
+                claim_pod("slow", resourceClaimName="slow"),
+            ],
+        )
+        await poll(lambda: reserved_claim(api, ns, "broken"), within=60, interval=0.2)
+        await driver_sets(
+            api, ns, "broken", (ATTACHED, "False", "Attaching"), (ATTACH_FAILED, "True", "NoPath")
+        )
+
+        def said(pod_name: str, text: str) -> Any:
+            async def found() -> list[Any] | None:
+                return [
+                    e
+                    for e in await events_of(api, ns, "FailedScheduling")
+                    if e.involved_object.name == pod_name and text in e.message
+                ] or None
+
+            return found
+
+        prebind = 'running PreBind plugin "DynamicResources": '
+        failed = (
+            f"{prebind}device binding failed: claim=broken, reason=NoPath, "
+            f'message="{ATTACH_FAILED} is True"'
+        )
+        await poll(said("broken", failed), within=30, interval=0.5)
+        timeout = f"{prebind}device binding timeout: claim=slow"
+        await poll(said("slow", timeout), within=BINDING_TIMEOUT + 30, interval=0.5)
+
+        async def given_back() -> bool | None:
+            return (recorder.given_back("broken") and recorder.given_back("slow")) or None
+
+        await poll(given_back, within=30, interval=0.3)
+        for name in ("broken", "slow"):
+            assert not (await core.read_namespaced_pod(name, ns)).spec.node_name, name
+    finally:
+        sched.stop()
+        await recorder.stop()
+        await cast(Any, client.CustomObjectsApi(api)).patch_cluster_custom_object(
+            "lattice.dev",
+            "v1alpha1",
+            "latticeschedulers",
+            "lattice",
+            {"spec": {"dra": None}},
+            _content_type="application/merge-patch+json",
+        )
+        for p in await list_pods(api, ns):
+            await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        plane.run("delete", "resourceslices", f"{ns}-attach", check=False)
+        plane.run("delete", "deviceclass", f"{ns}-attach", check=False)
+    assert sched.proc is not None
+    assert sched.proc.returncode == 0

@@ -15,6 +15,7 @@ errors must fail both schedulers' attempts with SchedulerError.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any, Final, cast
@@ -36,6 +37,7 @@ from tests.e2e.differential.dra_cases import (
     pinned,
     unstamped,
 )
+from tests.e2e.test_dra import ClaimRecorder, driver_sets, reserved_claim
 from tests.e2e.test_gangs import events_of
 from tests.e2e.test_scheduler import Plane, create_pods, list_pods, pod
 
@@ -392,5 +394,164 @@ async def test_two_schedulers_with_their_own_dra_nodes_allocate_concurrently(
             "delete", "resourceslices", *(f"{ns}-pools-{n}" for n in (KUBE_NODE, LATTICE_NODE))
         )
         plane.run("delete", "deviceclass", klass)
+    assert sched.proc is not None
+    assert sched.proc.returncode == 0
+
+
+BC_DRIVER: Final = "bc.e2e.lattice.dev"
+BC_ATTACHED: Final = f"{BC_DRIVER}/attached"
+BC_FAILED: Final = f"{BC_DRIVER}/attach-failed"
+
+
+def binding_objects(ns: str) -> list[dict[str, Any]]:
+    """Per node two pools: ``a-<node>`` of two devices with binding conditions (and
+    ``bindsToNode``), ``b-<node>`` of one plain device; claims ``plain``, ``waits`` and
+    ``fails`` per node, one device each."""
+    waiting = {
+        "bindsToNode": True,
+        "bindingConditions": [BC_ATTACHED],
+        "bindingFailureConditions": [BC_FAILED],
+    }
+    bodies: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{ns}-bc"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{BC_DRIVER}"'}}]},
+        }
+    ]
+    request = {"name": "dev", "exactly": {"deviceClassName": f"{ns}-bc"}}
+    for node in (KUBE_NODE, LATTICE_NODE):
+        for pool, devices in (
+            ("a", [{"name": f"dev-{i}", **waiting} for i in range(2)]),
+            ("b", [{"name": "dev-0"}]),
+        ):
+            bodies.append(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceSlice",
+                    "metadata": {"name": f"{ns}-bc-{pool}-{node}"},
+                    "spec": {
+                        "driver": BC_DRIVER,
+                        "nodeName": node,
+                        "pool": {
+                            "name": f"{pool}-{node}",
+                            "generation": 1,
+                            "resourceSliceCount": 1,
+                        },
+                        "devices": devices,
+                    },
+                }
+            )
+        bodies += [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": f"{case}-{node}", "namespace": ns},
+                "spec": {"devices": {"requests": [request]}},
+            }
+            for case in ("plain", "waits", "fails")
+        ]
+    return bodies
+
+
+async def test_binding_conditions_agree_with_kube_scheduler(
+    plane: Plane, api: client.ApiClient, ns: str
+) -> None:
+    """DRADeviceBindingConditions (1.36+) on both schedulers, each on its own node: the
+    plain pool is preferred to the one with binding conditions that sorts first; a claim
+    on a device with conditions gets the same allocation (conditions copied, the node
+    pinned), the same BindingConditionsPending event, and its pod binds only once the
+    condition is True; a failure condition gives the same FailedScheduling and both give
+    the allocation back."""
+    if kubernetes_version() < "v1.36":
+        pytest.skip("DRADeviceBindingConditions is off before 1.36")
+    plane.run("apply", "-f", "-", stdin=yaml.safe_dump_all(binding_objects(ns)))
+    recorder = ClaimRecorder(api, ns)
+    recorder.start()
+    core = client.CoreV1Api(api)
+    nodes = (KUBE_NODE, LATTICE_NODE)
+    sched = plane.lattice().start()
+
+    async def allocations(case: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(kube's, Lattice's as kube's) allocation of the case, once both are reserved."""
+        for node in nodes:
+            name = f"{case}-{node}"
+            await poll(lambda: reserved_claim(api, ns, name), within=60)  # noqa: B023
+        kube = (await claim_status(api, ns, f"{case}-{KUBE_NODE}"))["allocation"]
+        ours = (await claim_status(api, ns, f"{case}-{LATTICE_NODE}"))["allocation"]
+        return unstamped(kube) or {}, as_kube(unstamped(ours) or {})
+
+    async def bound(case: str) -> list[bool]:
+        """Per node, whether the case's pod is bound."""
+        return [
+            bool((await core.read_namespaced_pod(f"{case}-{n}", ns)).spec.node_name) for n in nodes
+        ]
+
+    try:
+        await create_pods(api, ns, [pinned("plain", n) for n in nodes])
+        kube, ours = await allocations("plain")
+        assert ours == kube
+        assert [r["pool"] for r in kube["devices"]["results"]] == [f"b-{KUBE_NODE}"]
+
+        await create_pods(api, ns, [pinned("waits", n) for n in nodes])
+        kube, ours = await allocations("waits")
+        assert ours == kube
+        (result,) = kube["devices"]["results"]
+        assert (result["pool"], result["bindingConditions"]) == (f"a-{KUBE_NODE}", [BC_ATTACHED])
+        await asyncio.sleep(2)
+        assert await bound("waits") == [False, False]
+        pending = {
+            e.involved_object.name: e.message
+            for e in await events_of(api, ns, "BindingConditionsPending")
+        }
+        theirs = pending[f"waits-{LATTICE_NODE}"].replace(LATTICE_NODE, KUBE_NODE)
+        assert theirs == pending[f"waits-{KUBE_NODE}"]
+        for node in nodes:
+            await driver_sets(api, ns, f"waits-{node}", (BC_ATTACHED, "True", "Attached"))
+
+        async def both_bound() -> bool | None:
+            return all(await bound("waits")) or None  # kube checks every 5 s
+
+        await poll(both_bound, within=30, interval=0.5)
+        for node in nodes:
+            assert (await core.read_namespaced_pod(f"waits-{node}", ns)).spec.node_name == node
+
+        await create_pods(api, ns, [pinned("fails", n) for n in nodes])
+        kube, ours = await allocations("fails")
+        assert ours == kube
+        for node in nodes:
+            failure = (BC_FAILED, "True", "NoPath")
+            await driver_sets(api, ns, f"fails-{node}", (BC_ATTACHED, "False", "Wait"), failure)
+
+        async def failed() -> dict[str, str] | None:
+            said = {
+                e.involved_object.name: e.message
+                for e in await events_of(api, ns, "FailedScheduling")
+                if "device binding failed" in e.message
+            }
+            return said if len(said) == 2 else None
+
+        said = await poll(failed, within=30, interval=0.5)
+        theirs = said[f"fails-{LATTICE_NODE}"].replace(LATTICE_NODE, KUBE_NODE)
+        assert theirs == said[f"fails-{KUBE_NODE}"]
+
+        async def given_back() -> bool | None:
+            return all(recorder.given_back(f"fails-{n}") for n in nodes) or None
+
+        await poll(given_back, within=30, interval=0.3)
+        assert await bound("fails") == [False, False]
+    finally:
+        sched.stop()
+        await recorder.stop()
+        for p in await list_pods(api, ns):
+            await core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        plane.run(
+            "delete",
+            "resourceslices",
+            *(f"{ns}-bc-{pool}-{n}" for pool in "ab" for n in nodes),
+            check=False,
+        )
+        plane.run("delete", "deviceclass", f"{ns}-bc", check=False)
     assert sched.proc is not None
     assert sched.proc.returncode == 0

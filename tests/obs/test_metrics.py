@@ -49,7 +49,7 @@ def _ours(metrics: Metrics) -> dict[str, str]:
 
 def test_every_metric_follows_the_naming_convention() -> None:
     families = _ours(Metrics.create())
-    assert len(families) == 26
+    assert len(families) == 28
     for name, kind in families.items():
         assert NAME.match(name), name
         assert name.endswith(UNIT_BY_TYPE[kind]), (name, kind)
@@ -115,6 +115,8 @@ def test_expected_names() -> None:
         "lattice_dra_allocations_total",
         "lattice_dra_double_allocations_total",
         "lattice_dra_prebind_conflicts_total",
+        "lattice_dra_binding_condition_waits_total",
+        "lattice_dra_binding_condition_wait_seconds",
         "lattice_dra_allocation_duration_seconds",
         "lattice_dra_cel_evaluations",
         "lattice_graph_patches_total",

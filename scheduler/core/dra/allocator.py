@@ -23,7 +23,9 @@ feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
    roots that hold its count first, fewest free devices first, then the others, most
    free first (:func:`_by_root`), so a claim's devices share a root where one can hold
    them and a 1-device claim fills a partly used root, keeping whole roots for claims
-   that need them.
+   that need them. From 1.36 (DRADeviceBindingConditions) the complete pools with a
+   device that has ``bindingConditions`` come after the others, as in kube; on 1.35 a
+   device with any binding field is passed over.
 3. **Validation, per request (and per firstAvailable subrequest):** the class must exist; a
    selector that is not CEL is an error; ExactCount needs ``count`` devices; All takes every
    selectable device of every pool now, and an incomplete or invalid pool is an *error*;
@@ -50,9 +52,11 @@ feature gates: AdminAccess and PrioritizedList on, every alpha feature off):
    allocation order (``adminAccess: true`` only for adminAccess requests; ``tolerations``, a
    copy of the request's, where it has any, as 1.36+ writes), ``devices.config``
    with each class's configs once per class naming the requests that used it (the v1.34.2+
-   form) followed by the claim's configs (one copy per matching request, as kube does), and
-   ``nodeSelector``: the node's name when any device comes from a node-local slice, else
-   the union of the slices' single-term selectors, else none (``allNodes`` only).
+   form) followed by the claim's configs (one copy per matching request, as kube does),
+   each result with ``bindingConditions`` and ``bindingFailureConditions`` copied from its
+   device (1.36+), and ``nodeSelector``: the node's name when any device comes from a
+   node-local slice or is ``bindsToNode``, else the union of the slices' single-term
+   selectors, else none (``allNodes`` only).
    Which ``firstAvailable`` subrequest a claim got is read back from these results
    (:func:`chosen_subrequests`), from a fresh allocation and from a written
    ``status.allocation`` alike, as kube's DynamicResources score reads it.
@@ -81,6 +85,7 @@ from typing import Any, Final
 from scheduler.core.dra.cel import CelError, SelectorCompiler
 from scheduler.core.dra.objects import (
     ALL,
+    BINDING_CONDITIONS_SINCE_MINOR,
     CONSUMABLE_CAPACITY_SINCE_MINOR,
     EXACT_COUNT,
     FROM_CLAIM,
@@ -258,7 +263,17 @@ class SliceIndex:
                 pools.append(Pool(driver, name, kept, incomplete=True))
                 continue
             pools.append(_build_pool(driver, name, kept, same, partitionable))
+        if kube_minor >= BINDING_CONDITIONS_SINCE_MINOR:
+            # kube tries the complete pools some of whose devices (on this node) have
+            # binding conditions last, each group in pool order: a device that binds at
+            # once is preferred to one whose binding waits for a driver.
+            pools.sort(key=_waits_for_binding)
         return pools
+
+
+def _waits_for_binding(pool: Pool) -> bool:
+    """kube's ``poolHasBindingConditions`` (an incomplete pool stays in place)."""
+    return not pool.incomplete and any(d.binding_conditions for s in pool.slices for d in s.devices)
 
 
 def _build_pool(
@@ -802,7 +817,7 @@ def _view(
     for pool in pools:
         for s in pool.slices:
             for d in s.devices:
-                if not d.allocatable or _gated(search, d):
+                if not d.allocatable(search.kube_minor) or _gated(search, d):
                     continue
                 try:
                     ok = _selectors_match(
@@ -929,7 +944,7 @@ def _selectable(
 ) -> bool:
     """kube's ``isSelectable``: class selectors, request selectors, then (a slice with
     ``perDeviceNodeSelection``) the device's own node selection."""
-    if not device.allocatable:
+    if not device.allocatable(search.kube_minor):
         return False
     memo_key = (device_id, *key)
     cached = search.memo.get(memo_key)
@@ -1430,6 +1445,11 @@ def _result(search: _Search, ci: int, compact: bool) -> dict[str, Any]:
                 entry["consumedCapacity"] = {
                     name: str(Quantity(value)) for name, value in sorted(p.consumed.items())
                 }
+        device = p.candidate.device
+        if device.binding_conditions:  # allocatable from 1.36 only: kube copies them then
+            entry["bindingConditions"] = list(device.binding_conditions)
+        if device.binding_failure_conditions:
+            entry["bindingFailureConditions"] = list(device.binding_failure_conditions)
         results.append(entry)
     config: list[dict[str, Any]] = []
     class_ranges: dict[str, tuple[int, int]] = {}
@@ -1510,7 +1530,8 @@ def chosen_subrequests(
 
 
 def _node_selector(search: _Search, picked: Sequence[_Candidate]) -> dict[str, Any] | None:
-    """kube's ``createNodeSelector``: the node's name if a device is node-local, else the
+    """kube's ``createNodeSelector``: the node's name if a device is node-local or
+    ``bindsToNode`` (1.36+: such a device is allocatable from then only), else the
     union of the single-term selectors; a device of a ``perDeviceNodeSelection`` slice
     brings its own node selection instead of the slice's."""
     chosen = [
@@ -1519,7 +1540,7 @@ def _node_selector(search: _Search, picked: Sequence[_Candidate]) -> dict[str, A
         else (c.slice.node_name, c.slice.raw_node_selector, c.slice.name)
         for c in picked
     ]
-    if any(name for name, _, _ in chosen):
+    if any(name for name, _, _ in chosen) or any(c.device.binds_to_node for c in picked):
         return {
             "nodeSelectorTerms": [
                 {

@@ -224,13 +224,17 @@ class DeviceTaintRule:
 
 
 _ATTRIBUTE_KINDS: Final = ("int", "bool", "string", "version")
-# Device fields of the feature Lattice does not allocate (binding conditions);
-# partitionable devices' and consumable capacity's fields are parsed (:class:`Device`).
+# Device fields of DRADeviceBindingConditions (off in 1.35, whose API server drops them):
+# such a device is allocated from 1.36 only (:meth:`Device.allocatable`).
 _DEVICE_ALPHA: Final = {
     "bindsToNode": "DRADeviceBindingConditions",
     "bindingConditions": "DRADeviceBindingConditions",
     "bindingFailureConditions": "DRADeviceBindingConditions",
 }
+BINDING_CONDITIONS_SINCE_MINOR: Final = 36
+"""DRADeviceBindingConditions (and DRAResourceClaimDeviceStatus) beta and on in
+kube-scheduler from 1.36: devices with binding conditions are allocated, and PreBind waits
+for their conditions."""
 CONSUMABLE_CAPACITY_SINCE_MINOR: Final = 36
 """DRAConsumableCapacity is beta and on in kube-scheduler from 1.36 (alpha, off, in 1.35)."""
 
@@ -394,7 +398,14 @@ class Device:
     """By qualified name as written (bare names belong to the driver's domain)."""
     capacity: Mapping[str, Quantity]
     alpha_fields: tuple[str, ...] = ()
-    """Fields of features Lattice does not allocate (``bindingConditions``, ...)."""
+    """Fields of DRADeviceBindingConditions the device sets (``bindingConditions``, ...)."""
+    binding_conditions: tuple[str, ...] = ()
+    """``bindingConditions``: condition types that must be True in the claim's
+    ``status.devices`` entry before the pod is bound (copied into the allocation)."""
+    binding_failure_conditions: tuple[str, ...] = ()
+    """``bindingFailureConditions``: any of them True fails the binding."""
+    binds_to_node: bool = False
+    """``bindsToNode``: the allocation is pinned to the chosen node by name."""
     consumes: tuple[CounterConsumption, ...] = ()
     """``consumesCounters`` (DRAPartitionableDevices)."""
     node_name: str = ""
@@ -412,11 +423,11 @@ class Device:
     verdicts: dict[str, bool | CelError] = field(default_factory=dict)
     _cel_input: dict[str, Any] | CelError | None = None
 
-    @property
-    def allocatable(self) -> bool:
-        """Binding conditions and multiple allocations are features Lattice does not
-        implement: such a device is never handed out (kube with those gates off)."""
-        return not self.alpha_fields
+    def allocatable(self, kube_minor: int) -> bool:
+        """A device with binding fields is handed out from 1.36 only (kube's stable
+        allocator, gate off, passes over one with ``bindingConditions``; the 1.35 API
+        server drops the fields of any object written since)."""
+        return kube_minor >= BINDING_CONDITIONS_SINCE_MINOR or not self.alpha_fields
 
     @property
     def own_node_selection(self) -> bool:
@@ -529,6 +540,13 @@ class Device:
             attributes=attributes,
             capacity=capacity,
             alpha_fields=alpha,
+            binding_conditions=string_list(
+                body.get("bindingConditions"), f"{path}.bindingConditions"
+            ),
+            binding_failure_conditions=string_list(
+                body.get("bindingFailureConditions"), f"{path}.bindingFailureConditions"
+            ),
+            binds_to_node=body.get("bindsToNode") is True,
             multiple=body.get("allowMultipleAllocations") is True,
             policies=policies,
             consumes=tuple(
@@ -778,6 +796,10 @@ class ResourceClaim:
     """``status.allocation`` as written, None while unallocated."""
     allocation_node_selector: NodeSelector | None = None
     reserved_for: tuple[ReservedFor, ...] = ()
+    device_statuses: tuple[Mapping[str, Any], ...] = ()
+    """``status.devices`` as written (DRAResourceClaimDeviceStatus): the drivers'
+    conditions per allocated device, where binding conditions are read
+    (:mod:`scheduler.core.dra.binding`)."""
     deleting: bool = False
     finalizers: tuple[str, ...] = ()
     controller_uid: str = ""
@@ -880,6 +902,7 @@ class ResourceClaim:
             allocation=None if allocation is None else mapping(allocation, "status.allocation"),
             allocation_node_selector=selector,
             reserved_for=reserved,
+            device_statuses=tuple(object_list(status.get("devices"), "status.devices")),
             deleting=meta.get("deletionTimestamp") is not None,
             finalizers=string_list(meta.get("finalizers"), "metadata.finalizers"),
             controller_uid=controller[0],

@@ -26,10 +26,15 @@ Theory of operation, kube-scheduler's plugin of the same name with its default g
   The search over the nodes has a budget per attempt and, in the controller, runs off
   the event loop (:mod:`scheduler.core.dra.search`: the attempt's
   :class:`~scheduler.core.dra.search.DeviceSearch`, or one of the cycle's own).
+* **Binding conditions** (1.36+, :mod:`scheduler.core.dra.binding`): an allocated claim
+  whose device's binding failure condition is True, or whose binding timed out
+  (``spec.dra.bindingTimeoutSeconds`` from its ``allocationTimestamp``), is available on
+  no node (kube's Filter), so that PostFilter gives it back. The controller's PreBind
+  waits for the conditions before the binding.
 * **PostFilter** (:func:`stale_allocations`, run by the controller when no node fits):
   as kube 1.34+, one of the pod's allocated claims that nobody else holds and that some
-  node reaching DynamicResources' filter cannot use is deallocated, so the next attempt
-  can allocate anew, elsewhere.
+  node reaching DynamicResources' filter cannot use (or whose binding failed) is
+  deallocated, so the next attempt can allocate anew, elsewhere.
 * **Score** (kube 1.35+, kubernetes#134711; weight 2 in the default profile of every
   supported release): prioritized lists only. Per node, over the pod's claims in order,
   each ``firstAvailable`` request adds ``8 - index`` of the subrequest its allocation on
@@ -84,7 +89,9 @@ from scheduler.core.dra.allocator import (
     NodeAllocationError,
     chosen_subrequests,
 )
+from scheduler.core.dra.binding import binding_check
 from scheduler.core.dra.objects import (
+    BINDING_CONDITIONS_SINCE_MINOR,
     FIRST_AVAILABLE_MAX,
     DeviceId,
     ResourceClaim,
@@ -180,6 +187,8 @@ class _State:
     search: DeviceSearch = field(default_factory=DeviceSearch)
     """The attempt's device search: the controller's (deferred, shared by its decisions)
     or one of this cycle's own (inline, with the profile's budget)."""
+    unusable: bool = False
+    """An allocated claim's binding failed or timed out (1.36+): no node is available."""
 
 
 _NO_FIT: Final = object()
@@ -228,6 +237,13 @@ class DynamicResources:
         """1.37's allocation ``devices.config`` form (:class:`Allocator`)."""
         self.stamp_allocation = stamp_allocation
         """``allocationTimestamp`` written with a reservation (1.36+, :class:`ClaimWrite`)."""
+
+    @property
+    def binding_timeout(self) -> float | None:
+        """DRADeviceBindingConditions (1.36+): the binding timeout; None before."""
+        if self.kube_minor < BINDING_CONDITIONS_SINCE_MINOR:
+            return None
+        return self.args.binding_timeout
 
     def pre_filter(self, cycle: Cycle) -> PreFilterResult:
         pod = cycle.pod
@@ -296,6 +312,9 @@ class DynamicResources:
             )
             state.specs = dra.spec_id((self.aligned, _specs(state.to_allocate)))
         state.search = cycle.search or DeviceSearch(min(self.args.search_budget, ON_LOOP_BUDGET))
+        state.unusable = any(
+            binding_failed(c, self.binding_timeout, time.time()) for c in state.allocated
+        )
         cycle.state[NAME] = state
         return PreFilterResult()
 
@@ -356,7 +375,7 @@ class DynamicResources:
                 outside[row] = True
                 codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
                 continue
-            if any(
+            if state.unusable or any(
                 c.allocation_node_selector is not None
                 and not c.allocation_node_selector.matches(node.labels, node.name)
                 for c in state.allocated
@@ -726,7 +745,7 @@ def device_fits(cycle: Cycle) -> dict[int, DeviceFit]:
                             roots.add(key)
                     elif (
                         device_id not in allocator.allocated
-                        and d.allocatable
+                        and d.allocatable(allocator.kube_minor)
                         and not d.blocking_taints
                     ):
                         free.append(key)
@@ -832,15 +851,30 @@ def stale_extended_claim(pod: Pod, dra: DraState, *, enabled: bool = True) -> Re
     return None if ext is None else ext.stale
 
 
+def binding_failed(claim: ResourceClaim, timeout: float | None, now: float) -> bool:
+    """kube's Filter check of an allocated claim (1.36+, ``timeout`` not None): a binding
+    condition failed, or the binding timed out. Such a claim is available on no node, so
+    that PostFilter gives its allocation back."""
+    return timeout is not None and binding_check(claim, now=now, timeout=timeout).unusable
+
+
 def stale_allocations(
-    pod: Pod, dra: DraState, snapshot: Snapshot, reached: Collection[str]
+    pod: Pod,
+    dra: DraState,
+    snapshot: Snapshot,
+    reached: Collection[str],
+    *,
+    binding_timeout: float | None = None,
+    now: float = 0.0,
 ) -> list[ResourceClaim]:
     """kube's PostFilter (1.34+), for a pod no node fits: the first of its allocated claims
     reserved for nobody but it whose allocation some node in ``reached`` (the nodes whose
-    filters ran as far as DynamicResources') cannot use, to deallocate. The claim's change
-    requeues the pod, which may then allocate anew, elsewhere. kube picks one such claim
-    at random; Lattice takes the first in the pod's order (deterministic), one per attempt
-    as kube does."""
+    filters ran as far as DynamicResources') cannot use, to deallocate: its node selector
+    leaves that node out, or (1.36+, ``binding_timeout`` set) its binding failed or timed
+    out at wall time ``now`` (:func:`binding_failed`). The claim's change requeues the
+    pod, which may then allocate anew, elsewhere. kube picks one such claim at random;
+    Lattice takes the first in the pod's order (deterministic), one per attempt as kube
+    does."""
     nodes = [n for n in (snapshot.index_of(name) for name in reached) if n is not None]
     if not nodes:
         return []
@@ -851,6 +885,8 @@ def stale_allocations(
             continue
         if any(r.uid != pod.uid for r in claim.reserved_for):
             continue
+        if binding_failed(claim, binding_timeout, now):
+            return [claim]
         selector = claim.allocation_node_selector
         if selector is None:
             continue

@@ -97,7 +97,7 @@ def test_slice_taints_and_request_tolerations_are_parsed_not_alpha() -> None:
         node="n1",
     )
     (gpu,) = ResourceSlice.from_api(body).devices
-    assert gpu.allocatable
+    assert gpu.allocatable(35)
     assert gpu.taints == (
         DeviceTaint("gpu.example.com/unhealthy", "ecc", "NoSchedule", "2026-01-02T03:04:05Z"),
         DeviceTaint("note", "", "None"),
