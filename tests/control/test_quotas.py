@@ -269,7 +269,21 @@ async def test_a_gang_within_its_min_reclaims_from_the_borrower_whole_then_binds
     for body in theirs:
         if body["metadata"]["name"] in writer.deletes:
             sched.pod_deleted(body)
+    # The borrower's controller makes a pod again first: the gang's nominated members hold
+    # their room in the sum of mins (team-a does not borrow), so it does not take it back.
+    again = gpu_pod("b9", 2, ns="team-b")
+    again["spec"]["priority"] = 1000
+    sched.pod_upserted(again)
     sched.queue.flush(now=1e9)
+    info = sched.queue.try_pop()
+    assert info is not None
+    assert info.pod.name == "b9"  # the higher priority goes first
+    sched.schedule_one(info)
+    await sched.drain(10)
+    assert writer.binds == []
+    assert (
+        "all quotas use 8 of the 16 nvidia.com/gpu their mins sum to" in failures(writer, "b9")[-1]
+    )
     await run_one(sched)
     assert sorted(n for n, _ in writer.binds) == ["a", "b", "c", "d"]
     assert sched.quota_snapshot().quotas["team-a"].used[GPU] == 8
