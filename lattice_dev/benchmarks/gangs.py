@@ -83,7 +83,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from lattice_dev.benchmarks.common import apply_crds, wait_lattice_ready
+from lattice_dev.benchmarks.common import apply_crds, precompile_lattice, wait_lattice_ready
 from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
 from lattice_dev.devcluster.kube import api_client
 from scheduler.model.gang import POD_GROUP_LABEL
@@ -1208,6 +1208,7 @@ class GangBench:
             )
             return None
         await self._apply_gang_spec(gang_spec(arm, self.args.solver_time_limit))
+        precompile_lattice()
         started = time.time()
         self.cluster.start_process(
             LATTICE,

@@ -26,7 +26,13 @@ from typing import Any, Final, cast
 
 from kubernetes_asyncio import client
 
-from lattice_dev.benchmarks.common import Watcher, apply_crds, create_pods, wait_all
+from lattice_dev.benchmarks.common import (
+    Watcher,
+    apply_crds,
+    create_pods,
+    precompile_lattice,
+    wait_all,
+)
 from lattice_dev.benchmarks.common import wait_lattice_ready as _wait_ready
 from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
 from lattice_dev.devcluster.kube import api_client
@@ -163,6 +169,7 @@ async def _bench(cluster: DevCluster, args: argparse.Namespace) -> list[str]:
                 "spec": spec,
             },
         )
+        precompile_lattice()
         started = time.time()
         cluster.start_process(
             "lattice",

@@ -3,11 +3,15 @@ placement of existing pods and the anti-affinity caps (no cluster)."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+import scheduler
+from lattice_dev.benchmarks.common import precompile_lattice
 from lattice_dev.benchmarks.scheduling import (
     KUBE,
     LATTICE,
@@ -246,3 +250,17 @@ def test_sizes_cap_anti_affinity_at_one_pod_per_node(
     got = sizes(workload, nodes=nodes, pods=pods, stream=stream, existing=existing)
     assert (got.measured, got.stream, got.existing, len(got.notes)) == expected
     assert workload != "anti-affinity" or got.measured + got.stream + got.existing <= nodes
+
+
+def test_the_benchmarks_run_lattice_byte_compiled_as_the_image_does() -> None:
+    """Where PYTHONDONTWRITEBYTECODE is set, a source tree is compiled at every start: the
+    benchmarks compile it first, so a run's CPU is what a deployed (compileall'd) Lattice
+    spends. Every module of the package then has its bytecode beside it, up to date."""
+    package = Path(scheduler.__file__).parent
+    precompile_lattice()
+    sources = [p for p in package.rglob("*.py") if "__pycache__" not in p.parts]
+    assert len(sources) > 100
+    for source in sources:
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        assert cached.exists(), source
+        assert cached.stat().st_mtime >= source.stat().st_mtime, source
