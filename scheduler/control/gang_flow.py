@@ -164,7 +164,7 @@ def shared_unallocated_claim(members: Sequence[Pod], dra: DraState) -> str | Non
     for member in members:
         names = set()
         for ref in member.resource_claims:
-            name = ref.claim_name or member.generated_claims.get(ref.name)
+            name = member.claim_name(ref)
             if name:
                 names.add((member.namespace, name))
         for key in names:

@@ -189,7 +189,7 @@ def _claim_names(pod: Pod) -> set[str]:
     written names and those generated from templates so far."""
     out = set()
     for ref in pod.resource_claims:
-        claim = ref.claim_name or pod.generated_claims.get(ref.name)
+        claim = pod.claim_name(ref)
         if claim:
             out.add(claim)
     return out

@@ -257,7 +257,7 @@ def pod_claims(pod: Pod, claims: Mapping[tuple[str, str], ResourceClaim]) -> lis
     """The pod's ResourceClaims that exist (by name, or generated from a template)."""
     out: list[ResourceClaim] = []
     for ref in pod.resource_claims:
-        name = ref.claim_name or pod.generated_claims.get(ref.name)
+        name = pod.claim_name(ref)
         claim = claims.get((pod.namespace, name)) if name else None
         if claim is not None:
             out.append(claim)

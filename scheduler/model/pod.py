@@ -293,6 +293,12 @@ class Pod:
             r.template_name and r.name not in self.generated_claims for r in self.resource_claims
         )
 
+    def claim_name(self, ref: ResourceClaimRef) -> str | None:
+        """The ResourceClaim a pod claim stands for: the name it writes, or the one
+        generated from its template (None: not generated yet, or none needed). The one
+        rule every reader of a pod's claims uses (kube's ``resourceclaim.Name``)."""
+        return ref.claim_name or self.generated_claims.get(ref.name)
+
     @property
     def key(self) -> str:
         """Cache identity: the UID, like kube-scheduler; namespace/name when absent."""

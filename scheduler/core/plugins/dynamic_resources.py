@@ -612,7 +612,7 @@ def unallocated_claims(pod: Pod, dra: DraState) -> list[ResourceClaim] | None:
     them (None: some claim is missing or not created yet; PreFilter says why)."""
     out: list[ResourceClaim] = []
     for ref in pod.resource_claims:
-        name = ref.claim_name or pod.generated_claims.get(ref.name)
+        name = pod.claim_name(ref)
         if not name:
             if ref.claim_name or ref.name not in pod.generated_claims:
                 return None
@@ -879,7 +879,7 @@ def stale_allocations(
     if not nodes:
         return []
     for ref in pod.resource_claims:
-        name = ref.claim_name or pod.generated_claims.get(ref.name)
+        name = pod.claim_name(ref)
         claim = dra.claims.get((pod.namespace, name)) if name else None
         if claim is None or claim.allocation is None or claim.deleting:
             continue

@@ -85,7 +85,7 @@ def _alpha_claims(pod: Pod, dra: DraState, kube_minor: int) -> list[str]:
     release, each with the fields."""
     out: list[str] = []
     for ref in pod.resource_claims:
-        name = ref.claim_name or pod.generated_claims.get(ref.name)
+        name = pod.claim_name(ref)
         claim = dra.claims.get((pod.namespace, name)) if name else None
         fields = claim_alpha_fields(claim, kube_minor) if claim is not None else []
         if fields:
