@@ -391,6 +391,7 @@ async def _explain(args: argparse.Namespace) -> Explained:
             levels = settings.topology.levels
             if settings.topology.from_kueue is not None:
                 levels = (await read_kueue_levels(api, settings.topology.from_kueue)).levels
+            profile = dataclasses.replace(profile, domain_levels=levels)  # as the scheduler
         quota_bodies: list[dict[str, Any]] = []
         if body:
             try:

@@ -119,7 +119,7 @@ from scheduler.core.plugins.dynamic_resources import (
     stale_extended_claim,
 )
 from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
-from scheduler.core.profile import DYNAMIC_RESOURCES
+from scheduler.core.profile import DYNAMIC_RESOURCES, Profile
 from scheduler.core.quota import Nominated, QuotaContext, QuotaSnapshot, add, charged
 from scheduler.core.reclaim import Quotas, Reclaimed, reclaimed
 from scheduler.core.schedule import Framework
@@ -184,6 +184,13 @@ def _node_changes(old: Node, new: Node) -> NodeChange:
     return changes
 
 
+def framework_profile(settings: SchedulerSettings) -> Profile:
+    """The profile the framework runs: the settings' own, with the network levels in
+    force (``spec.topology.levels``, or a Kueue Topology's as last read), which single GPU
+    pods' ties read (:mod:`scheduler.core.whole_domains`)."""
+    return dataclasses.replace(settings.profile, domain_levels=settings.topology.levels)
+
+
 def _claim_names(pod: Pod) -> set[str]:
     """The ResourceClaims a pod's ``spec.resourceClaims`` name (kube's pod-claim index):
     written names and those generated from templates so far."""
@@ -215,7 +222,7 @@ class Scheduler:
         wall_clock: Any = time.time,
     ) -> None:
         self.settings = settings
-        self.framework = Framework(settings.profile)
+        self.framework = Framework(framework_profile(settings))
         """The profile's plugins as they are (the gang solver looks them up by type)."""
         self.plugin_timer = PluginTimer(metrics.plugin_execution_duration)
         self._timed_framework = timed(self.framework, self.plugin_timer)
@@ -334,8 +341,8 @@ class Scheduler:
     def apply_settings(self, settings: SchedulerSettings) -> None:
         """New profile from the next cycle on; in-flight bindings keep their slots."""
         self.batch.clear()
-        if settings.profile != self.settings.profile:
-            self.framework = Framework(settings.profile)
+        if framework_profile(settings) != self.framework.profile:
+            self.framework = Framework(framework_profile(settings))
             self._timed_framework = timed(self.framework, self.plugin_timer)
         if settings.scheduler_name != self.settings.scheduler_name:
             self.metrics.precreate_profile(settings.scheduler_name)

@@ -306,6 +306,10 @@ class Profile:
     gpu_placement: GpuPlacementArgs = field(default_factory=GpuPlacementArgs)
     dynamic_resources: DynamicResourcesArgs = field(default_factory=DynamicResourcesArgs)
     volume_binding: VolumeBindingArgs = field(default_factory=VolumeBindingArgs)
+    domain_levels: tuple[str, ...] = ()
+    """The network levels (``spec.topology.levels``, widest first): a GPU pod's tie between
+    equally scored nodes goes to those that break no whole domain
+    (:mod:`scheduler.core.whole_domains`). Set by the scheduler from its settings."""
     kube_minor: int = DEFAULT_KUBE_MINOR
     """The Kubernetes 1.x release whose kube-scheduler this profile mirrors. Plugins whose
     behaviour changed between releases (BalancedAllocation in 1.36; VolumeBinding's score

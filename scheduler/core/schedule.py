@@ -28,6 +28,7 @@ node, so our feasible set is a superset of what kube-scheduler examined.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -59,8 +60,9 @@ from scheduler.core.framework import Code, Cycle, PluginSet
 from scheduler.core.load import LoadView
 from scheduler.core.profile import DEFAULT_PROFILE, Profile
 from scheduler.core.registry import Registry, default_registry
-from scheduler.core.snapshot import BoolArray, Snapshot
+from scheduler.core.snapshot import BoolArray, IndexArray, Snapshot
 from scheduler.core.topology.state import TopologyState
+from scheduler.core.whole_domains import keep_whole
 from scheduler.model.pod import Pod
 
 if TYPE_CHECKING:
@@ -265,7 +267,7 @@ class Framework:
                 if applied:
                     eligible = eligible & ~over
             ranked = np.where(eligible, totals, -1)
-            best = np.flatnonzero(ranked == ranked.max())
+            best = self._among_ties(cycle, np.flatnonzero(ranked == ranked.max()))
             row = best[0] if len(best) == 1 else best[tie_break(seed, len(best))]
             selected = names[int(row)]
             for annotator in self.plugins.annotators:
@@ -307,6 +309,18 @@ class Framework:
             )
         return Decision(pod, selected, explanation, seed, annotations, volume_plan, claim_plan)
 
+    def _among_ties(self, cycle: Cycle, best: IndexArray) -> IndexArray:
+        """Rows tied for the best total, narrowed, for a pod asking for GPUs where network
+        levels are set, to those that break the fewest whole domains
+        (:mod:`scheduler.core.whole_domains`): a choice kube's tie-break makes blindly."""
+        profile = self.profile
+        if len(best) < 2 or not profile.domain_levels:
+            return best
+        resources = profile.gpu_placement.resources
+        if not _asks_gpus(cycle.pod, resources):
+            return best
+        return keep_whole(cycle.snapshot, profile.domain_levels, resources, best)
+
     def _from_memo(self, memo: Memo, cycle: Cycle) -> Decision | None:
         """The cycle of a pod identical to the last one, from its memo (see
         :mod:`scheduler.core.batch`); None: the full cycle must run."""
@@ -335,7 +349,7 @@ class Framework:
             totals += (scores - old.scores) * weight
             records[at] = ScoreRecord(scorer.name, weight, scores)
         ranked = np.where(candidates, totals, -1)
-        best = np.flatnonzero(ranked == ranked.max())
+        best = self._among_ties(cycle, np.flatnonzero(ranked == ranked.max()))
         chosen = best[0] if len(best) == 1 else best[tie_break(memo.seed, len(best))]
         memo.scores = tuple(records)
         memo.totals = totals
@@ -390,6 +404,11 @@ def _memo(
         explanation.skipped_scores,
         chosen,
     )
+
+
+def _asks_gpus(pod: Pod, resources: Sequence[str]) -> bool:
+    requests = pod.resources.requests
+    return any(requests.get(r, 0) > 0 for r in resources)
 
 
 @lru_cache(maxsize=4096)
