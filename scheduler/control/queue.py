@@ -15,7 +15,8 @@ A tracked pod is in exactly one place at any time; nothing is ever dropped excep
   ``pop`` takes its head and is the only way out to *in-flight*.
 * **backoff**: pods that failed recently, ordered by backoff expiry. The backoff is
   ``initial * 2**(attempts-1)`` capped at ``max`` (1 s, 2 s, 4 s, 8 s, 10 s, 10 s ...), counted
-  from the failure. ``flush`` moves expired ones to active.
+  from the failure. ``flush`` moves expired ones to active; while active is empty, ``pop``
+  takes the head of backoff at once (kube's ``SchedulerPopFromBackoffQ``, on by default).
 * **unschedulable**: pods no node could take. Only a cluster change can help them, so they
   wait for ``move_all_on_event`` (or for ``max_unschedulable_stay``, 5 min, as a safety net
   against a missed event) and then go to backoff if their backoff has not expired yet,
@@ -33,6 +34,7 @@ The moves, in one place::
     from            operation                          to
     (new)           add / update of an unknown pod     active, or gated if it has gates
     active          pop                                in-flight
+    backoff         pop while active is empty          in-flight
     in-flight       done                               (leaves the queue)
     in-flight       requeue, error                     backoff (active if backoff is 0)
     in-flight       requeue, unschedulable             unschedulable, but backoff/active if a
@@ -202,6 +204,11 @@ class QueueConfig:
     """Seconds of backoff after the first failed attempt; doubles per further attempt."""
     max_backoff: float = 10.0
     """Cap of the backoff; 0 disables backoff entirely."""
+    pop_from_backoff: bool = True
+    """kube-scheduler's ``SchedulerPopFromBackoffQ`` (beta, on since 1.33): while active is
+    empty, ``pop`` takes the head of backoff (earliest expiry first) instead of idling.
+    Backoff spreads the retries of pods that compete; with nothing else to try it only
+    delays, e.g. a preemptor whose victims are gone while the room it holds stays idle."""
     max_unschedulable_stay: float = 300.0
     """Seconds after which an unschedulable pod is retried even without a cluster event.
     Backoff and stay both end *at* their deadline: ``flush(deadline)`` moves the pod."""
@@ -621,10 +628,13 @@ class SchedulingQueue(Generic[P]):
     # -- the scheduling side -------------------------------------------------------------
 
     def try_pop(self) -> QueuedPodInfo[P] | None:
-        """The head of active, now in flight; None if active is empty or the queue closed."""
+        """The head of active, now in flight; while active is empty, the head of backoff
+        (:attr:`QueueConfig.pop_from_backoff`); None if both are empty or the queue closed."""
         if self._closed:
             return None
         entry = self._active.pop_head()
+        if entry is None and self._config.pop_from_backoff:
+            entry = self._backoff.pop_head()
         if entry is None:
             return None
         self._last_pop = self._clock.now()
@@ -746,6 +756,8 @@ class SchedulingQueue(Generic[P]):
 
     def _to_backoff(self, entry: _Entry[P]) -> QueueName:
         self._backoff.push(entry.key, (entry.backoff_until, -entry.pod.priority), entry)
+        if self._config.pop_from_backoff:
+            self._wake.set()  # poppable while active is empty
         return QueueName.BACKOFF
 
     def _to_gated(self, entry: _Entry[P]) -> QueueName:
