@@ -820,8 +820,17 @@ class Scheduler:
         ):
             return None
         snapshot = self.quota_snapshot()
+        fair = (
+            self.tenant_ranks.shares() if self.settings.quota.policy is QuotaPolicy.FAIR else None
+        )
+        shares, capacity = (None, None) if fair is None else fair
         nominated = tuple(
-            (p.uid, Nominated(p.namespace, p.priority, charged(p, self.cache.dra)))
+            (
+                p.uid,
+                Nominated.of(
+                    snapshot, p.namespace, p.priority, charged(p, self.cache.dra), shares, capacity
+                ),
+            )
             for p, _ in (self.nominated() if self.preemptor.nominations else ())
             if snapshot.governs(p.namespace) and p.key not in exclude
         )
