@@ -117,7 +117,13 @@ from scheduler.core.plugins.dynamic_resources import (
     stale_allocations,
     stale_extended_claim,
 )
-from scheduler.core.preemption import Inputs, Preemption, no_preemption_message, preempt
+from scheduler.core.preemption import (
+    TERMINATING_MESSAGE,
+    Inputs,
+    Preemption,
+    no_preemption_message,
+    preempt,
+)
 from scheduler.core.profile import DYNAMIC_RESOURCES
 from scheduler.core.quota import Nominated, QuotaContext, QuotaSnapshot, add, charged
 from scheduler.core.reclaim import Quotas, Reclaimed, reclaimed
@@ -1029,6 +1035,9 @@ class Scheduler:
             # Our own nomination, which the pod's record (parsed before it) cannot show.
             pod = dataclasses.replace(pod, nominated_node_name=nominated[1])
             decision = dataclasses.replace(decision, pod=pod)
+        if self.preemptor.still_evicting(pod.key):
+            # Its victims are still in the cache: preempting again would take more pods.
+            return None, TERMINATING_MESSAGE, None
         inputs = self.preemption_inputs()
         snapshot = self.cache.snapshot
         self.metrics.preemption_attempts.inc()  # as kube: every PostFilter run
@@ -1233,6 +1242,9 @@ class Scheduler:
         default = nominations[0][1] if nominations else ""
         placed = [(v, snapshot.node_of_pod(v.key) or default) for v in victims]
         if self.writer is not None:
+            self.preemptor.evicting_for(
+                [pod.key for pod, _ in nominations], [v.key for v in victims]
+            )
             self._spawn(
                 self.preemptor.evict(
                     preemptor,

@@ -158,3 +158,45 @@ async def test_room_reclaimed_above_the_min_stays_with_its_pod(monkeypatch: Any)
     assert writer.deletes == [victim]  # nobody evicted again
     assert pod_key("team-b", "b9") in sched.queue  # waits: a2's room is spoken for
     assert pod_key("team-a", "a2") not in sched.queue  # placed in the room it reclaimed
+
+
+async def test_a_preemptor_does_not_preempt_again_before_its_victims_go() -> None:
+    """Retried while its victim's deletion is not seen yet (the queue pops a pod backing off
+    when nothing else is active), the preemptor would find the victim in place and evict
+    another pod for the same room; it waits for the victim instead, as kube's async
+    preemption keeps it out of the cycle until its last victim goes."""
+    sched, writer = two_teams()
+    sched.pod_upserted(bound("x", "default", "n1", "1", 0))
+    sched.pod_upserted(pending("b1", "team-b", "1", 1))
+    cycle(sched, "team-b", "b1")
+    await sched.drain(10)
+    (victim,) = writer.deletes
+    sched.pod_deleted(bound("x", "default", "n1", "1", 0))  # any pod going retries b1
+    cycle(sched, "team-b", "b1")
+    await sched.drain(10)
+    assert writer.deletes == [victim]
+    last = [c for c in writer.conditions if c[0] == "b1"][-1]
+    assert "not eligible due to a terminating pod on the nominated node" in last[2]
+    assert last[3] is None  # the nomination unchanged: still where its victim was
+    assert sched.preemptor.nominations["uid-b1"][1] == "n0"
+    sched.pod_deleted(bound(victim, "team-a", "n0", "1", 100))
+    cycle(sched, "team-b", "b1")
+    await sched.drain(10)
+    assert pod_key("team-b", "b1") not in sched.queue
+    assert writer.deletes == [victim]
+
+
+def test_a_victim_seen_terminating_or_gone_ends_the_wait() -> None:
+    sched, _ = two_teams()
+    p = sched.preemptor
+    p.evicting_for(["uid-b1", "uid-b2"], ["uid-a0", "uid-a1"])
+    terminating = bound("a0", "team-a", "n0", "1", 100)
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:01Z"
+    p.note_facts("uid-a0", terminating)  # graceful: the eligibility rule takes over
+    assert p.evicting == {"uid-b1": {"uid-a1"}, "uid-b2": {"uid-a1"}}
+    p.forget_pod("uid-a1")  # gone
+    assert not p.still_evicting("uid-b1")
+    assert not p.still_evicting("uid-b2")
+    p.evicting_for(["uid-b1"], ["uid-a2"])
+    p.pod_bound("uid-b1")  # placed elsewhere meanwhile
+    assert p.evicting == {}
