@@ -107,9 +107,26 @@ async def test_pop_takes_a_pod_backing_off_while_nothing_is_active() -> None:
     assert info.attempts == 2
 
 
+async def test_a_pod_backing_off_after_an_error_waits_its_backoff_out() -> None:
+    """As kube's separate error backoff queue: popped at once, it would spin on the error."""
+    queue, clock = make_queue()
+    _, attempt = put_in(queue, clock, QueueName.IN_FLIGHT)
+    assert attempt is not None
+    placed = queue.requeue_after_failure(attempt, unschedulable=False, reason="API down")
+    assert placed is QueueName.BACKOFF
+    task = await _waiting_pop(queue)  # nothing active, and not poppable early
+    clock.advance(1.0)
+    queue.flush()
+    info = await asyncio.wait_for(task, timeout=5)
+    assert info is not None
+    assert info.attempts == 2
+
+
 async def test_an_active_pod_goes_before_one_backing_off() -> None:
     queue, clock = make_queue()
-    late, _ = put_in(queue, clock, QueueName.BACKOFF)
+    late, _ = put_in(queue, clock, QueueName.UNSCHEDULABLE)
+    queue.move_all_on_event(NODE_ADDED)  # unschedulable, moved: backing off
+    assert queue.where(late.key) is QueueName.BACKOFF
     queue.add(make_pod("fresh"))
     first = await queue.pop()
     second = await queue.pop()

@@ -141,7 +141,8 @@ class QueueMachine(RuleBasedStateMachine):
     def pop(self) -> None:
         active = self.queue.pods(QueueName.ACTIVE)
         # With active empty, SchedulerPopFromBackoffQ takes the earliest backoff expiry.
-        backing_off = self.queue.pods(QueueName.BACKOFF)
+        # (a pod that failed with an error waits its backoff out: reason "error" here).
+        backing_off = [p for p in self.queue.pods(QueueName.BACKOFF) if self._failure(p) != "error"]
         poppable = active or (backing_off if self.queue.config.pop_from_backoff else [])
         info = self.queue.try_pop()
         if not poppable:
@@ -155,6 +156,11 @@ class QueueMachine(RuleBasedStateMachine):
         assert info.cycle == self.queue.scheduling_cycle
         self.in_flight[info.key] = info.cycle
         self.handles.append(info)
+
+    def _failure(self, pod: FakePod) -> str:
+        info = self.queue.get(pod.key)
+        assert info is not None
+        return info.last_failure
 
     @precondition(lambda self: self.handles)
     @rule(data=st.data(), outcome=st.sampled_from(["done", "unschedulable", "error"]))
