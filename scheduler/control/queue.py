@@ -437,13 +437,17 @@ class SchedulingQueue(Generic[P]):
         clock: Clock | None = None,
         config: QueueConfig | None = None,
         is_relevant_update: Callable[[P, P], bool] = _differs,
+        pops_early: Callable[[P], bool] = lambda _: True,
     ) -> None:
         """``is_relevant_update(old, new)`` says whether an update could change the pod's
         scheduling outcome; the default (any difference) suits a record holding only
-        scheduling inputs, as kube-scheduler ignores status-only changes."""
+        scheduling inputs, as kube-scheduler ignores status-only changes. ``pops_early``:
+        whether a pod backing off may be popped before its backoff ends
+        (:attr:`QueueConfig.pop_from_backoff`)."""
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._config = config if config is not None else QueueConfig()
         self._is_relevant_update = is_relevant_update
+        self._pops_early = pops_early
         self._active: _TenantHeap[_Entry[P]] = _TenantHeap()
         self._backoff: _IndexedHeap[_Entry[P]] = _IndexedHeap()
         # Insertion order is enqueue order (only requeue_after_failure inserts, with now),
@@ -762,14 +766,16 @@ class SchedulingQueue(Generic[P]):
 
     def _to_backoff(self, entry: _Entry[P]) -> QueueName:
         self._backoff.push(entry.key, (entry.backoff_until, -entry.pod.priority), entry)
-        if self._config.pop_from_backoff and not entry.error:
+        if self._config.pop_from_backoff and not entry.error and self._pops_early(entry.pod):
             self._wake.set()  # poppable while active is empty
         return QueueName.BACKOFF
 
     def _pop_backoff_early(self) -> _Entry[P] | None:
         """The pod backing off after an unschedulable attempt whose backoff ends first
         (kube's ``popBackoff``); None if every pod backing off failed with an error."""
-        cells = [c for c in self._backoff.cells() if not c.item.error]
+        cells = [
+            c for c in self._backoff.cells() if not c.item.error and self._pops_early(c.item.pod)
+        ]
         if not cells:
             return None
         return self._backoff.discard(min(cells).key)

@@ -241,7 +241,12 @@ class Scheduler:
         """Predicted node load, fed by agents' reports and our own placements."""
         self.wall_clock = wall_clock
         """Unix time: agents date their samples with it, so report ages are measured on it."""
-        self.queue: SchedulingQueue[QueuedPod] = SchedulingQueue(is_relevant_update=relevant_update)
+        # A gang keeps its backoff: retried at once, it re-planned while its victims were
+        # still terminating and evicted more (a gang e2e case, 3 runs in 5).
+        self.queue: SchedulingQueue[QueuedPod] = SchedulingQueue(
+            is_relevant_update=relevant_update,
+            pops_early=lambda p: not isinstance(p, GangEntry),
+        )
         self.tenant_ranks = TenantRanks()
         """Fair-share ranks of the quota namespaces, read by the queue under policy Fair."""
         self._quota_weights: dict[str, Fraction] = {}

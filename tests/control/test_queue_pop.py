@@ -122,6 +122,23 @@ async def test_a_pod_backing_off_after_an_error_waits_its_backoff_out() -> None:
     assert info.attempts == 2
 
 
+async def test_a_pod_the_caller_keeps_out_waits_its_backoff_out() -> None:
+    """``pops_early`` (the scheduler keeps gangs out: one retried at once re-planned while
+    its victims were still terminating)."""
+    queue: SchedulingQueue[FakePod]
+    clock = FakeClock()
+    queue = SchedulingQueue(clock=clock, pops_early=lambda p: p.name != "gang")
+    gang, _ = put_in(queue, clock, QueueName.UNSCHEDULABLE, name="gang")
+    queue.move_all_on_event(NODE_ADDED)
+    assert queue.where(gang.key) is QueueName.BACKOFF
+    assert queue.try_pop() is None
+    clock.advance(1.0)
+    queue.flush()
+    info = queue.try_pop()
+    assert info is not None
+    assert info.pod.name == "gang"
+
+
 async def test_an_active_pod_goes_before_one_backing_off() -> None:
     queue, clock = make_queue()
     late, _ = put_in(queue, clock, QueueName.UNSCHEDULABLE)
