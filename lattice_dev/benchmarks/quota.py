@@ -46,15 +46,21 @@ from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
 from lattice_dev.devcluster.kube import api_client
 from lattice_dev.devcluster.profiles import get_profile
 from scheduler.core.fairshare import WEIGHT_ANNOTATION
+from scheduler.model.node import Node
+from scheduler.model.pod import Pod
 from scheduler.sim.tenants import (
     DEFAULT_TENANTS,
+    FAIR,
+    Job,
     Tenant,
     TenantFigures,
     arrivals,
     owed_min,
     parse_tenant,
+    simulate_policy,
     tenant_shares,
 )
+from scheduler.sim.trace import Trace
 
 GPU: Final = "nvidia.com/gpu"
 GPUS_PER_NODE: Final = 8
@@ -100,6 +106,31 @@ def plan(
         mean_run=mean_run,
     )
     return [Arrival(at, name, gpus, run) for at, name, (gpus, run) in drawn]
+
+
+def simulated(
+    tenants: Sequence[Tenant],
+    nodes: int,
+    stream: Sequence[Arrival],
+    horizon: float,
+    warmup: float,
+    seed: int,
+) -> dict[str, float | None]:
+    """Each tenant's ``|used - fair| / fair`` (%) when the simulator's ``fair`` policy
+    (:func:`~scheduler.sim.tenants.simulate_policy`) runs this very stream on the same
+    nodes: placement and reclaim at once, no API server, no backoff, exact times. What
+    the live figure is to be read against: the part of the gap that pod sizes, the rules
+    and the short horizon leave even without any delay."""
+    profile = get_profile("gpu-8x")
+    bodies = [profile.node_body(f"gpu-{i:03d}", i) for i in range(nodes)]
+    trace = Trace([Node.from_api(b) for b in bodies], [], [], 0, "bench-quota", bodies)
+    jobs = []
+    for i, a in enumerate(stream):
+        body = pod_body(f"{a.tenant}-{i:05d}", a.tenant, a.gpus)
+        body["metadata"]["uid"] = f"{a.tenant}-{i:05d}"
+        jobs.append(Job(i, a.tenant, Pod.from_api(body), a.gpus, a.at, a.run))
+    run = simulate_policy(trace, tenants, jobs, horizon, FAIR, warmup=warmup, seed=seed)
+    return {n: f.deviation_pct for n, f in run.tenants.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,14 +201,17 @@ def format_report(
     windows: int,
     reclaimed: Mapping[str, int],
     preempted: Mapping[str, int],
+    sim: Mapping[str, float | None] | None = None,
 ) -> str:
-    """The per-tenant table, then GPU share over time (used / fair share per window)."""
+    """The per-tenant table, then GPU share over time (used / fair share per window);
+    ``sim``: the same stream's deviation in the simulator (:func:`simulated`), a column."""
     whole = summarize(tenants, pool, samples)
     over = sum(whole.above_max.values()) + sum(whole.status_above_max.values())
     head = (
         f"{'tenant':8} {'min':>4} {'max':>4} {'weight':>6} {'used':>6} {'guar.':>6} "
         f"{'fair':>6} {'|u-f|/f':>8} {'to-min p99':>10} {'owed':>4} {'>max':>4} "
         f"{'status>max':>10} {'reclaimed':>9} {'preempted':>9} {'waiting':>7}"
+        + ("" if sim is None else f" {'sim |u-f|/f':>11}")
     )
     rows = [head]
     for t in tenants:
@@ -192,6 +226,7 @@ def format_report(
             f"{len(f.owed) + f.still_owed:>4} {whole.above_max[t.name]:>4} "
             f"{whole.status_above_max[t.name]:>10} {reclaimed.get(t.name, 0):>9} "
             f"{preempted.get(t.name, 0):>9} {f.still_waiting:>7}"
+            + ("" if sim is None else f" {_num(sim.get(t.name), '{:.1f}%'):>11}")
         )
     if len(samples) > 1 and windows > 0:
         t0, t1 = samples[0].at, samples[-1].at
@@ -260,6 +295,10 @@ class PodState:
     gpus: int
     run: float
     node: str = ""
+    created: float = 0.0
+    """Seconds after the stream started (for ``--keep``'s timeline)."""
+    bound: float | None = None
+    ended: float | None = None
     completing: bool = False
     """Deleted by the stream (it ran its time): not an eviction."""
     gone: bool = False
@@ -279,13 +318,16 @@ class Stream:
         self.t0 = time.monotonic()
         self.errors: list[str] = []
 
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
     async def create(self, name: str, tenant: str, gpus: int, run: float) -> None:
-        self.pods[(tenant, name)] = PodState(tenant, gpus, run)
+        self.pods[(tenant, name)] = PodState(tenant, gpus, run, created=self.now())
         try:
             await self.core.create_namespaced_pod(
                 tenant, cast(client.V1Pod, pod_body(name, tenant, gpus)), _preload_content=False
@@ -312,9 +354,11 @@ class Stream:
         node = (obj.get("spec") or {}).get("nodeName") or ""
         if node and not state.node:
             state.node = node
+            state.bound = self.now()
             self._spawn(self._complete(key, state.run))
         if kind == "DELETED":
             state.gone = True
+            state.ended = self.now()
             if not state.completing:
                 self.evicted[state.tenant] += 1
                 again = f"{key[1].split('.', 1)[0]}.{self.evicted[state.tenant]}"
@@ -422,8 +466,9 @@ async def _bench(cluster: DevCluster, args: argparse.Namespace, tenants: list[Te
                 },
             )
         started = time.time()
-        start_lattice(cluster)
+        start_lattice(cluster, log_level="info" if args.keep else "warning")
         await wait_lattice_ready(objects, started)
+        stream_plan = plan(tenants, cluster_gpus, args.duration, args.run, args.seed)
         stream = Stream(api, tenants)
         watching = asyncio.create_task(stream.watch())
         samples: list[Sample] = []
@@ -435,7 +480,7 @@ async def _bench(cluster: DevCluster, args: argparse.Namespace, tenants: list[Te
 
         stream.t0 = time.monotonic()
         sampling = asyncio.create_task(sampler())
-        for i, a in enumerate(plan(tenants, cluster_gpus, args.duration, args.run, args.seed)):
+        for i, a in enumerate(stream_plan):
             delay = stream.t0 + a.at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -451,8 +496,17 @@ async def _bench(cluster: DevCluster, args: argparse.Namespace, tenants: list[Te
         reclaimed, preempted = await _events(core, tenants)
     kept = [s for s in samples if s.at >= args.warmup]
     created = len(stream.pods)
+    if args.keep:
+        _keep(Path(args.keep), stream, samples)
+    sim = simulated(tenants, args.nodes, stream_plan, args.duration, args.warmup, args.seed)
     report = format_report(
-        tenants, pool, kept, windows=args.windows, reclaimed=reclaimed, preempted=preempted
+        tenants,
+        pool,
+        kept,
+        windows=args.windows,
+        reclaimed=reclaimed,
+        preempted=preempted,
+        sim=sim,
     )
     tail = (
         f"\n{args.nodes} kwok gpu-8x nodes ({cluster_gpus} GPUs, fair shares over {pool}); "
@@ -463,6 +517,39 @@ async def _bench(cluster: DevCluster, args: argparse.Namespace, tenants: list[Te
     if stream.errors:
         tail += f"\nerrors: {len(stream.errors)} (first: {stream.errors[0]})"
     return report + tail
+
+
+def _keep(where: Path, stream: Stream, samples: Sequence[Sample]) -> None:
+    """The run's raw record for a later look: every pod's life and every sample."""
+    where.mkdir(parents=True, exist_ok=True)
+    pods = [
+        {
+            "namespace": ns,
+            "name": name,
+            "gpus": s.gpus,
+            "run": round(s.run, 3),
+            "node": s.node,
+            "created": round(s.created, 3),
+            "bound": None if s.bound is None else round(s.bound, 3),
+            "ended": None if s.ended is None else round(s.ended, 3),
+            "completed": s.completing,
+        }
+        for (ns, name), s in stream.pods.items()
+    ]
+    (where / "pods.json").write_text(json.dumps(pods, indent=1))
+    (where / "samples.json").write_text(
+        json.dumps(
+            [
+                {
+                    "at": round(x.at, 3),
+                    "used": x.used,
+                    "waiting": x.waiting,
+                    "status": x.status_used,
+                }
+                for x in samples
+            ]
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -483,6 +570,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=float, default=1.0, help="s between samples")
     parser.add_argument("--windows", type=int, default=6, help="rows of the share-over-time table")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="write the run's record there: lattice's log (at level info), every pod's "
+        "life (pods.json) and every sample (samples.json)",
+    )
     args = parser.parse_args(argv)
     tenants = [parse_tenant(t, args.nodes * GPUS_PER_NODE) for t in args.tenants or DEFAULT_TENANTS]
     scratch = Path(tempfile.mkdtemp(prefix="lattice-bench-quota-"))
@@ -493,6 +586,9 @@ def main(argv: list[str] | None = None) -> int:
         apply_crds(cluster, state)
         text = asyncio.run(_bench(cluster, args, tenants))
     finally:
+        if args.keep and cluster.log("lattice").exists():
+            Path(args.keep).mkdir(parents=True, exist_ok=True)
+            shutil.copy(cluster.log("lattice"), Path(args.keep) / "lattice.log")
         cluster.down()
         shutil.rmtree(scratch, ignore_errors=True)
     print(text)

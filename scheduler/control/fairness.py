@@ -4,7 +4,8 @@ The pure computation is :mod:`scheduler.core.fairshare`; this holds its latest a
 the queue reads it. :meth:`TenantRanks.refresh` takes the quotas as they are (the
 :class:`~scheduler.core.quota.QuotaSnapshot` with each namespace's usage), the weights read
 from the ElasticQuotas' ``lattice.dev/quota-weight`` annotations (:func:`weights_of`), the
-cluster's allocatable totals and the requests of the pending pods per namespace (demand =
+cluster's allocatable totals (each capped by the sum of the quotas' mins, as admission
+caps all use: :func:`usable`) and the requests of the pending pods per namespace (demand =
 used + pending), and recomputes every rank at once over the resources some quota names;
 :meth:`TenantRanks.rank` is the dict lookup the queue makes per namespace at every pop. A
 namespace without a quota ranks 0, as does every namespace before the first refresh, which
@@ -27,7 +28,7 @@ from scheduler.core.fairshare import (
 )
 from scheduler.core.quota import QuotaSnapshot, Vector, add
 
-__all__ = ["TenantRanks", "weights_of"]
+__all__ = ["TenantRanks", "usable", "weights_of"]
 
 
 def weights_of(bodies: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Fraction], dict[str, str]]:
@@ -52,6 +53,16 @@ def weights_of(bodies: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Fraction]
     return weights, errors
 
 
+def usable(quotas: QuotaSnapshot, capacity: Vector) -> dict[str, int]:
+    """What the quotas can use together of each resource some quota names: the cluster's
+    allocatable, but never more than the sum of the mins, which admission's min rule
+    keeps all use under. Shares of capacity nobody may use would let every quota sit
+    below its share at once (and so rank, and reclaim, as if it were owed)."""
+    named = quotas.named()
+    mins = quotas.total_min()
+    return {r: min(v, mins.get(r, 0)) for r, v in capacity.items() if r in named}
+
+
 class TenantRanks:
     """The latest ranks (lower first), one per quota namespace."""
 
@@ -71,7 +82,8 @@ class TenantRanks:
         pending: Mapping[str, Vector],
     ) -> None:
         """Recompute every rank from the quotas' state now, over the resources some quota
-        names (those the min rule governs: a GPU-only quota is not ranked by cpu)."""
+        names (those the min rule governs: a GPU-only quota is not ranked by cpu), of
+        which the quotas share what they may use together (:func:`usable`)."""
         named = quotas.named()
 
         def only(vector: Vector) -> dict[str, int]:
@@ -87,7 +99,7 @@ class TenantRanks:
             )
             for ns, q in quotas.quotas.items()
         }
-        governed = only(capacity)
+        governed = usable(quotas, capacity)
         self._shares = fair_shares(governed, states)
         self._capacity = dict(governed)
         self._ranks = tenant_ranks(governed, states, self._shares)

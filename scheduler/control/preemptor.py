@@ -84,6 +84,13 @@ class Preemptor:
         :attr:`Pod.key` (the uid)."""
         self._facts_seen: dict[str, tuple[object, ...]] = {}
         self.nominations: dict[str, tuple[Pod, str]] = {}
+        self.evicting: dict[str, set[str]] = {}
+        """Preemptors (by :attr:`Pod.key`) whose victims (by key) were sent to eviction and
+        not yet seen going (gone, or terminating). kube's async preemption keeps such a pod
+        out of the cycle until its last victim goes (DefaultPreemption's PreEnqueue); here
+        it may still be placed, but does not preempt again (:meth:`still_evicting`): a retry
+        before the watch shows the deletions would find the victims in place and evict
+        more pods for the same room."""
         self._pending_seen: set[str] = set()
         """Pending pods (by uid) seen before: a gated pod's nomination counts only when it
         arrives by an update (see :meth:`note_nomination`)."""
@@ -129,17 +136,42 @@ class Preemptor:
             self.facts.pop(key, None)
         else:
             self.facts[key] = facts
+        if seen[1]:  # deletionTimestamp: terminating, the eligibility rule takes over
+            self.victim_going(key)
 
     def forget_pod(self, key: str) -> None:
         self.facts.pop(key, None)
         self._facts_seen.pop(key, None)
         self._pending_seen.discard(key)
         self.end_nomination(key)
+        self.evicting.pop(key, None)
+        self.victim_going(key)
 
     def pod_bound(self, key: str) -> None:
         """The pod is placed: no nomination, and no longer a pending pod seen."""
         self._pending_seen.discard(key)
         self.end_nomination(key)
+        self.evicting.pop(key, None)
+
+    # -- evictions in flight ------------------------------------------------------------
+    def evicting_for(self, preemptors: Sequence[str], victims: Sequence[str]) -> None:
+        """These preemptors' victims were just sent to eviction."""
+        if victims:
+            for key in preemptors:
+                self.evicting.setdefault(key, set()).update(victims)
+
+    def victim_going(self, key: str) -> None:
+        """A victim is gone, terminating, or its eviction failed: nobody waits on it."""
+        for preemptor in [p for p, victims in self.evicting.items() if key in victims]:
+            victims = self.evicting[preemptor]
+            victims.discard(key)
+            if not victims:
+                del self.evicting[preemptor]
+
+    def still_evicting(self, key: str) -> bool:
+        """Whether the pod's last preemption still has a victim in place (see
+        :attr:`evicting`)."""
+        return key in self.evicting
 
     # -- nominations --------------------------------------------------------------------
     def note_nomination(self, pod: Pod) -> None:
@@ -219,6 +251,7 @@ class Preemptor:
                     return
             except Exception as exc:
                 log.warning("victim_eviction_failed", node=node, reason=f"{key}: {exc!r}")
+                self.victim_going(victim.key)  # as kube: the preemptor may try again
                 return
             log.info("victim_deleted", node=node, reason=key)
             reclaim = taken.get(victim.key)

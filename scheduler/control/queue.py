@@ -15,7 +15,9 @@ A tracked pod is in exactly one place at any time; nothing is ever dropped excep
   ``pop`` takes its head and is the only way out to *in-flight*.
 * **backoff**: pods that failed recently, ordered by backoff expiry. The backoff is
   ``initial * 2**(attempts-1)`` capped at ``max`` (1 s, 2 s, 4 s, 8 s, 10 s, 10 s ...), counted
-  from the failure. ``flush`` moves expired ones to active.
+  from the failure. ``flush`` moves expired ones to active; while active is empty, ``pop``
+  takes the head of backoff at once (kube's ``SchedulerPopFromBackoffQ``, on by default),
+  pods that failed with an error excepted.
 * **unschedulable**: pods no node could take. Only a cluster change can help them, so they
   wait for ``move_all_on_event`` (or for ``max_unschedulable_stay``, 5 min, as a safety net
   against a missed event) and then go to backoff if their backoff has not expired yet,
@@ -33,6 +35,7 @@ The moves, in one place::
     from            operation                          to
     (new)           add / update of an unknown pod     active, or gated if it has gates
     active          pop                                in-flight
+    backoff         pop while active is empty          in-flight (not after an error)
     in-flight       done                               (leaves the queue)
     in-flight       requeue, error                     backoff (active if backoff is 0)
     in-flight       requeue, unschedulable             unschedulable, but backoff/active if a
@@ -202,6 +205,12 @@ class QueueConfig:
     """Seconds of backoff after the first failed attempt; doubles per further attempt."""
     max_backoff: float = 10.0
     """Cap of the backoff; 0 disables backoff entirely."""
+    pop_from_backoff: bool = True
+    """kube-scheduler's ``SchedulerPopFromBackoffQ`` (beta, on since 1.33): while active is
+    empty, ``pop`` takes the head of backoff (earliest expiry first) instead of idling; a
+    pod backing off after an error (not unschedulable) still waits its backoff out.
+    Backoff spreads the retries of pods that compete; with nothing else to try it only
+    delays, e.g. a preemptor whose victims are gone while the room it holds stays idle."""
     max_unschedulable_stay: float = 300.0
     """Seconds after which an unschedulable pod is retried even without a cluster event.
     Backoff and stay both end *at* their deadline: ``flush(deadline)`` moves the pod."""
@@ -262,6 +271,9 @@ class _Entry(Generic[P]):
     backoff_until: float = -math.inf
     last_failure: str = ""
     updated_in_flight: bool = False
+    error: bool = False
+    """The last attempt ended in an error, not as unschedulable: its backoff is waited out
+    in full (kube keeps such pods apart, in its error backoff queue)."""
 
     def info(self) -> QueuedPodInfo[P]:
         return QueuedPodInfo(
@@ -425,13 +437,17 @@ class SchedulingQueue(Generic[P]):
         clock: Clock | None = None,
         config: QueueConfig | None = None,
         is_relevant_update: Callable[[P, P], bool] = _differs,
+        pops_early: Callable[[P], bool] = lambda _: True,
     ) -> None:
         """``is_relevant_update(old, new)`` says whether an update could change the pod's
         scheduling outcome; the default (any difference) suits a record holding only
-        scheduling inputs, as kube-scheduler ignores status-only changes."""
+        scheduling inputs, as kube-scheduler ignores status-only changes. ``pops_early``:
+        whether a pod backing off may be popped before its backoff ends
+        (:attr:`QueueConfig.pop_from_backoff`)."""
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._config = config if config is not None else QueueConfig()
         self._is_relevant_update = is_relevant_update
+        self._pops_early = pops_early
         self._active: _TenantHeap[_Entry[P]] = _TenantHeap()
         self._backoff: _IndexedHeap[_Entry[P]] = _IndexedHeap()
         # Insertion order is enqueue order (only requeue_after_failure inserts, with now),
@@ -621,10 +637,13 @@ class SchedulingQueue(Generic[P]):
     # -- the scheduling side -------------------------------------------------------------
 
     def try_pop(self) -> QueuedPodInfo[P] | None:
-        """The head of active, now in flight; None if active is empty or the queue closed."""
+        """The head of active, now in flight; while active is empty, the head of backoff
+        (:attr:`QueueConfig.pop_from_backoff`); None if both are empty or the queue closed."""
         if self._closed:
             return None
         entry = self._active.pop_head()
+        if entry is None and self._config.pop_from_backoff:
+            entry = self._pop_backoff_early()
         if entry is None:
             return None
         self._last_pop = self._clock.now()
@@ -674,6 +693,7 @@ class SchedulingQueue(Generic[P]):
         now = self._clock.now()
         entry.enqueued_at = now
         entry.last_failure = reason
+        entry.error = not unschedulable
         entry.backoff_until = now + backoff_duration(entry.attempts, self._config)
         missed_event = race or self._move_request_cycle >= entry.cycle or entry.updated_in_flight
         if unschedulable and not missed_event and not _is_gated(entry.pod):
@@ -746,7 +766,19 @@ class SchedulingQueue(Generic[P]):
 
     def _to_backoff(self, entry: _Entry[P]) -> QueueName:
         self._backoff.push(entry.key, (entry.backoff_until, -entry.pod.priority), entry)
+        if self._config.pop_from_backoff and not entry.error and self._pops_early(entry.pod):
+            self._wake.set()  # poppable while active is empty
         return QueueName.BACKOFF
+
+    def _pop_backoff_early(self) -> _Entry[P] | None:
+        """The pod backing off after an unschedulable attempt whose backoff ends first
+        (kube's ``popBackoff``); None if every pod backing off failed with an error."""
+        cells = [
+            c for c in self._backoff.cells() if not c.item.error and self._pops_early(c.item.pod)
+        ]
+        if not cells:
+            return None
+        return self._backoff.discard(min(cells).key)
 
     def _to_gated(self, entry: _Entry[P]) -> QueueName:
         self._gated[entry.key] = entry

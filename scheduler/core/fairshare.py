@@ -259,6 +259,18 @@ def deficit(used: Amounts, share: FairShare, capacity: Amounts) -> Fraction:
     return _gap(used, share.share, capacity, -1)
 
 
+def within_share(used: Amounts, request: Amounts, share: FairShare, capacity: Amounts) -> bool:
+    """The quota stays within its fair share with ``request`` added to ``used``, in every
+    resource the request asks for that the shares divide (those in ``capacity``): fair
+    share's second reclaim rule (a quota above its min may take from others for such a
+    request), and what keeps the room it reclaimed spoken for."""
+    return all(
+        used.get(r, 0) + amount <= share.share.get(r, Fraction(0))
+        for r, amount in request.items()
+        if amount > 0 and r in capacity
+    )
+
+
 def below_fair_share(used: Amounts, share: FairShare, capacity: Amounts) -> bool:
     """The quota uses less than its fair share of some resource (its pods go first)."""
     return deficit(used, share, capacity) > 0

@@ -58,6 +58,7 @@ from typing import Any, Final
 
 from scheduler.core.dra.objects import EXACT_COUNT, DeviceClass, ExactRequest, ResourceClaim
 from scheduler.core.dra.state import DraState
+from scheduler.core.fairshare import FairShare, within_share
 from scheduler.model._fields import mapping, string
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.names import CPU, EPHEMERAL_STORAGE, HUGEPAGES_PREFIX, MEMORY
@@ -358,6 +359,31 @@ class Nominated:
     namespace: str
     priority: int
     request: Vector
+    within_share: bool = False
+    """Fair share on and its quota within its fair share with it: it may have reclaimed
+    from other quotas (fair share's second rule), so, like a pod of a quota within its
+    min, its room counts against every quota in the sum of mins."""
+
+    @classmethod
+    def of(
+        cls,
+        snapshot: QuotaSnapshot,
+        namespace: str,
+        priority: int,
+        request: Vector,
+        shares: Mapping[str, FairShare] | None = None,
+        capacity: Vector | None = None,
+    ) -> Nominated:
+        """A nominated pod of ``namespace``; ``shares`` (by namespace) and the ``capacity``
+        they divide: under fair share, to tell whether its quota is within its share."""
+        quota = snapshot.quotas.get(namespace)
+        share = None if shares is None else shares.get(namespace)
+        within = (
+            quota is not None
+            and share is not None
+            and within_share(quota.used, request, share, capacity or {})
+        )
+        return cls(namespace, priority, request, within)
 
 
 _BINARY: Final = (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10))
@@ -384,7 +410,9 @@ def _nominated_totals(
     snapshot: QuotaSnapshot, namespace: str, priority: int, nominated: Iterable[Nominated]
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Room spoken for by nominated pods: (same quota, priority >= the pod's) and, for the
-    aggregate rule, those plus other quotas' nominated pods whose quota does not borrow."""
+    aggregate rule, those plus other quotas' nominated pods whose quota does not borrow or
+    (fair share) stays within its share with them: room reclaimed for a pod stays its own
+    while it waits, instead of going to the first pod admitted (the victim, recreated)."""
     same: dict[str, int] = {}
     every: dict[str, int] = {}
     governed = snapshot.named()
@@ -396,7 +424,7 @@ def _nominated_totals(
             if n.priority >= priority:
                 same = add(same, n.request)
                 every = add(every, n.request)
-        elif not used_over_min(quota, governed=governed):
+        elif n.within_share or not used_over_min(quota, governed=governed):
             every = add(every, n.request)
     return same, every
 

@@ -46,7 +46,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Final
 
-from scheduler.core.fairshare import FairShare, excess
+from scheduler.core.fairshare import FairShare, excess, within_share
 from scheduler.core.profile import CAPACITY_SCHEDULING
 from scheduler.core.quota import (
     Nominated,
@@ -94,6 +94,17 @@ class Quotas:
     @property
     def active(self) -> bool:
         return bool(self.snapshot.quotas) or bool(self.snapshot.invalid)
+
+    def nominated(self, pod: Pod) -> Nominated:
+        """``pod``, nominated, as admission counts it."""
+        return Nominated.of(
+            self.snapshot,
+            pod.namespace,
+            pod.priority,
+            self.asked(pod),
+            self.fair_share,
+            self.capacity,
+        )
 
 
 class Ledger:
@@ -155,7 +166,7 @@ class Rules:
         own = snapshot.of(pod.namespace)
         request = quotas.asked(pod) if request is None else request
         pending = tuple(
-            Nominated(other.namespace, other.priority, quotas.asked(other))
+            quotas.nominated(other)
             for other, _ in nominated
             if other.key != pod.key and snapshot.of(other.namespace) is not None
         )
@@ -168,15 +179,13 @@ class Rules:
             ),
         )
         above_min = own is not None and more_than_min_with(own, same, governed=snapshot.named())
-        within_share = False
         share = None if quotas.fair_share is None else quotas.fair_share.get(pod.namespace)
-        if own is not None and share is not None:
-            within_share = all(
-                own.used.get(name, 0) + amount <= share.share.get(name, Fraction(0))
-                for name, amount in same.items()
-                if amount > 0 and name in quotas.capacity
-            )
-        return cls(quotas, pod, own, request, pending, above_min, within_share)
+        within = (
+            own is not None
+            and share is not None
+            and within_share(own.used, same, share, quotas.capacity)
+        )
+        return cls(quotas, pod, own, request, pending, above_min, within)
 
     @property
     def governed(self) -> frozenset[str]:

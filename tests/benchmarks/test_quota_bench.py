@@ -4,6 +4,7 @@ report, the quota objects, and the stream's reading of its pods' events (no clus
 from __future__ import annotations
 
 import asyncio
+import time
 from fractions import Fraction
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from lattice_dev.benchmarks.quota import (
     SIZES,
+    Arrival,
     PodState,
     Sample,
     Stream,
@@ -18,6 +20,7 @@ from lattice_dev.benchmarks.quota import (
     plan,
     pod_body,
     quota_body,
+    simulated,
     summarize,
 )
 from scheduler.core.fairshare import parse_weight
@@ -130,6 +133,7 @@ async def test_stream_deletes_completed_pods_and_recreates_evicted_ones() -> Non
     stream.pods = {("a", "a-1"): PodState("a", 2, 0.0), ("b", "b-2"): PodState("b", 4, 60.0)}
     stream.evicted = {"a": 0, "b": 0}
     stream.tasks = set()
+    stream.t0 = time.monotonic()
     stream.create = create  # type: ignore[method-assign]
 
     def obj(ns: str, name: str, node: str = "") -> dict[str, Any]:
@@ -146,5 +150,27 @@ async def test_stream_deletes_completed_pods_and_recreates_evicted_ones() -> Non
     assert created == [("b-2.1", "b", 4, 60.0)]
     sampled = {k: v.gone for k, v in stream.pods.items()}
     assert sampled == {("a", "a-1"): True, ("b", "b-2"): True}
+    # The timeline --keep writes: seen bound, then gone; only a-1 completed.
+    for state in stream.pods.values():
+        assert state.bound is not None
+        assert state.ended is not None
+        assert state.created <= state.bound <= state.ended
+    assert [s.completing for s in stream.pods.values()] == [True, False]
     for task in list(stream.tasks):
         task.cancel()
+
+
+def test_the_simulator_runs_the_same_stream_on_the_same_nodes() -> None:
+    """The ``sim`` column: the bench's stream through the simulator's fair policy, on as
+    many gpu-8x nodes. x borrows y's min on one node until y comes at 5 s."""
+    x = Tenant("x", 4, None, Fraction(1), 0.5)
+    y = Tenant("y", 4, None, Fraction(1), 0.5)
+    # Two pods of 4: reclaim takes one back at once, x keeps its min; both at their share.
+    halves = [Arrival(0.0, "x", 4, 20.0), Arrival(0.0, "x", 4, 20.0), Arrival(5.0, "y", 4, 5.0)]
+    assert simulated([x, y], 1, halves, 20.0, 0.0, seed=1) == {"x": 0.0, "y": 0.0}
+    # One pod of 8: the simulator never takes a borrower below its min, so y waits to the
+    # end: x holds 8 against a share of 4 from 5 s (60 of 100 GPU-s), y none of its 4.
+    whole = [Arrival(0.0, "x", 8, 20.0), Arrival(5.0, "y", 4, 5.0)]
+    assert simulated([x, y], 1, whole, 20.0, 0.0, seed=1) == {"x": 60.0, "y": 100.0}
+    # After the warm-up y has asked for nothing: no figure.
+    assert simulated([x, y], 1, halves, 20.0, 10.0, seed=1)["y"] is None

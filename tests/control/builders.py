@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Any, Final
 
 from scheduler.control.queue import (
     ClusterEvent,
@@ -75,7 +75,7 @@ class FakeClock:
 
 
 def make_queue(
-    clock: FakeClock | None = None, **config: float
+    clock: FakeClock | None = None, **config: Any
 ) -> tuple[SchedulingQueue[FakePod], FakeClock]:
     clock = FakeClock() if clock is None else clock
     return SchedulingQueue(clock=clock, config=QueueConfig(**config)), clock

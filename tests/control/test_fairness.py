@@ -63,16 +63,39 @@ def test_weights_are_read_and_bad_ones_reported() -> None:
 def test_ranks_put_the_tenant_furthest_below_first() -> None:
     quotas = QuotaSnapshot(
         {
-            "a": Quota("a", "q", {GPU: 4}, {}, {GPU: 10}),
-            "b": Quota("b", "q", {GPU: 4}, {}, {GPU: 2}),
+            "a": Quota("a", "q", {GPU: 4}, {}, {GPU: 6}),
+            "b": Quota("b", "q", {GPU: 12}, {}, {GPU: 2}),
         }
     )
     ranks = TenantRanks()
     assert ranks.rank("a") == 0
     ranks.refresh(quotas, {"a": Fraction(1), "b": Fraction(1)}, {GPU: 16}, {"b": {GPU: 8}})
-    # Mins 4 each, the 8 left split evenly: fair 8 each. a uses 10 (2/16 above), b 2.
-    assert ranks.snapshot() == {"a": Fraction(2, 16), "b": Fraction(-6, 16)}
+    # Guaranteed 4 and 10 (b's demand), the 2 left to a (b wants no more): fair 6 and 10.
+    # a uses its share, b 2 (8/16 below).
+    assert ranks.snapshot() == {"a": Fraction(0), "b": Fraction(-8, 16)}
     assert ranks.rank("elsewhere") == 0
+
+
+def test_shares_divide_only_what_the_mins_let_the_quotas_use() -> None:
+    """Admission keeps all use within the sum of the mins (8 of the 16 GPUs here): shares
+    of the 8 nobody may use would put both quotas below their share at once."""
+    quotas = QuotaSnapshot(
+        {
+            "a": Quota("a", "q", {GPU: 4}, {}, {GPU: 6}),
+            "b": Quota("b", "q", {GPU: 4}, {}, {GPU: 2}),
+        }
+    )
+    ranks = TenantRanks()
+    ranks.refresh(
+        quotas, {"a": Fraction(1), "b": Fraction(1)}, {GPU: 16, "cpu": 64000}, {"b": {GPU: 8}}
+    )
+    got = ranks.shares()
+    assert got is not None
+    shares, capacity = got
+    assert capacity == {GPU: 8}  # cpu: no quota names it
+    assert {ns: s.share[GPU] for ns, s in shares.items()} == {"a": 4, "b": 4}
+    # a borrows b's min (2 above its share of 8), b is owed 2.
+    assert ranks.snapshot() == {"a": Fraction(2, 8), "b": Fraction(-2, 8)}
 
 
 def test_the_policy_switches_the_queue_order_live() -> None:

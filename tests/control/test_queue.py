@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -141,7 +142,7 @@ def test_zero_backoff_requeues_straight_to_active() -> None:
         pytest.param({"max_unschedulable_stay": 0.0}, id="zero-stay"),
     ],
 )
-def test_config_is_validated(config: dict[str, float]) -> None:
+def test_config_is_validated(config: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"must be|need"):
         QueueConfig(**config)
 

@@ -81,7 +81,9 @@ async def test_pop_wakes_when_a_pod_becomes_active(waker: Waker) -> None:
     "place", [QueueName.BACKOFF, QueueName.UNSCHEDULABLE, QueueName.GATED], ids=str
 )
 async def test_pop_keeps_waiting_while_nothing_is_active(place: QueueName) -> None:
-    queue, clock = make_queue()
+    """kube before SchedulerPopFromBackoffQ (the gate off): a pod backing off is not
+    poppable before its backoff ends, even with nothing else to do."""
+    queue, clock = make_queue(pop_from_backoff=False)
     put_in(queue, clock, place)
     task = await _waiting_pop(queue)
     queue.move_all_on_event(NODE_ADDED)  # to backoff at most: not poppable yet
@@ -89,6 +91,66 @@ async def test_pop_keeps_waiting_while_nothing_is_active(place: QueueName) -> No
     assert not task.done()
     queue.close()
     assert await asyncio.wait_for(task, timeout=5) is None
+
+
+async def test_pop_takes_a_pod_backing_off_while_nothing_is_active() -> None:
+    """SchedulerPopFromBackoffQ (on by default, as in kube since 1.33): the event that
+    moves an unschedulable pod to backoff (e.g. its preemption's victims gone) wakes a
+    waiting pop, which takes it before its backoff ends."""
+    queue, clock = make_queue()
+    put_in(queue, clock, QueueName.UNSCHEDULABLE)
+    task = await _waiting_pop(queue)
+    queue.move_all_on_event(NODE_ADDED)
+    info = await asyncio.wait_for(task, timeout=5)
+    assert info is not None
+    assert queue.where(info.key) is QueueName.IN_FLIGHT
+    assert info.attempts == 2
+
+
+async def test_a_pod_backing_off_after_an_error_waits_its_backoff_out() -> None:
+    """As kube's separate error backoff queue: popped at once, it would spin on the error."""
+    queue, clock = make_queue()
+    _, attempt = put_in(queue, clock, QueueName.IN_FLIGHT)
+    assert attempt is not None
+    placed = queue.requeue_after_failure(attempt, unschedulable=False, reason="API down")
+    assert placed is QueueName.BACKOFF
+    task = await _waiting_pop(queue)  # nothing active, and not poppable early
+    clock.advance(1.0)
+    queue.flush()
+    info = await asyncio.wait_for(task, timeout=5)
+    assert info is not None
+    assert info.attempts == 2
+
+
+async def test_a_pod_the_caller_keeps_out_waits_its_backoff_out() -> None:
+    """``pops_early`` (the scheduler keeps gangs out: one retried at once re-planned while
+    its victims were still terminating)."""
+    queue: SchedulingQueue[FakePod]
+    clock = FakeClock()
+    queue = SchedulingQueue(clock=clock, pops_early=lambda p: p.name != "gang")
+    gang, _ = put_in(queue, clock, QueueName.UNSCHEDULABLE, name="gang")
+    queue.move_all_on_event(NODE_ADDED)
+    assert queue.where(gang.key) is QueueName.BACKOFF
+    assert queue.try_pop() is None
+    clock.advance(1.0)
+    queue.flush()
+    info = queue.try_pop()
+    assert info is not None
+    assert info.pod.name == "gang"
+
+
+async def test_an_active_pod_goes_before_one_backing_off() -> None:
+    queue, clock = make_queue()
+    late, _ = put_in(queue, clock, QueueName.UNSCHEDULABLE)
+    queue.move_all_on_event(NODE_ADDED)  # unschedulable, moved: backing off
+    assert queue.where(late.key) is QueueName.BACKOFF
+    queue.add(make_pod("fresh"))
+    first = await queue.pop()
+    second = await queue.pop()
+    assert first is not None
+    assert second is not None
+    assert (first.pod.name, second.pod.name) == ("fresh", late.name)
+    assert queue.try_pop() is None
 
 
 async def test_close_wakes_every_waiting_pop() -> None:

@@ -59,12 +59,15 @@ class QueueMachine(RuleBasedStateMachine):
 
     @initialize(
         backoff=st.sampled_from([0.0, 1.0]),
+        pop_from_backoff=st.booleans(),
         pods=st.lists(st.sampled_from(NAMES), min_size=1, max_size=len(NAMES), unique=True),
     )
-    def start(self, backoff: float, pods: list[str]) -> None:
+    def start(self, backoff: float, pop_from_backoff: bool, pods: list[str]) -> None:
         """Some pods to begin with, so short runs already pop and fail; without backoff a
         failed pod is poppable again at once, for denser interleavings."""
-        config = QueueConfig(initial_backoff=backoff, max_backoff=10 * backoff)
+        config = QueueConfig(
+            initial_backoff=backoff, max_backoff=10 * backoff, pop_from_backoff=pop_from_backoff
+        )
         self.queue = SchedulingQueue(clock=self.clock, config=config)
         for name in pods:
             self.add(name, priority=0, gated=False)
@@ -137,17 +140,27 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def pop(self) -> None:
         active = self.queue.pods(QueueName.ACTIVE)
+        # With active empty, SchedulerPopFromBackoffQ takes the earliest backoff expiry.
+        # (a pod that failed with an error waits its backoff out: reason "error" here).
+        backing_off = [p for p in self.queue.pods(QueueName.BACKOFF) if self._failure(p) != "error"]
+        poppable = active or (backing_off if self.queue.config.pop_from_backoff else [])
         info = self.queue.try_pop()
-        if not active:
+        if not poppable:
             assert info is None
             return
         assert info is not None
-        assert info.pod == active[0]
+        assert info.pod == poppable[0]
         assert not info.pod.scheduling_gates
-        assert info.pod.priority == max(p.priority for p in active)
+        if active:
+            assert info.pod.priority == max(p.priority for p in active)
         assert info.cycle == self.queue.scheduling_cycle
         self.in_flight[info.key] = info.cycle
         self.handles.append(info)
+
+    def _failure(self, pod: FakePod) -> str:
+        info = self.queue.get(pod.key)
+        assert info is not None
+        return info.last_failure
 
     @precondition(lambda self: self.handles)
     @rule(data=st.data(), outcome=st.sampled_from(["done", "unschedulable", "error"]))

@@ -98,15 +98,16 @@ def test_the_fair_policy_hands_the_last_shares_to_reclaim() -> None:
     assert quotas.fair_share is None  # no refresh yet: CapacityScheduling's rules alone
     snapshot = QuotaSnapshot(
         {
-            "team-a": Quota("team-a", "quota", {"cpu": 2000}, {}, {"cpu": 3000}),
-            "team-b": Quota("team-b", "quota", {"cpu": 2000}, {}, {"cpu": 1000}),
+            "team-a": Quota("team-a", "quota", {"cpu": 4000}, {}, {"cpu": 3000}),
+            "team-b": Quota("team-b", "quota", {"cpu": 4000}, {}, {"cpu": 1000}),
         }
     )
     sched.tenant_ranks.refresh(snapshot, {}, {"cpu": 8000}, {"team-b": {"cpu": 4000}})
     quotas = sched.reclaim_quotas()
     assert quotas is not None
     assert quotas.fair_share is not None
-    assert quotas.fair_share["team-b"].share["cpu"] > Fraction(2000)
+    # b: its min, and the 1000 of a's min a does not ask for.
+    assert quotas.fair_share["team-b"].share["cpu"] == Fraction(5000)
     assert quotas.capacity == {"cpu": 8000}
     sched.apply_settings(parse_spec({"quota": {"policy": "Capacity"}}, "lattice"))
     quotas = sched.reclaim_quotas()
@@ -119,3 +120,83 @@ def test_no_quota_no_reclaim_inputs() -> None:
     assert sched.reclaim_quotas() is None
     assert sched.preemption_inputs().quotas is None
     assert sched.queue.get(pod_key("default", "nothing")) is None
+
+
+async def test_room_reclaimed_above_the_min_stays_with_its_pod(monkeypatch: Any) -> None:
+    """Fair share's second rule: team-a, above its min but within its fair share with its
+    pod, evicts one of team-b's (b keeps its share). The victim, created again as a new pod
+    (as a Job's controller does), must not take back the room in the sum of mins that the
+    nominated pod waits for: it did, and the two evicted each other's pods by turns."""
+    monkeypatch.setattr(Scheduler, "RANKS_EVERY", 0.0)
+    sched, writer = scheduler(2, "4")
+    # Mins 1 + 1 + 4 (team-c idle: its 4 lent) = 6 of the 8 cpus usable together.
+    sched.quota_upserted(quota_body("team-a", min={"cpu": "1"}, max={"cpu": "8"}))
+    sched.quota_upserted(quota_body("team-b", min={"cpu": "1"}, max={"cpu": "8"}))
+    sched.quota_upserted(quota_body("team-c", min={"cpu": "4"}))
+    for i, node in enumerate(("n0", "n0")):
+        sched.pod_upserted(bound(f"a{i}", "team-a", node, "1", 1))
+    for i, node in enumerate(("n0", "n0", "n1", "n1")):
+        sched.pod_upserted(bound(f"b{i}", "team-b", node, "1", 1))
+    sched.pod_upserted(pending("a2", "team-a", "1", 1))
+    # Demand a 3, b 4: shares 1 + 2 = 3 each of the 6. a uses 2, b 4: all 6 in use.
+    sched.refresh_tenant_ranks()
+    cycle(sched, "team-a", "a2")
+    await sched.drain(10)
+    (victim,) = writer.deletes
+    assert victim.startswith("b")
+    (event,) = [e for e in writer.events if e[2] == "Preempted"]
+    # team-a uses 2 of its min of 1: only the second rule lets it take from team-b.
+    assert event[3].startswith("Reclaimed by ElasticQuota team-a/quota for pod team-a/a2")
+    # The victim goes; its replacement (same size, same team) comes at once.
+    gone = bound(victim, "team-b", "n0" if victim in ("b0", "b1") else "n1", "1", 1)
+    sched.pod_deleted(gone)
+    sched.pod_upserted(pending("b9", "team-b", "1", 1))
+    sched.refresh_tenant_ranks()
+    while (info := sched.queue.try_pop()) is not None:
+        sched.schedule_one(info)
+    await sched.drain(10)
+    assert writer.deletes == [victim]  # nobody evicted again
+    assert pod_key("team-b", "b9") in sched.queue  # waits: a2's room is spoken for
+    assert pod_key("team-a", "a2") not in sched.queue  # placed in the room it reclaimed
+
+
+async def test_a_preemptor_does_not_preempt_again_before_its_victims_go() -> None:
+    """Retried while its victim's deletion is not seen yet (the queue pops a pod backing off
+    when nothing else is active), the preemptor would find the victim in place and evict
+    another pod for the same room; it waits for the victim instead, as kube's async
+    preemption keeps it out of the cycle until its last victim goes."""
+    sched, writer = two_teams()
+    sched.pod_upserted(bound("x", "default", "n1", "1", 0))
+    sched.pod_upserted(pending("b1", "team-b", "1", 1))
+    cycle(sched, "team-b", "b1")
+    await sched.drain(10)
+    (victim,) = writer.deletes
+    sched.pod_deleted(bound("x", "default", "n1", "1", 0))  # any pod going retries b1
+    cycle(sched, "team-b", "b1")
+    await sched.drain(10)
+    assert writer.deletes == [victim]
+    last = [c for c in writer.conditions if c[0] == "b1"][-1]
+    assert "not eligible due to a terminating pod on the nominated node" in last[2]
+    assert last[3] is None  # the nomination unchanged: still where its victim was
+    assert sched.preemptor.nominations["uid-b1"][1] == "n0"
+    sched.pod_deleted(bound(victim, "team-a", "n0", "1", 100))
+    cycle(sched, "team-b", "b1")
+    await sched.drain(10)
+    assert pod_key("team-b", "b1") not in sched.queue
+    assert writer.deletes == [victim]
+
+
+def test_a_victim_seen_terminating_or_gone_ends_the_wait() -> None:
+    sched, _ = two_teams()
+    p = sched.preemptor
+    p.evicting_for(["uid-b1", "uid-b2"], ["uid-a0", "uid-a1"])
+    terminating = bound("a0", "team-a", "n0", "1", 100)
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:01Z"
+    p.note_facts("uid-a0", terminating)  # graceful: the eligibility rule takes over
+    assert p.evicting == {"uid-b1": {"uid-a1"}, "uid-b2": {"uid-a1"}}
+    p.forget_pod("uid-a1")  # gone
+    assert not p.still_evicting("uid-b1")
+    assert not p.still_evicting("uid-b2")
+    p.evicting_for(["uid-b1"], ["uid-a2"])
+    p.pod_bound("uid-b1")  # placed elsewhere meanwhile
+    assert p.evicting == {}

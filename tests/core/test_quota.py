@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 
 import pytest
 from hypothesis import given
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from scheduler.core.batch import Batch
 from scheduler.core.dra.objects import DeviceClass, ResourceClaim
+from scheduler.core.fairshare import FairShare
 from scheduler.core.framework import Code
 from scheduler.core.quota import (
     Nominated,
@@ -188,6 +190,22 @@ def test_min_rule_counts_other_quotas_nominated_pods_only_when_they_do_not_borro
     assert admit(s, "a", {GPU: 2}).admitted
     assert not admit(s, "a", {GPU: 2}, nominated=[Nominated("b", 0, {GPU: 1})]).admitted
     assert admit(s, "a", {GPU: 2}, nominated=[Nominated("c", 0, {GPU: 1})]).admitted
+
+
+def test_min_rule_counts_a_borrowers_nominated_pod_within_its_fair_share() -> None:
+    """Fair share's second rule lets a quota above its min reclaim for a pod that keeps it
+    within its share: that pod's room is spoken for against every quota, as a lender's."""
+    a = quota("a", min={GPU: 4}, max={GPU: 8}, used={GPU: 2})
+    borrower = quota("c", min={GPU: 0}, max={GPU: 8}, used={GPU: 2})
+    s = snap(a, quota("b", min={GPU: 4}, max={GPU: 8}, used={GPU: 2}), borrower)
+    capacity = {GPU: 8}
+    share = FairShare({GPU: Fraction(0)}, {GPU: Fraction(3)}, Fraction(3, 8))
+    within = Nominated.of(s, "c", 0, {GPU: 1}, {"c": share}, capacity)
+    beyond = Nominated.of(s, "c", 0, {GPU: 2}, {"c": share}, capacity)  # 4 > its share of 3
+    assert (within.within_share, beyond.within_share) == (True, False)
+    assert not Nominated.of(s, "c", 0, {GPU: 1}).within_share  # fair share off
+    assert not admit(s, "a", {GPU: 2}, nominated=[within]).admitted
+    assert admit(s, "a", {GPU: 2}, nominated=[beyond]).admitted
 
 
 def test_min_rule_governs_only_resources_some_quota_names() -> None:
