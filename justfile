@@ -74,7 +74,7 @@ bench-preemption *ARGS:
 bench-gang *ARGS:
     python -m lattice_dev.benchmarks.gangs {{ARGS}}
 
-# The topology simulator's gang stream live on kwok nodes labelled as its cluster (2x4x4x8), Lattice with its levels, beside the offline figure (~4 min).
+# The topology simulator's gang stream live on kwok nodes labelled as its cluster (2x4x4x8): Lattice with its levels and kube-scheduler 1.37 with the upstream PodGroup (--arms lattice greedy kube), each beside its offline figure (~4 min an arm).
 bench-topology *ARGS:
     python -m lattice_dev.benchmarks.topology {{ARGS}}
 
