@@ -24,6 +24,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
+from lattice_dev import demo_gpu
 from lattice_dev.devcluster.build import BuildError, checkout_path
 from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
 from lattice_dev.devcluster.kube import api_client, poll
@@ -186,6 +187,7 @@ async def _run_workload(cluster: DevCluster) -> int:
     async with api_client(cluster.kubeconfig) as api:
         core = client.CoreV1Api(api)
         await _prepare_nodes(api)
+        await demo_gpu.prepare(api)
         await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": NS}}))
         pods = workload()
         objects = client.CustomObjectsApi(api)
@@ -230,6 +232,9 @@ async def _run_workload(cluster: DevCluster) -> int:
         print()
         for line in failed:
             print(f"FailedScheduling {line}")
+        print()
+        for line in demo_gpu.render(await demo_gpu.run_scenes(api)):
+            print(line)
     return 0
 
 
@@ -243,10 +248,10 @@ def main(nodes: int = 12) -> int:
     cluster = DevCluster()
     cluster.down()
     started = time.monotonic()
-    state = cluster.up(ClusterConfig(nodes=nodes))
+    state = cluster.up(ClusterConfig(nodes=nodes, with_kube_scheduler=True))
     print(
         f"control plane ready in {time.monotonic() - started:.1f}s ({state.server}, "
-        f"{nodes} kwok nodes)"
+        f"{nodes} kwok nodes, kube-scheduler beside Lattice)"
     )
     kubectl = str(Path(state.binaries) / "kubectl")
     subprocess.run(
@@ -303,6 +308,14 @@ def main(nodes: int = 12) -> int:
     print(f"\nexplain any pod:  lattice explain --kubeconfig {cluster.kubeconfig} {NS}/web-0")
     print(
         f"explain a gang:   lattice explain --kubeconfig {cluster.kubeconfig} --gang {NS}/too-big"
+    )
+    print(
+        f"explain a GPU pod: lattice explain --kubeconfig {cluster.kubeconfig} "
+        f"{demo_gpu.NS}/l-{demo_gpu.BIG}gpu-big"
+    )
+    print(
+        f"explain a rack gang: lattice explain --kubeconfig {cluster.kubeconfig} --gang "
+        f"{demo_gpu.NS}/{demo_gpu.RACK_GANGS[0][0]}"
     )
     print("stop everything:  lattice devcluster down")
     return code
