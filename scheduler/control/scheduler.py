@@ -284,6 +284,7 @@ class Scheduler:
         parallel, and the budget, not parallelism, bounds an attempt); its thread starts
         on first use."""
         self._search_slot = asyncio.Semaphore(1)
+        self._in_cycle = False
         """Held by the one attempt whose search the worker runs; others wait for it (FIFO),
         and their budgets start when they get it."""
         self.reporter: Reporter | None = None
@@ -877,6 +878,7 @@ class Scheduler:
             info = await self.queue.pop()
             if info is None:
                 break
+            self._in_cycle = True
             try:
                 if isinstance(info.pod, GangEntry):
                     self.gang_flow.schedule(info)
@@ -887,6 +889,8 @@ class Scheduler:
                     "cycle_crashed", pod=f"{info.pod.namespace}/{info.pod.name}", reason=repr(exc)
                 )
                 self.queue.requeue_after_failure(info, unschedulable=False, reason=repr(exc))
+            finally:
+                self._in_cycle = False
             await asyncio.sleep(0)  # let watch events in between cycles
 
     async def attempt(self, info: QueuedPodInfo[QueuedPod]) -> None:
@@ -909,7 +913,14 @@ class Scheduler:
             self.settings.profile.dynamic_resources.search_budget,
             deferred=True,
             enough=self._feasible_to_find(),
+            loop_busy=self._loop_busy,
         )
+
+    def _loop_busy(self) -> bool:
+        """A cycle is running or pods wait in the active queue: the worker's search then
+        pauses longer (:data:`~scheduler.core.dra.search.BUSY_PAUSE`). Called from the
+        worker thread: it only reads a flag and a length."""
+        return self._in_cycle or self.queue.count(QueueName.ACTIVE) > 0
 
     async def _search_then_decide(self, info: QueuedPodInfo[QueuedPod], started: float) -> None:
         """The rest of a DRA pod's attempt: once the worker is free (one search at a time),

@@ -167,6 +167,19 @@ async def test_plain_pods_are_placed_while_a_hostile_search_runs() -> None:
     assert sched.queue.where(pod_key("default", "hostile")) is QueueName.BACKOFF
 
 
+def test_the_worker_sees_the_loop_busy_while_pods_wait_for_a_cycle() -> None:
+    """What makes the worker pause longer (BUSY_PAUSE): pods in the active queue."""
+    sched, _ = budgeted(1)
+    search = sched._device_search()
+    assert not search.loop_busy()
+    body = make_pod("plain", "100m").obj()
+    body["spec"]["schedulerName"] = "lattice"
+    sched.pod_upserted(body)
+    assert search.loop_busy()
+    assert sched.queue.try_pop() is not None
+    assert not search.loop_busy()
+
+
 def test_the_budget_is_a_setting_within_bounds() -> None:
     assert parse_dra({"searchBudgetSeconds": 0.5}).search_budget == 0.5
     assert parse_dra(None).search_budget == SEARCH_BUDGET == 10.0

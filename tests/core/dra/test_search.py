@@ -10,8 +10,11 @@ import pytest
 
 from scheduler.core.dra.objects import DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.core.dra.search import (
+    BUSY_PAUSE,
+    PAUSE,
     UNSCHEDULABLE,
     UNSCHEDULABLE_AND_UNRESOLVABLE,
+    WORK_SLICE,
     DeviceSearch,
     Fit,
     feasible_to_find,
@@ -178,6 +181,26 @@ def test_an_abandoned_search_stops_at_its_next_look_at_the_clock() -> None:
     run_jobs(search, jobs, None)
     assert time.monotonic() - started < 0.5
     assert search.outcomes == {}
+
+
+def test_the_worker_pauses_longer_while_the_loop_has_pods_to_schedule() -> None:
+    """The worker lets the GIL go after each slice of search: briefly while the loop is
+    idle, for BUSY_PAUSE while it has cycles to run, so plain pods' cycles come first."""
+    now = [0.0]
+    slept: list[float] = []
+    busy = [False]
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    search = DeviceSearch(10.0, clock=lambda: now[0], loop_busy=lambda: busy[0], sleep=sleep)
+    for step in range(40):  # 40 looks at the clock, 0.5 ms of search apart
+        busy[0] = step >= 20
+        now[0] += WORK_SLICE / 4
+        search.yielding_now()
+    assert slept == [PAUSE] * 5 + [BUSY_PAUSE] * 5
+    assert BUSY_PAUSE >= 4 * WORK_SLICE  # the loop gets at least 80 % while busy
 
 
 @pytest.mark.parametrize(
