@@ -850,10 +850,14 @@ def _event_loop_run(main: Coroutine[Any, Any, int]) -> int:
     ``RuntimeError: File descriptor N is used by transport`` (MagicStack/uvloop#653): no
     connection error the write paths retry but a crash, which ended kopf's watcher and
     with it `lattice run` (tests/e2e/faults, #36). Correctness first; the loop's share
-    of the CPU per pod is measured in docs/performance.md."""
+    of the CPU per pod is measured in docs/performance.md. The loop's selector says when
+    the loop is idle (:mod:`scheduler.control.loopwatch`), for the device search worker."""
     import asyncio
 
-    return asyncio.run(main)
+    from scheduler.control.loopwatch import new_event_loop
+
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(main)
 
 
 def _run(args: argparse.Namespace) -> int:

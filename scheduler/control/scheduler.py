@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import math
 import time
@@ -80,6 +81,7 @@ from scheduler.control.fairness import TenantRanks, weights_of
 from scheduler.control.gang_flow import GangFlow
 from scheduler.control.gangs import GangEntry, entry_key, gang_of
 from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
+from scheduler.control.loopwatch import busy_probe
 from scheduler.control.node_reports import NodeReports
 from scheduler.control.preemptor import Preemptor, ident
 from scheduler.control.queue import (
@@ -143,6 +145,11 @@ Body = Mapping[str, Any]
 
 LOAD_GAUGE_EVERY = 4
 """Ticks between refreshes of the nodes-by-load-status gauge (ticks come 4 times a second)."""
+
+
+def _no_loop() -> bool:
+    """The loop-has-work probe before one is known (and where none can be)."""
+    return False
 
 
 def nominates_before_prebind(
@@ -285,6 +292,7 @@ class Scheduler:
         on first use."""
         self._search_slot = asyncio.Semaphore(1)
         self._in_cycle = False
+        self._loop_has_work: Callable[[], bool] = _no_loop
         """Held by the one attempt whose search the worker runs; others wait for it (FIFO),
         and their budgets start when they get it."""
         self.reporter: Reporter | None = None
@@ -909,6 +917,9 @@ class Scheduler:
             self._spawn(self._search_then_decide(info, started))
 
     def _device_search(self) -> DeviceSearch:
+        if self._loop_has_work is _no_loop:
+            with contextlib.suppress(RuntimeError):  # no running loop: a test's direct call
+                self._loop_has_work = busy_probe(asyncio.get_running_loop())
         return DeviceSearch(
             self.settings.profile.dynamic_resources.search_budget,
             deferred=True,
@@ -917,10 +928,11 @@ class Scheduler:
         )
 
     def _loop_busy(self) -> bool:
-        """A cycle is running or pods wait in the active queue: the worker's search then
-        pauses longer (:data:`~scheduler.core.dra.search.BUSY_PAUSE`). Called from the
-        worker thread: it only reads a flag and a length."""
-        return self._in_cycle or self.queue.count(QueueName.ACTIVE) > 0
+        """The loop has work (out of ``select()``: watch events, bindings), a cycle is
+        running or pods wait in the active queue: the worker's search then pauses longer
+        (:data:`~scheduler.core.dra.search.BUSY_PAUSE`). Called from the worker thread:
+        it only reads flags and a length."""
+        return self._in_cycle or self.queue.count(QueueName.ACTIVE) > 0 or self._loop_has_work()
 
     async def _search_then_decide(self, info: QueuedPodInfo[QueuedPod], started: float) -> None:
         """The rest of a DRA pod's attempt: once the worker is free (one search at a time),
