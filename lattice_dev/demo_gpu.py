@@ -33,7 +33,11 @@ from typing import Any, Final, cast
 import numpy as np
 from kubernetes_asyncio import client
 
-from lattice_dev.devcluster.agents import fixture_for_profile, publish_simulated_topologies
+from lattice_dev.devcluster.agents import (
+    FixtureError,
+    fixture_for_profile,
+    publish_simulated_topologies,
+)
 from lattice_dev.devcluster.kube import create_nodes, poll
 from lattice_dev.devcluster.profiles import get_profile
 from scheduler.core.gpus import Free, SizeClass, fragmentation
@@ -55,6 +59,7 @@ GI: Final = 1 << 30
 STREAM: Final = (1, 2, 1, 2, 1, 1)
 """GPUs per pod of the fragmentation scene, in arrival order (8 in all), then one of BIG."""
 BIG: Final = 8
+NODE_GPUS: Final = Quantity.parse(get_profile(PROFILE).capacity[GPU]).value()
 RACK_GANGS: Final = (("train-8", 2, 4), ("train-16", 4, 4))
 """(PodGroup, members, GPUs per member), in arrival order."""
 
@@ -251,7 +256,7 @@ def fragmentation_of(
     """Free GPUs per node and the summed fragmentation, from (node, GPUs) of the pods placed
     there (each pod asks cores and memory in proportion to its GPUs)."""
     capacity = get_profile(PROFILE).capacity
-    gpus0 = Quantity.parse(capacity[GPU]).value()
+    gpus0 = NODE_GPUS
     cpu0 = Quantity.parse(capacity["cpu"]).milli_value()
     mem0 = Quantity.parse(capacity["memory"]).value()
     used = dict.fromkeys(nodes, 0)
@@ -360,7 +365,7 @@ def rack_of(node: str | None) -> str | None:
 
 async def rack_scene(core: client.CoreV1Api, objects: client.CustomObjectsApi) -> RackResult:
     (busy,) = await _create_and_settle(
-        core, [gpu_pod("busy-8gpu", 8, scene="racks", host="gpu-rack-a-0")]
+        core, [gpu_pod("busy-8gpu", NODE_GPUS, scene="racks", host="gpu-rack-a-0")]
     )
     gangs: dict[str, list[Placement]] = {}
     free_after_first: dict[str, int] = {}
@@ -384,9 +389,9 @@ async def rack_scene(core: client.CoreV1Api, objects: client.CustomObjectsApi) -
         gangs[group] = await _create_and_settle(core, bodies, bound=True)
         if not free_after_first:
             placed = [busy, *gangs[group]]
-            sizes = [8, *[gpus] * members]
+            sizes = [NODE_GPUS, *[gpus] * members]
             for rack in sorted({n.rack for n in NODES if n.rack}):
-                total = sum(8 for n in NODES if n.rack == rack)
+                total = sum(NODE_GPUS for n in NODES if n.rack == rack)
                 used = sum(g for p, g in zip(placed, sizes, strict=True) if rack_of(p.node) == rack)
                 free_after_first[rack] = total - used
     return RackResult(busy, gangs, free_after_first)
@@ -399,7 +404,8 @@ async def prepare(api: client.ApiClient) -> None:
     """Create the GPU nodes and their NodeTopology objects (the CRD must be established)."""
     await create_nodes(api, node_bodies())
     fixture = fixture_for_profile(PROFILE)
-    assert fixture is not None
+    if fixture is None:
+        raise FixtureError(f"no fixture tree for the {PROFILE} profile")
     await publish_simulated_topologies(api, [n.name for n in NODES], fixture)
     core = client.CoreV1Api(api)
 

@@ -51,8 +51,9 @@ and the devices in use are rebuilt, never changed in place;
 leaves the loop. Searching in a thread costs a second decision for a pod whose nodes the
 memo did not know; a pod whose nodes it knows (the common case once one pod with its
 claims was filtered) is decided at once, as before. The worker holds the GIL while it
-searches; it pauses 1 ms after every 2 ms of search (:meth:`DeviceSearch.yielding_now`),
-so the loop shares the interpreter with it: slower, never stopped. One worker: threads
+searches; it pauses after every 2 ms of search (:meth:`DeviceSearch.yielding_now`), 1 ms
+while the loop is idle and 8 ms while it has work, so the loop comes first: slower, never
+stopped. One worker: threads
 give Python no parallel speed-up on pure-Python search, and the budget, not parallelism,
 is what bounds an attempt.
 """
