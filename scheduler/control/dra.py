@@ -22,6 +22,9 @@ creates the claim (:func:`create_claim`), then writes it as above. Its undo, in 
 after a failed binding and in PostFilter for a claim left by an earlier attempt, is
 :func:`delete_claim` (the finalizer removed, then the claim deleted). A creation whose answer
 was lost may still have landed: :func:`find_extended_claims` lists the pod's.
+
+These are the API calls; the binding cycle's DynamicResources step that runs them (and
+undoes them) is :mod:`~scheduler.control.dra_binding`.
 """
 
 from __future__ import annotations

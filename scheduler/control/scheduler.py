@@ -6,12 +6,14 @@ streams, applied by :mod:`~scheduler.control.feed`), the binder
 Events and PodScheduled), the gang flow (:mod:`~scheduler.control.gang_flow`: PodGroups
 to joint placements, over the gang book of :mod:`~scheduler.control.gangs`), the node
 reports (:mod:`~scheduler.control.node_reports`: NodeTopology and NodeResourceTopology
-into devices and load) and the storage (:mod:`~scheduler.control.storage`: PVs, claims,
-classes into the VolumeState, and VolumeBinding's PreBind wait) and the preemptor
+into devices and load), the storage (:mod:`~scheduler.control.storage`: PVs, claims,
+classes into the VolumeState, and VolumeBinding's PreBind step), DynamicResources' writes
+(:mod:`~scheduler.control.dra_binding`: its PreBind step, PostFilter's deallocations), the
+binding cycle (:mod:`~scheduler.control.binding_cycle`: the steps run in order, undone in
+reverse on any failure, the outcome settled in one place) and the preemptor
 (:mod:`~scheduler.control.preemptor`: budgets, pod facts, nominations, evictions). What is
-left here is the
-state they share (cache, queue, framework), the pod, node and budget handlers, and the
-cycle and binding of a single pod.
+left here is the state they share (cache, queue, framework), the pod, node and budget
+handlers, and the scheduling cycle of a single pod.
 
 Theory of operation (one asyncio loop, no locks; threads only for searches that can blow
 up, on immutable inputs: the gang solver and the DRA device search):
@@ -27,9 +29,9 @@ up, on immutable inputs: the gang solver and the DRA device search):
   them searched in a worker thread within its budget (:meth:`Scheduler.attempt`,
   :mod:`scheduler.core.dra.search`), the loop running meanwhile; then it is decided
   again, and that decision is the cycle above.
-* A binding that fails forgets the assumption and requeues with backoff; a
-  409 for a pod already bound is resolved by reading the pod, never by a
-  second binding.
+* A binding that fails (a PreBind step, the Bind, or an exception) undoes every step
+  and the assumption and requeues with backoff; a 409 for a pod already bound is
+  resolved by reading the pod, never by a second binding.
 * A failed attempt's outcome picks its queue: Unschedulable (no node fits) waits in the
   unschedulable queue for a cluster event that can help; an error (a plugin bug, an
   unreadable pod) backs off with PodScheduled reason SchedulerError, since no event would
