@@ -22,10 +22,14 @@ creates the claim (:func:`create_claim`), then writes it as above. Its undo, in 
 after a failed binding and in PostFilter for a claim left by an earlier attempt, is
 :func:`delete_claim` (the finalizer removed, then the claim deleted). A creation whose answer
 was lost may still have landed: :func:`find_extended_claims` lists the pod's.
+
+These are the API calls; the binding cycle's DynamicResources step that runs them (and
+undoes them) is :mod:`~scheduler.control.dra_binding`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime
 import enum
@@ -91,6 +95,9 @@ class DraObjects:
         self.state = state
         self.log = log
         self.broken: dict[str, str] = {}
+        self._claim_changed = asyncio.Event()
+        """Set (and replaced) on every ResourceClaim event: wakes PreBind's wait for
+        binding conditions (:meth:`claim_change`)."""
 
     def upsert(self, kind: Kind, body: Body) -> None:
         key = object_key(kind, body)
@@ -102,11 +109,26 @@ class DraObjects:
             self._remove(kind, key)
         else:
             self.broken.pop(f"{kind}/{key}", None)
+        self._notify(kind)
 
     def delete(self, kind: Kind, body: Body) -> None:
         key = object_key(kind, body)
         self.broken.pop(f"{kind}/{key}", None)
         self._remove(kind, key)
+        self._notify(kind)
+
+    def _notify(self, kind: Kind) -> None:
+        if kind is Kind.CLAIM:
+            self._claim_changed.set()
+            self._claim_changed = asyncio.Event()
+
+    async def claim_change(self, within: float) -> None:
+        """Until some ResourceClaim changes, at most ``within`` seconds."""
+        changed = self._claim_changed
+        try:
+            await asyncio.wait_for(changed.wait(), timeout=within)
+        except TimeoutError:
+            return
 
     def keys(self, kind: Kind) -> set[str]:
         s = self.state

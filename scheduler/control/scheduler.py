@@ -6,12 +6,14 @@ streams, applied by :mod:`~scheduler.control.feed`), the binder
 Events and PodScheduled), the gang flow (:mod:`~scheduler.control.gang_flow`: PodGroups
 to joint placements, over the gang book of :mod:`~scheduler.control.gangs`), the node
 reports (:mod:`~scheduler.control.node_reports`: NodeTopology and NodeResourceTopology
-into devices and load) and the storage (:mod:`~scheduler.control.storage`: PVs, claims,
-classes into the VolumeState, and VolumeBinding's PreBind wait) and the preemptor
+into devices and load), the storage (:mod:`~scheduler.control.storage`: PVs, claims,
+classes into the VolumeState, and VolumeBinding's PreBind step), DynamicResources' writes
+(:mod:`~scheduler.control.dra_binding`: its PreBind step, PostFilter's deallocations), the
+binding cycle (:mod:`~scheduler.control.binding_cycle`: the steps run in order, undone in
+reverse on any failure, the outcome settled in one place) and the preemptor
 (:mod:`~scheduler.control.preemptor`: budgets, pod facts, nominations, evictions). What is
-left here is the
-state they share (cache, queue, framework), the pod, node and budget handlers, and the
-cycle and binding of a single pod.
+left here is the state they share (cache, queue, framework), the pod, node and budget
+handlers, and the scheduling cycle of a single pod.
 
 Theory of operation (one asyncio loop, no locks; threads only for searches that can blow
 up, on immutable inputs: the gang solver and the DRA device search):
@@ -27,9 +29,9 @@ up, on immutable inputs: the gang solver and the DRA device search):
   them searched in a worker thread within its budget (:meth:`Scheduler.attempt`,
   :mod:`scheduler.core.dra.search`), the loop running meanwhile; then it is decided
   again, and that decision is the cycle above.
-* A binding that fails forgets the assumption and requeues with backoff; a
-  409 for a pod already bound is resolved by reading the pod, never by a
-  second binding.
+* A binding that fails (a PreBind step, the Bind, or an exception) undoes every step
+  and the assumption and requeues with backoff; a 409 for a pod already bound is
+  resolved by reading the pod, never by a second binding.
 * A failed attempt's outcome picks its queue: Unschedulable (no node fits) waits in the
   unschedulable queue for a cluster event that can help; an error (a plugin bug, an
   unreadable pod) backs off with PodScheduled reason SchedulerError, since no event would
@@ -67,20 +69,29 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
 
 import structlog
 
 from scheduler.control.binder import Binder
+from scheduler.control.binding_cycle import (
+    Binding,
+    BindingCycle,
+    Counters,
+    Cycle,
+    PreBindWaits,
+    Step,
+    nominates_before_prebind,
+)
 from scheduler.control.cache import SchedulerCache
 from scheduler.control.dra import DraObjects
 from scheduler.control.dra import Kind as DraKind
+from scheduler.control.dra_binding import DraBinding
 from scheduler.control.fairness import TenantRanks, weights_of
 from scheduler.control.gang_flow import GangFlow
 from scheduler.control.gangs import GangEntry, entry_key, gang_of
-from scheduler.control.kubeio import BindResult, KubeWriter, PodRef
+from scheduler.control.kubeio import KubeWriter, PodRef
 from scheduler.control.loopwatch import busy_probe
 from scheduler.control.node_reports import NodeReports
 from scheduler.control.preemptor import Preemptor, ident
@@ -99,16 +110,13 @@ from scheduler.control.queued import BrokenPod, QueuedPod, relevant_update
 from scheduler.control.quotas import QuotaBook
 from scheduler.control.reporter import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.control.settings import QuotaPolicy, SchedulerSettings
-from scheduler.control.storage import POD_GONE, Kind, Storage
+from scheduler.control.storage import Kind, Storage, VolumeBinding
 from scheduler.control.timing import timed
-from scheduler.control.transient import describe, failure_of, is_transient, written_or_failure
 from scheduler.core.batch import Batch
-from scheduler.core.dra.binding import TIMED_OUT, Readiness, binding_check, has_binding_conditions
 from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
-from scheduler.core.dra.extended import status_body
-from scheduler.core.dra.objects import BINDING_CONDITIONS_SINCE_MINOR, ResourceClaim
+from scheduler.core.dra.objects import ResourceClaim
 from scheduler.core.dra.search import ON_LOOP_BUDGET, DeviceSearch, Job, feasible_to_find, run_jobs
-from scheduler.core.dra.state import ClaimPlan, ClaimWrite
+from scheduler.core.dra.state import ClaimPlan
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code
 from scheduler.core.from_api import scheduled_at
@@ -150,36 +158,6 @@ LOAD_GAUGE_EVERY = 4
 def _no_loop() -> bool:
     """The loop-has-work probe before one is known (and where none can be)."""
     return False
-
-
-def nominates_before_prebind(
-    pod: Pod, volume_plan: VolumePlan | None, claim_plan: ClaimPlan | None
-) -> bool:
-    """kube's PreBindPreFlight verdict, on which every supported release (1.35+,
-    NominatedNodeNameForExpectation) nominates: DynamicResources has work for any pod with
-    resource claims (its own, or one for extended resources the node serves from
-    devices), VolumeBinding when some volume is still to be bound."""
-    if pod.resource_claims or (claim_plan is not None and claim_plan.writes):
-        return True
-    return volume_plan is not None and not volume_plan.empty
-
-
-@dataclass
-class _Binding:
-    """How far one binding task got, for :meth:`Scheduler.bind`'s last line of defence."""
-
-    nominated: bool = False
-    """It wrote the pod's ``nominatedNodeName`` (a failure clears it)."""
-    settled: bool = False
-    """Its outcome was handed to the queue, the gang or the cache: nothing left to undo."""
-
-
-@dataclass
-class Counters:
-    scheduled: int = 0
-    unschedulable: int = 0
-    errors: int = 0
-    bind_errors: int = 0
 
 
 def _node_changes(old: Node, new: Node) -> NodeChange:
@@ -329,14 +307,21 @@ class Scheduler:
         """DeviceClasses, ResourceClaims, ResourceSlices: what DynamicResources reads."""
         self.quotas = QuotaBook()
         """ElasticQuotas (CapacityScheduling's admission); usage is the cache's."""
-        self._prebinding: dict[str, bool] = {}
-        self._claims_changed = asyncio.Event()
-        """Set (and replaced) on every ResourceClaim change: wakes PreBind's wait for
-        binding conditions (:meth:`_await_binding_conditions`)."""
-        self._extended_claims: dict[str, tuple[str, str, str]] = {}
-        """Per pod uid in PreBind or binding: the claim created for its extended resources
-        (namespace, name, uid), which Unreserve deletes if the binding fails."""
-        """Pods (by uid) waiting in VolumeBinding's PreBind: False once deleted meanwhile."""
+        self.prebind_waits = PreBindWaits()
+        """Pods waiting in a PreBind (volumes bound, binding conditions met): a deletion
+        ends the wait."""
+        self.dra_binding = DraBinding(
+            objects=self.dra,
+            writer=writer,
+            queue=self.queue,
+            reporter=self.reporter,
+            metrics=metrics,
+            waits=self.prebind_waits,
+            claim_written=self._claim_written,
+            settings=lambda: self.settings,
+            wall_clock=wall_clock,
+        )
+        """DynamicResources' writes: its binding-cycle step, PostFilter's deallocations."""
         self.gang_flow = GangFlow(
             self,
             cache=self.cache,
@@ -351,6 +336,24 @@ class Scheduler:
             log=self.log,
         )
         """PodGroups and their members, to one joint placement per gang."""
+        self.binding_cycle = BindingCycle(
+            cache=self.cache,
+            load=self.load,
+            queue=self.queue,
+            gang_flow=self.gang_flow,
+            preemptor=self.preemptor,
+            binder=self.binder,
+            writer=writer,
+            reporter=self.reporter,
+            metrics=metrics,
+            counters=self.counters,
+            latencies=self.latencies,
+            settings=lambda: self.settings,
+            clock=clock,
+            spawn=self._spawn,
+            forget_reports=self.forget_reports,
+        )
+        """Reserve's sequel for every pod: PreBind steps, Bind, one unwinding and settling."""
 
     @property
     def event_repeat_after(self) -> float:
@@ -559,8 +562,7 @@ class Scheduler:
         if bound:
             self.preemptor.pod_bound(ident(body))
             return
-        if uid in self._prebinding:
-            self._prebinding[uid] = False
+        self.prebind_waits.gone(uid)
         self._pending_gone(ident(body), key)
         self.forget_reports(uid)
         gang = gang_of(body)
@@ -724,8 +726,6 @@ class Scheduler:
         name = str(meta.get("name") or "")
         event = ClusterEvent(ClusterEventType.DRA_CHANGED, subject=f"{kind}/{name}")
         if kind is DraKind.CLAIM:
-            self._claims_changed.set()
-            self._claims_changed = asyncio.Event()
             namespace = str(meta.get("namespace") or "default")
             new = None if deleted else self.cache.dra.claims.get((namespace, name))
             freed = (
@@ -1157,18 +1157,18 @@ class Scheduler:
                     self.cache.dra,
                     self.cache.snapshot,
                     reached,
-                    binding_timeout=self._binding_timeout(),
+                    binding_timeout=self.dra_binding.binding_timeout(),
                     now=self.wall_clock(),
                 )
                 if stale and self.writer is not None:
-                    self._spawn(self._deallocate(pod, stale, log))
+                    self._spawn(self.dra_binding.deallocate(pod, stale, log))
             made = stale_extended_claim(
                 pod,
                 self.cache.dra,
                 enabled=self.framework.profile.kube_minor >= DRA_EXTENDED_SINCE,
             )
             if made is not None and self.writer is not None:
-                self._spawn(self._delete_stale_claim(pod, made, log))
+                self._spawn(self.dra_binding.delete_stale_claim(pod, made, log))
             found, why, quotas = self._post_filter(decision, log)
             nominated: str | None = None
             message = decision.summary
@@ -1329,522 +1329,27 @@ class Scheduler:
         volume_plan: VolumePlan | None = None,
         claim_plan: ClaimPlan | None = None,
     ) -> None:
-        """Bind one assumed pod and settle the outcome: one path for single pods and gang
-        members, so counters, metrics and events are kept in one place.
-
-        ``info`` is the queue's handle of a single pod; gang members have none (their
-        gang's entry ended with the commit) and report to ``gang`` instead, with the gang
-        entry's first-queued time and attempts in ``gang_queued`` for the SLI histogram.
-        ``volume_plan``: VolumeBinding's writes, made and waited for first (kube's PreBind);
-        ``claim_plan``: then DynamicResources' (allocations and reservations).
-
-        The last line of defence: whatever is raised before the outcome is settled (a
-        write error no site turned into a failure, a bug) unwinds the binding as a failed
-        PreBind does, and the pod goes back to the queue (or its gang) with a
-        SchedulerError. No pod is left in flight without an owner."""
-        progress = _Binding()
-        try:
-            await self._bind(
+        """Bind one assumed pod through the binding cycle
+        (:mod:`~scheduler.control.binding_cycle`): one path for single pods and gang
+        members. ``info`` is the queue's handle of a single pod; gang members have none and
+        report to ``gang`` instead (``gang_queued``: the gang entry's first-queued time and
+        attempts). The PreBind steps: VolumeBinding's for ``volume_plan``, then
+        DynamicResources' for ``claim_plan``'s writes."""
+        steps: list[Step] = []
+        if volume_plan is not None:
+            steps.append(VolumeBinding(self.storage, self.writer, volume_plan, self.prebind_waits))
+        if claim_plan is not None and claim_plan.writes:
+            steps.append(self.dra_binding.step(claim_plan))
+        await self.binding_cycle.run(
+            Binding(
                 info,
-                pod,
-                node,
+                Cycle(pod, node, log, trace_id),
                 annotations,
-                log,
-                trace_id,
-                progress,
+                steps,
+                nominate=nominates_before_prebind(pod, volume_plan, claim_plan),
                 gang=gang,
                 gang_queued=gang_queued,
-                volume_plan=volume_plan,
-                claim_plan=claim_plan,
             )
-        except Exception as exc:
-            if progress.settled:  # the outcome stands; only its bookkeeping broke
-                log.exception("binding_settle_failed", node=node, reason=repr(exc))
-                return
-            try:
-                await self._bind_crashed(
-                    info, pod, node, log, trace_id, exc, progress, gang, volume_plan, claim_plan
-                )
-            except Exception as again:  # never an unretrieved task exception
-                log.exception("binding_unwind_failed", node=node, reason=repr(again))
-
-    async def _bind_crashed(
-        self,
-        info: QueuedPodInfo[QueuedPod] | None,
-        pod: Pod,
-        node: str,
-        log: Any,
-        trace_id: str,
-        exc: Exception,
-        progress: _Binding,
-        gang: str | None,
-        volume_plan: VolumePlan | None,
-        claim_plan: ClaimPlan | None,
-    ) -> None:
-        """Undo everything assumed for the pod (its node's room, volumes, devices; claims
-        written are un-reserved, a claim made for it deleted, as kube's Unreserve) and
-        requeue it with backoff and a SchedulerError. Each step is idempotent: the
-        binding may have undone some of it before it raised."""
-        ref = PodRef(pod.namespace, pod.name, pod.uid)
-        key = f"{pod.namespace}/{pod.name}"
-        message = f"binding pod to {node}: {describe(exc)}"
-        log.error("binding_crashed", node=node, reason=message, exc_info=exc)
-        progress.settled = True
-        if volume_plan is not None:
-            self.cache.volumes.forget(volume_plan)
-        if claim_plan is not None:
-            self.cache.dra.forget(claim_plan)
-            await self._unreserve(pod, claim_plan, log)
-        self.cache.forget(pod)
-        self.load.forget_pod(key)
-        if progress.nominated:
-            self._clear_nomination(ref, log)
-        self.counters.errors += 1
-        self.metrics.count_attempt(AttemptResult.ERROR, self.settings.scheduler_name)
-        if gang is not None:
-            self.gang_flow.binding_ended(gang, key)
-            # A lost request is re-placed at once, as a failed binding is; anything else
-            # goes back to its gang (partial, first in line): a bug may recur, and a
-            # re-placement would retry it without backoff.
-            replace = is_transient(exc)
-            self.gang_flow.binding_failed(gang, pod, message, log, trace_id, replace=replace)
-            return
-        if info is None:
-            return
-        if self.queue.requeue_after_failure(info, unschedulable=False, reason=message) is None:
-            return  # deleted, or bound (the watch showed it) meanwhile
-        if self.reporter is not None:
-            self.reporter.failed(ref, message, reason=SCHEDULER_ERROR, trace_id=trace_id)
-
-    async def _bind(
-        self,
-        info: QueuedPodInfo[QueuedPod] | None,
-        pod: Pod,
-        node: str,
-        annotations: dict[str, str],
-        log: Any,
-        trace_id: str,
-        progress: _Binding,
-        *,
-        gang: str | None,
-        gang_queued: tuple[float | None, int] | None,
-        volume_plan: VolumePlan | None,
-        claim_plan: ClaimPlan | None,
-    ) -> None:
-        """:meth:`bind`'s work; ``progress`` tells its last line of defence what is left."""
-        assert self.binder is not None
-        ref = PodRef(pod.namespace, pod.name, pod.uid)
-        key = f"{pod.namespace}/{pod.name}"
-        profile = self.settings.scheduler_name
-        nominated = False
-        if nominates_before_prebind(pod, volume_plan, claim_plan):
-            nominated = await self._nominate_for_prebind(ref, node, log)
-            progress.nominated = nominated
-        if volume_plan is not None:
-            why = await self._bind_volumes(pod, volume_plan, log)
-            if nominated and why not in (None, POD_GONE):
-                self._clear_nomination(ref, log)
-            if why is not None:
-                self.cache.volumes.forget(volume_plan)
-                self.cache.forget(pod)
-                self.load.forget_pod(key)
-                progress.settled = True
-                if why == POD_GONE:
-                    if info is not None:
-                        self.queue.done(info)
-                    log.info("binding_superseded", reason="deleted while its volumes bound")
-                    return
-                self.counters.errors += 1
-                self.metrics.count_attempt(AttemptResult.ERROR, profile)
-                message = f'running PreBind plugin "VolumeBinding": {why}'
-                log.warning("volume_binding_failed", node=node, reason=message)
-                assert info is not None  # gang members have bound claims only (no volume plan)
-                self.queue.requeue_after_failure(info, unschedulable=False, reason=message)
-                if self.reporter is not None:
-                    self.reporter.failed(
-                        PodRef(pod.namespace, pod.name, pod.uid),
-                        message,
-                        reason=SCHEDULER_ERROR,
-                        trace_id=trace_id,
-                    )
-                return
-        if claim_plan is not None and claim_plan.writes:
-            why = await self._bind_claims(claim_plan, log)
-            if why is None:
-                why = await self._await_binding_conditions(pod, claim_plan, node, log, trace_id)
-            if why is not None:
-                if nominated and why != POD_GONE:
-                    self._clear_nomination(ref, log)
-                self.cache.dra.forget(claim_plan)
-                await self._unreserve(pod, claim_plan, log)  # as kube after a failed PreBind
-                self.cache.forget(pod)
-                self.load.forget_pod(key)
-                if why == POD_GONE:
-                    progress.settled = True
-                    if info is not None:
-                        self.queue.done(info)
-                    if gang is not None:
-                        self.gang_flow.binding_ended(gang, key)
-                        self.gang_flow.sync(gang)
-                    log.info("binding_superseded", reason="deleted while its devices bound")
-                    return
-                self.counters.errors += 1
-                self.metrics.count_attempt(AttemptResult.ERROR, profile)
-                message = f'running PreBind plugin "DynamicResources": {why}'
-                log.warning("claim_binding_failed", node=node, reason=message)
-                progress.settled = True
-                if gang is not None:  # as a failed binding: re-placed, or back to its gang
-                    self.gang_flow.binding_ended(gang, key)
-                    self.gang_flow.binding_failed(gang, pod, message, log, trace_id)
-                    return
-                assert info is not None
-                self.queue.requeue_after_failure(info, unschedulable=False, reason=message)
-                if self.reporter is not None:
-                    self.reporter.failed(ref, message, reason=SCHEDULER_ERROR, trace_id=trace_id)
-                return
-        outcome = await self.binder.bind(ref, node, annotations)
-        progress.settled = outcome.result is BindResult.BOUND
-        if outcome.result is BindResult.BOUND:
-            self._extended_claims.pop(pod.uid, None)
-            self.preemptor.end_nomination(pod.key)
-            self.cache.finish_binding(pod, self.clock())
-            self.counters.scheduled += 1
-            self.forget_reports(pod.uid)
-            # kube-scheduler counts "scheduled" once the binding succeeded.
-            self.metrics.count_attempt(AttemptResult.SCHEDULED, profile)
-            queued = (info.first_queued_at, info.attempts) if info is not None else gang_queued
-            if queued is not None and queued[0] is not None:
-                self.metrics.observe_sli(self.clock() - queued[0], attempts=queued[1])
-            if info is not None:
-                self.queue.done(info)
-                latency = self.clock() - (info.first_queued_at or self.clock())
-                self.latencies.append(latency)
-                self.metrics.e2e_scheduling_duration.observe(latency)
-                log.info("pod_bound", node=node, duration_ms=round(latency * 1000, 3))
-            else:
-                log.info("pod_bound", node=node)
-            if gang is not None:
-                self.gang_flow.binding_ended(gang, key)
-            if self.settings.scheduled_events and self.reporter is not None:
-                self.reporter.event(
-                    ref,
-                    reason="Scheduled",
-                    action="Binding",
-                    trace_id=trace_id,
-                    message=f"Successfully assigned {pod.namespace}/{pod.name} to {node}",
-                )
-            return
-        self.cache.forget(pod)
-        self.load.forget_pod(key)
-        if claim_plan is not None and claim_plan.writes:
-            await self._unreserve(pod, claim_plan, log)
-        progress.settled = True
-        if outcome.result in (BindResult.BOUND_ELSEWHERE, BindResult.GONE):
-            if info is not None:
-                self.queue.done(info)
-            if gang is not None:
-                self.gang_flow.binding_ended(gang, key)
-                self.gang_flow.sync(gang)
-            log.info("binding_superseded", reason=outcome.detail)
-            return
-        if nominated:
-            self._clear_nomination(ref, log)
-        self.counters.bind_errors += 1
-        self.metrics.bind_errors.inc()
-        self.metrics.count_attempt(AttemptResult.ERROR, profile)
-        log.warning("binding_failed", node=node, reason=outcome.detail)
-        if gang is not None:
-            self.gang_flow.binding_ended(gang, key)
-            self.gang_flow.binding_failed(gang, pod, outcome.detail, log, trace_id)
-            return
-        assert info is not None
-        requeued = self.queue.requeue_after_failure(
-            info, unschedulable=False, reason=outcome.detail
-        )
-        # kube's handleSchedulingFailure: SchedulerError (not for a pod the watch shows
-        # bound meanwhile: its lost-reply binding landed, and it left the queue).
-        if requeued is not None and self.reporter is not None:
-            self.reporter.failed(ref, outcome.detail, reason=SCHEDULER_ERROR, trace_id=trace_id)
-
-    async def _nominate_for_prebind(self, ref: PodRef, node: str, log: Any) -> bool:
-        """kube-scheduler 1.35+ (NominatedNodeNameForExpectation) writes the node as the
-        pod's ``nominatedNodeName`` before a PreBind that has work to do, so that cluster
-        autoscalers and other schedulers (kube-scheduler beside us counts nominations)
-        do not hand the node's room away while claims or volumes are written. A failed
-        write is logged and binding goes on, as in kube. The API server clears the field
-        at binding; a failure clears it here."""
-        assert self.writer is not None
-        try:
-            written = await self.writer.patch_pod_status(ref, {"nominatedNodeName": node})
-        except Exception as exc:  # not critical to the binding, as in kube
-            log.warning("nomination_write_failed", node=node, error=str(exc))
-            return False
-        return written
-
-    def _clear_nomination(self, ref: PodRef, log: Any) -> None:
-        """kube clears the nomination when the binding cycle fails (ModeOverride, "")."""
-        writer = self.writer
-        assert writer is not None
-
-        async def clear() -> None:
-            try:
-                await writer.patch_pod_status(ref, {"nominatedNodeName": None})
-            except Exception as exc:  # the next attempt writes it again
-                log.warning("nomination_clear_failed", error=str(exc))
-
-        self._spawn(clear())
-
-    async def _bind_volumes(self, pod: Pod, plan: VolumePlan, log: Any) -> str | None:
-        """kube's VolumeBinding PreBind: PV claimRefs, then the claims' selected-node, each
-        conditional on the version the decision read; then wait until the PV controller
-        (and a provisioner) bound every claim. None when done, else why not."""
-        assert self.writer is not None
-        for patch in plan.patches():
-            failed = await failure_of(
-                self.writer.patch_volume(patch), f"updating {patch.kind} {patch.name}"
-            )
-            if failed is not None:
-                return failed
-        log.info("volumes_written", node=plan.node, reason=f"{len(plan.claims)} claim(s)")
-        self._prebinding[pod.uid] = True
-        try:
-            return await self.storage.wait_bound(
-                plan, alive=lambda: self._prebinding.get(pod.uid, False)
-            )
-        finally:
-            self._prebinding.pop(pod.uid, None)
-
-    async def _deallocate(self, pod: Pod, claims: Sequence[ResourceClaim], log: Any) -> None:
-        """kube's DynamicResources PostFilter: allocations no node can use are given back.
-
-        The claim as written goes into the cache and the pod is retried at once (after its
-        backoff), not only on the watch's echo: once in five such cases of the random DRA
-        differential the echo left the pod waiting for the periodic flush (cause not found;
-        kube 1.34.4 does the same, its pod keeping 'deallocation of ResourceClaim
-        completed' for minutes)."""
-        assert self.writer is not None
-        for claim in claims:
-            written, failed = await written_or_failure(
-                self.writer.deallocate_claim(claim, pod_uid=pod.uid),
-                f"deallocating resourceclaim {claim.namespace}/{claim.name}",
-            )
-            if failed is not None:
-                log.warning("claim_deallocation_failed", reason=failed)
-                continue
-            if written is None:
-                continue
-            log.info("claim_deallocated", reason=f"{claim.namespace}/{claim.name}")
-            self._claim_written(written)
-            self.queue.move_all_on_event(
-                ClusterEvent(ClusterEventType.DRA_CHANGED, subject=f"{DraKind.CLAIM}/{claim.name}"),
-                lambda p: isinstance(p, Pod) and p.uid == pod.uid,
-            )
-
-    async def _unreserve(self, pod: Pod, plan: ClaimPlan, log: Any) -> None:
-        """kube's DynamicResources Unreserve after a failed PreBind or binding: the pod
-        leaves the claims' ``reservedFor``; the allocations stay (a retry may reuse them,
-        PostFilter gives back one no node can use). The claim created for its extended
-        resources is deleted (if that fails, the next attempt finds it and PostFilter
-        deletes it)."""
-        assert self.writer is not None
-        for write in plan.writes:
-            if write.create is not None:
-                made = self._extended_claims.pop(pod.uid, None)
-                if made is not None:
-                    await self._delete_claim(*made, log)
-                continue
-            failed = await failure_of(
-                self.writer.unreserve_claim(write, pod_uid=pod.uid),
-                f"unreserving resourceclaim {write.namespace}/{write.name}",
-            )
-            if failed is not None:
-                log.warning("claim_unreserve_failed", reason=failed)
-
-    async def _delete_claim(self, namespace: str, name: str, uid: str, log: Any) -> bool:
-        """Delete a claim made for a pod's extended resources; once deleted it leaves the
-        state at once (the next attempt must not find it). False if that failed."""
-        assert self.writer is not None
-        failed = await failure_of(
-            self.writer.delete_claim(namespace, name, uid),
-            f"deleting resourceclaim {namespace}/{name}",
-        )
-        if failed is not None:
-            log.warning("claim_deletion_failed", reason=failed)
-            return False
-        log.info("claim_deleted", reason=f"{namespace}/{name}")
-        held = self.cache.dra.claims.get((namespace, name))
-        if held is not None and held.uid == uid:
-            self.cache.dra.remove_claim(namespace, name)
-        return True
-
-    async def _delete_stale_claim(self, pod: Pod, claim: ResourceClaim, log: Any) -> None:
-        """kube's PostFilter for extended resources: the claim an earlier attempt made is
-        deleted, and the pod retried at once (after its backoff), as ``_deallocate``."""
-        if await self._delete_claim(claim.namespace, claim.name, claim.uid, log):
-            self.queue.move_all_on_event(
-                ClusterEvent(ClusterEventType.DRA_CHANGED, subject=f"{DraKind.CLAIM}/{claim.name}"),
-                lambda p: isinstance(p, Pod) and p.uid == pod.uid,
-            )
-
-    def _binding_timeout(self) -> float | None:
-        """DRADeviceBindingConditions (kube 1.36+): the binding timeout; None before,
-        where no device with binding conditions is allocated."""
-        if self.framework.profile.kube_minor < BINDING_CONDITIONS_SINCE_MINOR:
-            return None
-        return self.settings.profile.dynamic_resources.binding_timeout
-
-    def _plan_claim_keys(self, pod: Pod, plan: ClaimPlan) -> list[tuple[str, str]]:
-        """The claims the plan wrote, the extended-resources claim under its real name."""
-        keys: list[tuple[str, str]] = []
-        for write in plan.writes:
-            if write.create is None:
-                keys.append((write.namespace, write.name))
-                continue
-            made = self._extended_claims.get(pod.uid)
-            if made is not None:
-                keys.append((made[0], made[1]))
-        return keys
-
-    async def _await_binding_conditions(
-        self, pod: Pod, plan: ClaimPlan, node: str, log: Any, trace_id: str
-    ) -> str | None:
-        """kube's PreBind wait (DRADeviceBindingConditions, 1.36+): once the claims are
-        written, wait until every binding condition of their allocated devices is True
-        in the claims' ``status.devices`` (:func:`~scheduler.core.dra.binding.binding_check`).
-        None when ready (or nothing to wait for); else why not: a failure condition
-        True, the binding timeout (from the allocation's ``allocationTimestamp``, or
-        from the start of the wait), a claim gone, or :data:`POD_GONE`.
-
-        Watch-driven: the claims are read from the cache, which the ResourceClaim watch
-        keeps current, on every claim change (and at least once a second, for the
-        timeout); kube polls its informer cache every 5 s. It runs in the pod's binding
-        task: the loop keeps scheduling other pods and binding them meanwhile."""
-        timeout = self._binding_timeout()
-        if timeout is None:
-            return None
-        keys = self._plan_claim_keys(pod, plan)
-        held = [self.cache.dra.claims.get(k) for k in keys]
-        if not any(c is not None and has_binding_conditions(c.allocation) for c in held):
-            return None
-        log.info("binding_conditions_pending", node=node)
-        if self.reporter is not None:
-            self.reporter.event(
-                PodRef(pod.namespace, pod.name, pod.uid),
-                reason="BindingConditionsPending",
-                message=f"waiting for binding conditions for device on node {node}",
-                trace_id=trace_id,
-            )
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        self._prebinding[pod.uid] = True
-        outcome = "error"
-        try:
-            while True:
-                if not self._prebinding.get(pod.uid, False):
-                    outcome = "gone"
-                    return POD_GONE
-                waiting = ""
-                for namespace, name in keys:
-                    claim = self.cache.dra.claims.get((namespace, name))
-                    if claim is None:
-                        return f'resourceclaim "{name}" not found'
-                    check = binding_check(claim, now=self.wall_clock(), timeout=timeout)
-                    if check.unusable:
-                        outcome = "failed" if check.readiness is Readiness.FAILED else "timeout"
-                        return check.message
-                    if check.readiness is Readiness.WAITING:
-                        waiting = name
-                        break
-                if not waiting:
-                    outcome = "ready"
-                    log.info("binding_conditions_met", node=node)
-                    return None
-                left = started + timeout - loop.time()
-                if left <= 0:
-                    outcome = "timeout"
-                    return f"{TIMED_OUT}: claim={waiting}"
-                changed = self._claims_changed
-                try:
-                    await asyncio.wait_for(changed.wait(), timeout=min(left, 1.0))
-                except TimeoutError:
-                    continue
-        finally:
-            self._prebinding.pop(pod.uid, None)
-            self.metrics.dra_binding_waits.labels(outcome).inc()
-            self.metrics.dra_binding_wait_duration.observe(loop.time() - started)
-
-    async def _bind_claims(self, plan: ClaimPlan, log: Any) -> str | None:
-        """kube's DynamicResources PreBind: each claim's finalizer, allocation and
-        reservation written before the binding; each written claim enters the state at
-        once. None when done, else why not."""
-        assert self.writer is not None
-        for write in plan.writes:
-            taken = self.cache.dra.taken_since(write, plan.pod_uid)
-            if taken:  # another allocation was written since the decision: never write twice
-                self.metrics.dra_conflicts.inc()
-                devices = ", ".join(f"{d.driver}/{d.pool}/{d.device}" for d in taken[:3])
-                return f"resourceclaim {write.namespace}/{write.name}: {devices} allocated since"
-            overspent = self.cache.dra.overspent(write) + self.cache.dra.capacity_overspent(
-                write, plan.pod_uid
-            )
-            if overspent:  # a partition of the same device was written since the decision
-                self.metrics.dra_conflicts.inc()
-                return (
-                    f"resourceclaim {write.namespace}/{write.name}: counters or capacity of "
-                    f"{', '.join(overspent[:3])} allocated since"
-                )
-            if write.create is not None:
-                failed = await self._create_extended_claim(plan, write)
-                if failed is not None:
-                    return failed
-                continue
-            written, failed = await written_or_failure(
-                self.writer.write_claim(write, pod_name=plan.pod_name, pod_uid=plan.pod_uid),
-                f"writing resourceclaim {write.namespace}/{write.name}",
-            )
-            if failed is not None:
-                return failed
-            assert written is not None
-            self._claim_written(written)
-            if write.allocation is not None:
-                self.metrics.dra_allocations.inc()
-        log.info("claims_written", reason=f"{len(plan.writes)} claim(s)")
-        return None
-
-    async def _create_extended_claim(self, plan: ClaimPlan, write: ClaimWrite) -> str | None:
-        """kube's PreBind for the claim of a pod's extended resources: created, then its
-        finalizer, allocation and reservation written like any claim's, then the pod's
-        ``status.extendedResourceClaimStatus`` set. The created claim is remembered for
-        Unreserve from its creation on. None when done, else why not."""
-        assert self.writer is not None
-        assert write.create is not None
-        created, failed = await written_or_failure(
-            self.writer.create_claim(write.create.body, pod_uid=plan.pod_uid),
-            "creating the claim for extended resources",
-        )
-        if failed is not None:
-            return failed
-        assert created is not None
-        meta = created["metadata"]
-        name, uid = str(meta["name"]), str(meta["uid"])
-        self._extended_claims[plan.pod_uid] = (write.namespace, name, uid)
-        self._claim_written(created)
-        real = ClaimWrite(write.namespace, name, uid, write.allocation, stamp=write.stamp)
-        written, failed = await written_or_failure(
-            self.writer.write_claim(real, pod_name=plan.pod_name, pod_uid=plan.pod_uid),
-            f"writing resourceclaim {write.namespace}/{name}",
-        )
-        if failed is not None:
-            return failed
-        assert written is not None
-        self._claim_written(written)
-        # The allocation is the written claim's now: the placeholder's assumption ends.
-        self.cache.dra.forget(ClaimPlan(plan.pod_name, plan.pod_uid, (write,)))
-        self.metrics.dra_allocations.inc()
-        pod = PodRef(write.namespace, plan.pod_name, plan.pod_uid)
-        return await failure_of(
-            self.writer.set_extended_claim_status(pod, status_body(name, write.create.mappings)),
-            f"updating pod {pod.namespace}/{pod.name} status",
         )
 
     def _spawn(self, coro: Any) -> None:

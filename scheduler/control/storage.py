@@ -6,12 +6,15 @@ CSINodes, VolumeAttachments, CSIDrivers, CSIStorageCapacities). An object that d
 parse is logged, dropped from the state (as if it did not exist: a claim that cannot be
 read cannot be bound) and listed in :attr:`Storage.broken`; it never stops the stream.
 
-After a decision with a :class:`~scheduler.core.volumes.VolumePlan`, the scheduler writes
-the plan's patches and then waits here, as kube's PreBind does (``checkBindings``), until
+After a decision with a :class:`~scheduler.core.volumes.VolumePlan`, VolumeBinding's step of
+the binding cycle (:class:`VolumeBinding`, run by :mod:`~scheduler.control.binding_cycle`)
+writes the plan's patches and then waits here, as kube's PreBind does (``checkBindings``), until
 every claim of the plan is fully bound by the PV controller (or, for a provisioned claim,
 by its provisioner and then the PV controller). The wait ends early with a reason when it
 cannot succeed: the claim was deleted, its PV was bound to another claim, or a
-provisioner removed the selected-node annotation (kube's "reschedule" signal).
+provisioner removed the selected-node annotation (kube's "reschedule" signal). The step's
+undo (kube's Unreserve) gives back the PVs and claims assumed for the plan unless its PreBind
+saw them bound.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from scheduler.control.binding_cycle import POD_GONE, Cycle, PreBindWaits
+from scheduler.control.kubeio import KubeWriter
+from scheduler.control.transient import failure_of
 from scheduler.core.volumes import VolumePlan, VolumeState
 from scheduler.model.errors import InvalidObjectError
 from scheduler.model.volume import (
@@ -36,7 +42,6 @@ from scheduler.model.volume import (
 
 Body = Mapping[str, Any]
 
-POD_GONE: Final = "the pod is gone"
 BIND_TIMEOUT: Final = 600.0
 """kube-scheduler's VolumeBinding ``bindTimeoutSeconds`` default."""
 
@@ -214,3 +219,46 @@ class Storage:
                 await asyncio.wait_for(changed.wait(), timeout=min(left, 1.0))
             except TimeoutError:
                 continue
+
+
+class VolumeBinding:
+    """VolumeBinding's PreBind and Unreserve for one pod's plan (a binding-cycle
+    :class:`~scheduler.control.binding_cycle.Step`)."""
+
+    plugin = "VolumeBinding"
+    failed_event = "volume_binding_failed"
+    gone_reason = "deleted while its volumes bound"
+
+    def __init__(
+        self, storage: Storage, writer: KubeWriter | None, plan: VolumePlan, waits: PreBindWaits
+    ) -> None:
+        self._storage = storage
+        self._writer = writer
+        self.plan = plan
+        self._waits = waits
+        self.bound = False
+        """The PreBind saw every claim bound: nothing assumed is left to give back."""
+
+    async def run(self, cycle: Cycle) -> str | None:
+        """kube's VolumeBinding PreBind: PV claimRefs, then the claims' selected-node, each
+        conditional on the version the decision read; then wait until the PV controller
+        (and a provisioner) bound every claim. None when done, else why not."""
+        plan = self.plan
+        assert self._writer is not None
+        for patch in plan.patches():
+            failed = await failure_of(
+                self._writer.patch_volume(patch), f"updating {patch.kind} {patch.name}"
+            )
+            if failed is not None:
+                return failed
+        cycle.log.info("volumes_written", node=plan.node, reason=f"{len(plan.claims)} claim(s)")
+        with self._waits.waiting(cycle.pod.uid) as alive:
+            why = await self._storage.wait_bound(plan, alive=alive)
+        self.bound = why is None
+        return why
+
+    async def undo(self, cycle: Cycle) -> None:
+        """kube's Unreserve: the PVs and claims assumed at Reserve are given back (not once
+        they were seen bound: the watch's versions stand)."""
+        if not self.bound:
+            self._storage.volumes.forget(self.plan)

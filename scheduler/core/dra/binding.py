@@ -12,7 +12,7 @@ not available on any node on the next attempt, whose PostFilter deallocates it.
 
 This module is kube's ``isClaimReadyForBinding`` and ``isClaimTimeout`` as pure
 functions of the claim and the time (the controller's wait is in
-:meth:`scheduler.control.scheduler.Scheduler._await_binding_conditions`).
+:class:`scheduler.control.dra_binding.DynamicResources`, the step of the binding cycle).
 """
 
 from __future__ import annotations
