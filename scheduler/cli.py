@@ -8,13 +8,15 @@ credentials, unreachable API server, missing CRDs or RBAC) exits 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import importlib.util
 import json
 import math
 import os
 import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -940,8 +942,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _imports_frozen() -> Iterator[None]:
+    """No collections while start-up imports, and what they built frozen after.
+
+    Start-up imports (kopf, the Kubernetes client, numpy, ours) leave ~200,000 tracked
+    objects that live as long as the process. Left to the collector, ~300 collections walk
+    them while they are created (~0.2 s of CPU before the first pod) and every full
+    collection afterwards walks them again. Pausing alone would only postpone those walks
+    (the first collection after it sees them all in the youngest generation), so they are
+    frozen instead: out of every collection's sight. The price is the ~2,000 objects of
+    import-time garbage the pause leaves uncollected (measured: `gc.collect()` after the
+    imports finds ~1,850), frozen with the rest.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    if argv is None:
+        # The process's own command line: this process is `lattice`, and building the parser
+        # imports nearly everything (`explain`, `selftest` and `cleanup` bring in the control
+        # package). In-process callers (tests) pass argv and keep their collector as it is.
+        with _imports_frozen():
+            args = build_parser().parse_args()
+    else:
+        args = build_parser().parse_args(argv)
     if args.command in ("devcluster", "demo") and hasattr(args, "rest"):
         print(f"lattice {args.command} {DEV_TOOLING_MISSING}", file=sys.stderr)
         return 2
