@@ -19,10 +19,8 @@ import pytest
 from scheduler.cli import COMMANDS, _command_of, build_parser
 
 # Imported before the first pod, they would cost CPU for nothing: the agent, simulator,
-# graph CLI and dev tooling belong to other subcommands; networkx (every algorithm, reader
-# and generator: ~0.15 s) is no longer what the affinity graph is stored in.
+# graph CLI and dev tooling belong to other subcommands.
 NOT_AT_START = (
-    "networkx",
     "scheduler.agent",
     "scheduler.sim",
     "scheduler.graph.cli",
