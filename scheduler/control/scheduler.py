@@ -66,6 +66,8 @@ import collections
 import contextlib
 import dataclasses
 import math
+import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -153,6 +155,14 @@ Body = Mapping[str, Any]
 
 LOAD_GAUGE_EVERY = 4
 """Ticks between refreshes of the nodes-by-load-status gauge (ticks come 4 times a second)."""
+
+
+def _yield_the_cpu() -> None:
+    """The search worker's thread runs at the lowest CPU priority (Linux: a thread's own
+    nice value), so where the scheduler shares cores (with the API server, on a small
+    control plane) a hostile search takes what nothing else wants."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
 def _no_loop() -> bool:
@@ -264,7 +274,9 @@ class Scheduler:
         """Told of each assumed pod whose binding never showed up in the watch (the feed
         queues it again if the pending stream still shows it)."""
         self._tasks: set[asyncio.Task[None]] = set()
-        self._search_pool = ThreadPoolExecutor(1, thread_name_prefix="lattice-device-search")
+        self._search_pool = ThreadPoolExecutor(
+            1, thread_name_prefix="lattice-device-search", initializer=_yield_the_cpu
+        )
         """The worker of deferred device searches (one: Python threads do not search in
         parallel, and the budget, not parallelism, bounds an attempt); its thread starts
         on first use."""

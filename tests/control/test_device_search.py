@@ -5,6 +5,8 @@ that names the budget."""
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time
 from typing import Any, cast
 
@@ -178,6 +180,18 @@ def test_the_worker_sees_the_loop_busy_while_pods_wait_for_a_cycle() -> None:
     assert search.loop_busy()
     assert sched.queue.try_pop() is not None
     assert not search.loop_busy()
+
+
+def test_the_search_worker_runs_at_the_lowest_cpu_priority() -> None:
+    """Where the scheduler shares cores with the API server, a hostile search takes only
+    the CPU nothing else wants (a thread's own nice value, Linux)."""
+    sched, _ = budgeted(1)
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    assert sched._search_pool.submit(nice).result(timeout=5) == 19
+    assert nice() != 19  # the loop's thread keeps its own
 
 
 def test_the_budget_is_a_setting_within_bounds() -> None:
