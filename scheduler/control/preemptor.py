@@ -91,6 +91,12 @@ class Preemptor:
         it may still be placed, but does not preempt again (:meth:`still_evicting`): a retry
         before the watch shows the deletions would find the victims in place and evict
         more pods for the same room."""
+        self.releasing: dict[str, set[str]] = {}
+        """Preemptors (by key) whose victims (by key) went, but whose devices may still be
+        allocated to them: the resourceclaim controller unreserves and deallocates a gone
+        pod's claims a moment later. Until it has, a retry finds the devices taken and no
+        victim left to evict; kube then clears the nomination and a lower-priority pod may
+        take the devices as they come free (:meth:`releasing_devices`)."""
         self._pending_seen: set[str] = set()
         """Pending pods (by uid) seen before: a gated pod's nomination counts only when it
         arrives by an update (see :meth:`note_nomination`)."""
@@ -137,7 +143,7 @@ class Preemptor:
         else:
             self.facts[key] = facts
         if seen[1]:  # deletionTimestamp: terminating, the eligibility rule takes over
-            self.victim_going(key)
+            self.victim_going(key, released=True)
 
     def forget_pod(self, key: str) -> None:
         self.facts.pop(key, None)
@@ -145,13 +151,15 @@ class Preemptor:
         self._pending_seen.discard(key)
         self.end_nomination(key)
         self.evicting.pop(key, None)
-        self.victim_going(key)
+        self.releasing.pop(key, None)
+        self.victim_going(key, released=True)
 
     def pod_bound(self, key: str) -> None:
         """The pod is placed: no nomination, and no longer a pending pod seen."""
         self._pending_seen.discard(key)
         self.end_nomination(key)
         self.evicting.pop(key, None)
+        self.releasing.pop(key, None)
 
     # -- evictions in flight ------------------------------------------------------------
     def evicting_for(self, preemptors: Sequence[str], victims: Sequence[str]) -> None:
@@ -160,13 +168,31 @@ class Preemptor:
             for key in preemptors:
                 self.evicting.setdefault(key, set()).update(victims)
 
-    def victim_going(self, key: str) -> None:
-        """A victim is gone, terminating, or its eviction failed: nobody waits on it."""
+    def victim_going(self, key: str, *, released: bool = False) -> None:
+        """A victim is gone, terminating (``released``), or its eviction failed: nobody
+        waits on it any more; a released one may still hold devices (:attr:`releasing`)."""
         for preemptor in [p for p, victims in self.evicting.items() if key in victims]:
             victims = self.evicting[preemptor]
             victims.discard(key)
+            if released:
+                self.releasing.setdefault(preemptor, set()).add(key)
             if not victims:
                 del self.evicting[preemptor]
+
+    def releasing_devices(self, key: str, holds: Callable[[str], bool]) -> bool:
+        """Whether some victim of the pod's preemption went but still ``holds`` devices
+        (a claim allocated to it): the pod then waits, nominated, as for a terminating
+        victim, instead of finding no victim and losing its nomination. Victims that
+        hold nothing any more are dropped."""
+        victims = self.releasing.get(key)
+        if not victims:
+            return False
+        still = {v for v in victims if holds(v)}
+        if still:
+            self.releasing[key] = still
+            return True
+        del self.releasing[key]
+        return False
 
     def still_evicting(self, key: str) -> bool:
         """Whether the pod's last preemption still has a victim in place (see

@@ -1091,6 +1091,11 @@ class Scheduler:
         if self.preemptor.still_evicting(pod.key):
             # Its victims are still in the cache: preempting again would take more pods.
             return None, TERMINATING_MESSAGE, None
+        if self.preemptor.releasing_devices(pod.key, self._holds_devices):
+            # Its victims went but their claims are not yet deallocated (Lattice beyond
+            # kube 1.37, whose retry here clears the nomination and frees the devices for
+            # any pod): it keeps its nomination, and with it the devices' hold.
+            return None, TERMINATING_MESSAGE, None
         inputs = self.preemption_inputs()
         snapshot = self.cache.snapshot
         self.metrics.preemption_attempts.inc()  # as kube: every PostFilter run
@@ -1103,6 +1108,16 @@ class Scheduler:
         except Exception as exc:  # a bug in preemption costs the pod its preemption only
             log.exception("preemption_failed", reason=repr(exc))
             return None, f"internal error: {exc}", None
+
+    def _holds_devices(self, pod_key: str) -> bool:
+        """Some allocated claim is still reserved for the pod, or generated for it."""
+        return any(
+            claim.allocation is not None
+            and (
+                claim.controller_uid == pod_key or any(r.uid == pod_key for r in claim.reserved_for)
+            )
+            for claim in self.cache.dra.claims.values()
+        )
 
     def schedule_one(
         self,
