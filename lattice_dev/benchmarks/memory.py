@@ -57,7 +57,9 @@ async def _settle(core: client.CoreV1Api, ns: str, within: float) -> int:
     return left
 
 
-async def _existing(cluster: DevCluster, args: argparse.Namespace) -> None:
+async def ensure_existing(cluster: DevCluster, nodes: int, existing: int) -> None:
+    """``existing`` plain pods bound across ``nodes`` nodes and left to kwok until Running,
+    unless an earlier run on a kept plane made them already."""
     async with api_client(cluster.kubeconfig) as api:
         core = client.CoreV1Api(api)
         try:
@@ -69,15 +71,15 @@ async def _existing(cluster: DevCluster, args: argparse.Namespace) -> None:
                 raise
         await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": EXISTING_NS}}))
         bodies = []
-        for i in range(args.existing):
+        for i in range(existing):
             body = plain(f"e-{i}", "lattice")
-            body["spec"]["nodeName"] = node_name(existing_node_index(i, args.nodes))
+            body["spec"]["nodeName"] = node_name(existing_node_index(i, nodes))
             bodies.append(body)
         t0 = time.monotonic()
         await create_pods(core, EXISTING_NS, bodies)
         left = await _settle(core, EXISTING_NS, within=1800)
         note = f", {left} not Running yet" if left else ""
-        print(f"existing pods: {args.existing} in {time.monotonic() - t0:.0f}s{note}", flush=True)
+        print(f"existing pods: {existing} in {time.monotonic() - t0:.0f}s{note}", flush=True)
 
 
 async def _run(cluster: DevCluster, args: argparse.Namespace, run: int) -> float:
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         state = cluster.up(ClusterConfig(nodes=args.nodes), progress=print)
         apply_crds(cluster, state)
     try:
-        asyncio.run(_existing(cluster, args))
+        asyncio.run(ensure_existing(cluster, args.nodes, args.existing))
         peaks = [asyncio.run(_run(cluster, args, run)) for run in range(1, args.repeat + 1)]
         print(f"peak RSS over {len(peaks)} run(s): {', '.join(f'{x:.0f}' for x in peaks)} MiB")
     finally:

@@ -209,14 +209,9 @@ class DynamicResources:
                 if failed is not None:
                     return failed
                 continue
-            written, failed = await written_or_failure(
-                io.writer.write_claim(write, pod_name=plan.pod_name, pod_uid=plan.pod_uid),
-                f"writing resourceclaim {write.namespace}/{write.name}",
-            )
+            failed = await self._write_claim(write)
             if failed is not None:
                 return failed
-            assert written is not None
-            io.claim_written(written)
             if write.allocation is not None:
                 io.metrics.dra_allocations.inc()
         log.info("claims_written", reason=f"{len(plan.writes)} claim(s)")
@@ -242,14 +237,9 @@ class DynamicResources:
         self.made = (write.namespace, name, uid)
         io.claim_written(created)
         real = ClaimWrite(write.namespace, name, uid, write.allocation, stamp=write.stamp)
-        written, failed = await written_or_failure(
-            io.writer.write_claim(real, pod_name=plan.pod_name, pod_uid=plan.pod_uid),
-            f"writing resourceclaim {write.namespace}/{name}",
-        )
+        failed = await self._write_claim(real)
         if failed is not None:
             return failed
-        assert written is not None
-        io.claim_written(written)
         # The allocation is the written claim's now: the placeholder's assumption ends.
         io.state.forget(ClaimPlan(plan.pod_name, plan.pod_uid, (write,)))
         io.metrics.dra_allocations.inc()
@@ -258,6 +248,21 @@ class DynamicResources:
             io.writer.set_extended_claim_status(pod, status_body(name, write.create.mappings)),
             f"updating pod {pod.namespace}/{pod.name} status",
         )
+
+    async def _write_claim(self, write: ClaimWrite) -> str | None:
+        """One claim's finalizer, allocation and reservation written; the written body
+        enters the state at once, so the next decision sees it. None when done."""
+        io, plan = self._io, self.plan
+        assert io.writer is not None
+        written, failed = await written_or_failure(
+            io.writer.write_claim(write, pod_name=plan.pod_name, pod_uid=plan.pod_uid),
+            f"writing resourceclaim {write.namespace}/{write.name}",
+        )
+        if failed is not None:
+            return failed
+        assert written is not None
+        io.claim_written(written)
+        return None
 
     def _claim_keys(self) -> list[tuple[str, str]]:
         """The claims the plan wrote, the extended-resources claim under its real name."""
