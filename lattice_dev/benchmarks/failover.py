@@ -29,19 +29,16 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from kubernetes_asyncio import client
 
 from lattice_dev.benchmarks.common import (
-    Watcher,
     apply_crds,
-    create_pods,
     precompile_lattice,
     wait_all,
 )
-from lattice_dev.benchmarks.memory import ensure_existing
-from lattice_dev.benchmarks.scheduling import plain
+from lattice_dev.benchmarks.memory import ensure_existing, watched_backlog
 from lattice_dev.devcluster.cluster import ClusterConfig, DevCluster
 from lattice_dev.devcluster.kube import api_client
 from lattice_dev.devcluster.process import free_port
@@ -140,13 +137,8 @@ async def one_round(
     killed_at = time.monotonic()
     os.kill(pids.pids[holder], signal.SIGKILL)
     ns = f"failover-{n}-{int(time.time())}"
-    await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": ns}}))
-    watcher = Watcher(api, ns)
-    watcher.start()
+    watcher, names = await watched_backlog(api, ns, pods)
     try:
-        await watcher.started.wait()
-        names = [f"p-{i}" for i in range(pods)]
-        await create_pods(core, ns, [plain(x, "lattice") for x in names])
         took_lease = asyncio.create_task(_new_holder(coord, holder, killed_at))
         unbound = await wait_all(watcher, set(names), 120.0)
         lease_at = await asyncio.wait_for(took_lease, 60)

@@ -82,17 +82,29 @@ async def ensure_existing(cluster: DevCluster, nodes: int, existing: int) -> Non
         print(f"existing pods: {existing} in {time.monotonic() - t0:.0f}s{note}", flush=True)
 
 
+async def watched_backlog(api: client.ApiClient, ns: str, pods: int) -> tuple[Watcher, list[str]]:
+    """A new namespace ``ns`` with ``pods`` pending plain pods, watched from before their
+    creation so that no binding is missed; the watcher (the caller stops it) and the names."""
+    core = client.CoreV1Api(api)
+    await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": ns}}))
+    watcher = Watcher(api, ns)
+    watcher.start()
+    try:
+        await watcher.started.wait()
+        names = [f"p-{i}" for i in range(pods)]
+        await create_pods(core, ns, [plain(n, "lattice") for n in names])
+    except BaseException:
+        await watcher.stop()
+        raise
+    return watcher, names
+
+
 async def _run(cluster: DevCluster, args: argparse.Namespace, run: int) -> float:
     async with api_client(cluster.kubeconfig) as api:
         core = client.CoreV1Api(api)
         ns = f"memory-run-{run}-{int(time.time())}"
-        await core.create_namespace(cast(client.V1Namespace, {"metadata": {"name": ns}}))
-        watcher = Watcher(api, ns)
-        watcher.start()
+        watcher, names = await watched_backlog(api, ns, args.pods)
         try:
-            await watcher.started.wait()
-            names = [f"p-{i}" for i in range(args.pods)]
-            await create_pods(core, ns, [plain(n, "lattice") for n in names])
             pid = start_lattice(cluster)
             t0 = time.monotonic()
             curve: list[tuple[float, float]] = []
