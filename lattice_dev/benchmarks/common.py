@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -267,20 +267,29 @@ def precompile_lattice() -> None:
     compileall.compile_dir(str(Path(scheduler.__file__).parent), quiet=1, workers=0)
 
 
-def start_lattice(cluster: DevCluster, log_level: str = "warning") -> int:
-    """`lattice run` on the cluster as the only replica, quiet, metrics on a free port; its pid."""
+def start_lattice(
+    cluster: DevCluster,
+    log_level: str = "warning",
+    *,
+    name: str = "lattice",
+    election: Sequence[str] = ("--no-leader-elect",),
+    metrics_port: int = 0,
+) -> int:
+    """`lattice run` on the cluster, quiet, metrics on loopback; its pid. By default the only
+    replica (no election) on a free port; a replica of several names itself and passes its
+    election flags and a port of its own."""
     precompile_lattice()
     return cluster.start_process(
-        "lattice",
+        name,
         [
             sys.executable,
             "-m",
             "scheduler.cli",
             "run",
             f"--kubeconfig={cluster.kubeconfig}",
-            "--no-leader-elect",
+            *election,
             "--metrics-host=127.0.0.1",
-            "--metrics-port=0",
+            f"--metrics-port={metrics_port}",
             f"--log-level={log_level}",
         ],
         marker="scheduler.cli",

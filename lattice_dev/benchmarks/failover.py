@@ -24,7 +24,6 @@ import asyncio
 import os
 import signal
 import statistics
-import sys
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from kubernetes_asyncio import client
 
 from lattice_dev.benchmarks.common import (
     apply_crds,
-    precompile_lattice,
+    start_lattice,
     wait_all,
 )
 from lattice_dev.benchmarks.memory import ensure_existing, watched_backlog
@@ -66,21 +65,11 @@ class Round:
 
 def start(cluster: DevCluster, replica: Replica) -> int:
     """`lattice run` under leader election at its default lease settings; its pid."""
-    return cluster.start_process(
-        replica.identity,
-        [
-            sys.executable,
-            "-m",
-            "scheduler.cli",
-            "run",
-            f"--kubeconfig={cluster.kubeconfig}",
-            f"--identity={replica.identity}",
-            f"--lease-namespace={LEASE[1]}",
-            "--metrics-host=127.0.0.1",
-            f"--metrics-port={replica.port}",
-            "--log-level=warning",
-        ],
-        marker="scheduler.cli",
+    return start_lattice(
+        cluster,
+        name=replica.identity,
+        election=(f"--identity={replica.identity}", f"--lease-namespace={LEASE[1]}"),
+        metrics_port=replica.port,
     )
 
 
@@ -160,7 +149,6 @@ async def _new_holder(coord: client.CoordinationV1Api, old: str, since: float) -
 
 async def bench(cluster: DevCluster, args: argparse.Namespace) -> list[Round]:
     replicas = {name: Replica(name, free_port()) for name in REPLICAS}
-    precompile_lattice()
     for replica in replicas.values():
         start(cluster, replica)
     rounds: list[Round] = []
