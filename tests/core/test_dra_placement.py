@@ -147,6 +147,31 @@ def test_inside_a_node_a_claim_takes_the_root_that_best_fits_it() -> None:
     assert all(devices_of(d) == ["gpu-3", "gpu-4"] for d in on_n1)
 
 
+def test_a_later_claim_counts_the_devices_an_earlier_claim_of_the_pod_took() -> None:
+    """n1's first root has two free devices (gpu-2, gpu-3), its second four. The pod's
+    1-device claim fills the first root (gpu-2); its pair must then see one device left
+    there, not two, and take the second root whole (seed 1257856956's c14, where counting
+    the earlier claim's device as free sent the pair across two roots)."""
+    claims = (held("full", "n0", *range(8)), held("other", "n1", 0, 1))
+    one = claim("one", request("gpu", exactly("gpu", count=1)))
+    pair = claim("pair", request("gpu", exactly("gpu", count=2)))
+    p = make_pod("p", cpu="1").uid("u-p")
+    p.body["spec"]["resourceClaims"] = [
+        {"name": "a", "resourceClaimName": "one"},
+        {"name": "b", "resourceClaimName": "pair"},
+    ]
+    decision = Framework(DEFAULT_PROFILE).schedule(
+        cluster(NODES), p.build(), dra=state(one, pair, *claims)
+    )
+    assert decision.selected == "n1"
+    assert decision.claim_plan is not None
+    picked = {
+        w.name: [r["device"] for r in (w.allocation or {})["devices"]["results"]]
+        for w in decision.claim_plan.allocations
+    }
+    assert picked == {"one": ["gpu-2"], "pair": ["gpu-4", "gpu-5"]}
+
+
 def test_most_allocated_fills_the_fullest_node_and_least_allocated_is_kubes() -> None:
     claims = (held("other", "n1", 0, 1, 2),)
     for seed in range(8):

@@ -447,6 +447,9 @@ class _Search:
     order: dict[tuple[int, int, int], list[_Candidate | Pool]] = field(default_factory=dict)
     """Per (claim, request, subrequest): the devices in search order (an invalid pool
     stands at its place: reaching it is an error)."""
+    ordered_with: dict[tuple[int, int, int], frozenset[DeviceId]] = field(default_factory=dict)
+    """Per key of ``order`` (aligned searches): the devices this search's path held when
+    the order was made (:func:`_held`)."""
     shared: Mapping[DeviceId, Mapping[str, int]] = field(default_factory=dict)
     """Capacity consumed by the shares of allocations written or assumed (kube's
     ``AggregatedCapacity``); a device with shares is a key even if they consume nothing."""
@@ -1317,8 +1320,14 @@ def _allocate_one(
     claim = search.claims[ci]
     key = (ci, ri, si)
     candidates = search.order.get(key)
-    if candidates is None:
+    stale = di == 0 and key in search.ordered_with and search.ordered_with[key] != _held(search)
+    if candidates is None or stale:
+        # The root-aware order counts what the earlier claims and requests of this path
+        # hold: a path that backtracked to other devices orders the request anew. Within
+        # one request (di > 0) the order stays, as ``start`` indexes into it.
         candidates = search.order[key] = _ordered(search, request, key, claim)
+        if search.aligned and not request.admin and _reorderable(claim):
+            search.ordered_with[key] = _held(search)
     if search.kube_minor < COMBINATIONS_FROM:
         start = 0
     for index in range(start, len(candidates)):
@@ -1372,6 +1381,11 @@ def _ordered(
     return out
 
 
+def _held(search: _Search) -> frozenset[DeviceId]:
+    """The devices picked so far on this search's path (earlier claims and requests)."""
+    return frozenset(d for d, holders in search.allocating.items() if holders)
+
+
 def _reorderable(claim: ResourceClaim) -> bool:
     """Claims the root-aware order provably spans no more roots than any order: one
     request and no constraint, or every request under one pcieRoot ``matchAttribute``
@@ -1396,7 +1410,9 @@ def _by_root(
     """Whole roots first that hold the request's count of free selectable devices, fewest
     first (best fit: a 1-device claim fills a partly used root, a pair lands on one root);
     then the roots that hold fewer, most first (fewest roots spanned); kube's order inside a
-    root and between equal ones. Free: in no allocation (the order is fixed per search)."""
+    root and between equal ones. Free: in no allocation and not picked on this path by an
+    earlier claim or request (seed 1257856956's c14: a 1-device claim took one of a pair,
+    and counting it free sent the next claim's pair across two roots)."""
     roots = [c.device.attribute(PCIE_ROOT) for c in devices]
     if len({r for r in roots if r is not None}) < 2:
         return devices
@@ -1405,7 +1421,7 @@ def _by_root(
     first: dict[Attribute | None, int] = {}
     for i, (c, root) in enumerate(zip(devices, roots, strict=True)):
         first.setdefault(root, i)
-        if c.id in search.allocated:
+        if _in_use(search, request, key[0], c.id):
             continue
         try:
             usable = _selectable(search, request, key, claim, c.id, c.device, c.slice)
