@@ -274,6 +274,9 @@ class Scheduler:
         """Told of each assumed pod whose binding never showed up in the watch (the feed
         queues it again if the pending stream still shows it)."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._searches: set[asyncio.Task[None]] = set()
+        """The deferred device searches among ``_tasks``: nothing is assumed before their
+        decision, so a shutdown cancels them rather than waiting out their budget."""
         self._search_pool = ThreadPoolExecutor(
             1, thread_name_prefix="lattice-device-search", initializer=_yield_the_cpu
         )
@@ -926,7 +929,9 @@ class Scheduler:
             return
         started = time.perf_counter()
         if self.schedule_one(info, search=self._device_search(), started=started):
-            self._spawn(self._search_then_decide(info, started))
+            task = self._track(self._search_then_decide(info, started))
+            self._searches.add(task)
+            task.add_done_callback(self._searches.discard)
 
     def _device_search(self) -> DeviceSearch:
         if self._loop_has_work is _no_loop:
@@ -1380,9 +1385,13 @@ class Scheduler:
         )
 
     def _spawn(self, coro: Any) -> None:
+        self._track(coro)
+
+    def _track(self, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def drain(self, within: float) -> None:
         """Wait for in-flight bindings and reports, at most ``within`` seconds; tasks they
@@ -1393,8 +1402,16 @@ class Scheduler:
             await asyncio.wait(set(self._tasks), timeout=left)
 
     async def shutdown(self, within: float) -> None:
-        """Drain for at most ``within`` seconds, then cancel what is left (a solve, a report
-        to an API server that stopped answering): no task outlives the scheduler."""
+        """Cancel the device searches (a hostile pod's would hold the shutdown, and so the
+        lease's release, for its whole budget, and pods queued behind it for theirs; the
+        next leader searches again), drain for at most ``within`` seconds, then cancel what
+        is left (a solve, a report to an API server that stopped answering): no task
+        outlives the scheduler."""
+        searches = set(self._searches)
+        for task in searches:
+            task.cancel()
+        if searches:
+            await asyncio.gather(*searches, return_exceptions=True)
         await self.drain(within)
         self._search_pool.shutdown(wait=False, cancel_futures=True)
         left = set(self._tasks)

@@ -62,10 +62,12 @@ def hostile(sched: Scheduler, nodes: int, *, devices: int = HOSTILE) -> dict[str
     return body
 
 
-def budgeted(nodes: int, kube_minor: int = DEFAULT_KUBE_MINOR) -> tuple[Scheduler, ClaimWriter]:
+def budgeted(
+    nodes: int, kube_minor: int = DEFAULT_KUBE_MINOR, budget: float = BUDGET
+) -> tuple[Scheduler, ClaimWriter]:
     writer = ClaimWriter(CLAIMS)
     sched = Scheduler(
-        parse_spec({"dra": {"searchBudgetSeconds": BUDGET}}, "lattice", kube_minor=kube_minor),
+        parse_spec({"dra": {"searchBudgetSeconds": budget}}, "lattice", kube_minor=kube_minor),
         writer=cast(KubeWriter, writer),
         metrics=Metrics.create(),
         clock=Clock(),
@@ -167,6 +169,24 @@ async def test_plain_pods_are_placed_while_a_hostile_search_runs() -> None:
     assert sched.queue.where(pod_key("default", "hostile")) is QueueName.IN_FLIGHT
     await sched.drain(10)
     assert sched.queue.where(pod_key("default", "hostile")) is QueueName.BACKOFF
+
+
+async def test_a_shutdown_cancels_the_search_instead_of_waiting_out_its_budget() -> None:
+    """SIGTERM's shutdown waits for bindings, not for a hostile pod's search: with a 30 s
+    budget and a 60 s grace, waiting would hold the lease's release for 30 s."""
+    sched, writer = budgeted(4, budget=30.0)
+    hostile(sched, 4)
+    info = sched.queue.try_pop()
+    assert info is not None
+    await sched.attempt(info)
+    await asyncio.sleep(0.3)  # the worker is searching
+    assert sched.queue.where(pod_key("default", "hostile")) is QueueName.IN_FLIGHT
+    started = time.monotonic()
+    await sched.shutdown(60)
+    took = time.monotonic() - started
+    assert took < 10, f"shutdown waited {took:.1f}s for the search"
+    assert writer.binds == []
+    assert writer.events == []
 
 
 def test_the_worker_sees_the_loop_busy_while_pods_wait_for_a_cycle() -> None:
