@@ -117,7 +117,14 @@ from scheduler.control.timing import timed
 from scheduler.core.batch import Batch
 from scheduler.core.dra.extended import SINCE_MINOR as DRA_EXTENDED_SINCE
 from scheduler.core.dra.objects import ResourceClaim
-from scheduler.core.dra.search import ON_LOOP_BUDGET, DeviceSearch, Job, feasible_to_find, run_jobs
+from scheduler.core.dra.search import (
+    INLINE,
+    ON_LOOP_BUDGET,
+    DeviceSearch,
+    Job,
+    feasible_to_find,
+    run_jobs,
+)
 from scheduler.core.dra.state import ClaimPlan
 from scheduler.core.explain import Decision
 from scheduler.core.framework import Code
@@ -940,6 +947,7 @@ class Scheduler:
         return DeviceSearch(
             self.settings.profile.dynamic_resources.search_budget,
             deferred=True,
+            inline=INLINE,
             enough=self._feasible_to_find(),
             loop_busy=self._loop_busy,
         )

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import pytest
 
+from scheduler.control import scheduler as scheduler_module
 from scheduler.control.dra import Kind
 from scheduler.control.kubeio import KubeWriter
 from scheduler.control.queue import QueueName, pod_key
@@ -127,6 +128,44 @@ async def test_a_hostile_pod_on_1_35_is_unschedulable_naming_the_budget() -> Non
     )
 
 
+@pytest.fixture
+def no_inline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every node the memo does not know goes to the worker (no search on the loop)."""
+    monkeypatch.setattr(scheduler_module, "INLINE", 0.0)
+
+
+async def test_a_quick_search_is_done_on_the_loop_in_the_first_decision(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The usual DRA pod: its unknown nodes take less than the inline allowance (5 s
+    here, so a loaded machine's first CEL compile cannot run past it), so the first
+    decision places it, with no second decision after a worker's search."""
+    monkeypatch.setattr(scheduler_module, "INLINE", 5.0)
+    sched, writer = budgeted(3)
+    hostile(sched, 3, devices=18)
+    info = sched.queue.try_pop()
+    assert info is not None
+    await sched.attempt(info)
+    assert not sched._searches, "no search was left to the worker"
+    await sched.drain(5)
+    assert [b[1] for b in writer.binds] in (["n0"], ["n1"], ["n2"])
+
+
+async def test_a_search_past_the_inline_allowance_goes_to_the_worker() -> None:
+    """The hostile pod's first node runs past the allowance on the loop: it is cut there
+    and searched in the worker, within the budget, as before."""
+    sched, _ = budgeted(2)
+    hostile(sched, 2)
+    info = sched.queue.try_pop()
+    assert info is not None
+    started = time.monotonic()
+    await sched.attempt(info)
+    assert time.monotonic() - started < 0.5
+    assert sched._searches, "the search went on in a task of its own"
+    await sched.drain(10)
+
+
+@pytest.mark.usefixtures("no_inline")
 async def test_a_pod_whose_nodes_the_worker_searched_is_placed() -> None:
     sched, writer = budgeted(3)
     hostile(sched, 3, devices=18)
@@ -137,6 +176,7 @@ async def test_a_pod_whose_nodes_the_worker_searched_is_placed() -> None:
     assert [b[1] for b in writer.binds] in (["n0"], ["n1"], ["n2"])
 
 
+@pytest.mark.usefixtures("no_inline")
 async def test_a_pod_deleted_during_its_search_is_not_placed() -> None:
     sched, writer = budgeted(3)
     body = hostile(sched, 3, devices=18)

@@ -93,6 +93,13 @@ BUSY_PAUSE: Final = 0.008
 loop then has the interpreter at least 80 % of the time, so one pod's search costs the
 other pods' cycles a fifth at most (a third, when the pause was :data:`PAUSE` always,
 doubled plain pods' p99 at 1000 nodes)."""
+INLINE: Final = 0.005
+"""Seconds a deferred attempt may search on the loop before it leaves nodes to the worker.
+A pod's usual search is one node the memo does not know yet (the one the previous pod with
+its claims took devices on), well under a millisecond; searched in the worker instead, it
+costs a second decision over every node (bench-dra at 1000 nodes: 50 ms of CPU per pod
+against 18 in the core). A search that runs past it is cut and handed to the worker whole,
+so the loop is held this long (plus up to 256 allocator steps) per decision at most."""
 CANNOT_ALLOCATE: Final = "cannot allocate all claims"
 TAINTS_NAMED: Final = 3
 """Untolerated taints a reason names before it says how many more there are."""
@@ -195,7 +202,14 @@ class DeviceSearch:
 
     budget: float = SEARCH_BUDGET
     deferred: bool = False
-    """Nodes the memo cannot answer become :attr:`jobs` instead of being searched."""
+    """Nodes the memo cannot answer become :attr:`jobs` instead of being searched (once
+    the :attr:`inline` allowance is spent)."""
+    inline: float = 0.0
+    """Deferred: seconds of search on the loop per decision before nodes become jobs
+    (:data:`INLINE` for the controller's cycles)."""
+    inline_until: float | None = None
+    """The clock's reading at which the current decision's inline allowance ends (set
+    by its first inline search, cleared by :meth:`take_jobs`)."""
     enough: int | None = None
     """Stop once this many nodes fit (None: search every node)."""
     clock: Callable[[], float] = time.monotonic
@@ -247,9 +261,23 @@ class DeviceSearch:
     def abandon(self) -> None:
         self.abandoned = True
 
+    def inline_stop(self) -> float | None:
+        """Deferred: where the next inline node search must stop (the allowance's end, or
+        the budget's if that comes first), or None once the allowance is spent: the node
+        becomes a job."""
+        if not self.deferred or self.inline <= 0:
+            return None
+        now = self.clock()
+        if self.inline_until is None:
+            self.inline_until = now + self.inline
+        if now >= self.inline_until:
+            return None
+        return min(self.inline_until, self.deadline)
+
     def take_jobs(self) -> list[Job]:
         """The nodes left to search, once each (a decision with nominated pods runs the
         filter more than once)."""
+        self.inline_until = None
         once: dict[tuple[object, ...], Job] = {}
         for job in self.jobs:
             once.setdefault(job.key, job)

@@ -72,8 +72,9 @@ device taints and tolerations are not alpha any more (DRADeviceTaints, on since 
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -132,6 +133,7 @@ from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.model.names import is_dra_extended_resource
 from scheduler.model.pod import Pod
 from scheduler.model.release import DEFAULT_KUBE_MINOR
+from scheduler.model.selectors import Labels
 
 NAME: Final = DYNAMIC_RESOURCES
 NOT_AVAILABLE: Final = "resourceclaim not available on the node"
@@ -419,27 +421,35 @@ class DynamicResources:
                     codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
                     continue
                 if search.deferred and key is not None:
-                    search.jobs.append(
-                        Job(int(row), node.name, node.labels, tuple(claims), key, allocator)
-                    )
-                    unsearched[row] = True
-                    codes[row] = Code.UNSCHEDULABLE
-                    continue
-                search.searched += 1
-                try:
-                    outcome = search_node(
-                        allocator, node.name, node.labels, claims, stop_at=search.deadline
-                    )
-                except BudgetExhausted:
-                    search.exhausted = True
-                    search.cut = node.name
-                    if self.kube_minor >= TIMEOUT_IS_ERROR_FROM:
-                        _mark(errors, search.cut_message(node.name), int(row), snapshot.num_nodes)
-                        codes[row] = Code.ERROR
-                        break
-                    unsearched[row] = True
-                    codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
-                    continue
+                    outcome = _inline(search, allocator, node.name, node.labels, claims)
+                    if outcome is None:
+                        search.jobs.append(
+                            Job(int(row), node.name, node.labels, tuple(claims), key, allocator)
+                        )
+                        unsearched[row] = True
+                        codes[row] = Code.UNSCHEDULABLE
+                        continue
+                else:
+                    search.searched += 1
+                    try:
+                        outcome = search_node(
+                            allocator, node.name, node.labels, claims, stop_at=search.deadline
+                        )
+                    except BudgetExhausted:
+                        search.exhausted = True
+                        search.cut = node.name
+                        if self.kube_minor >= TIMEOUT_IS_ERROR_FROM:
+                            _mark(
+                                errors,
+                                search.cut_message(node.name),
+                                int(row),
+                                snapshot.num_nodes,
+                            )
+                            codes[row] = Code.ERROR
+                            break
+                        unsearched[row] = True
+                        codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                        continue
                 if key is not None and dra is not None:
                     remember(dra, key, outcome)
             if isinstance(outcome, Failed):
@@ -637,6 +647,28 @@ def remember(dra: DraState, key: tuple[object, ...], outcome: Outcome) -> None:
 
 def _enough_found(fits: int) -> str:
     return f"node(s) not searched: {fits} node(s) with devices for the pod found already"
+
+
+def _inline(
+    search: DeviceSearch,
+    allocator: Allocator,
+    node: str,
+    labels: Labels,
+    claims: Sequence[ResourceClaim],
+) -> Outcome | None:
+    """A deferred attempt's node searched on the loop while its inline allowance lasts
+    (:data:`~scheduler.core.dra.search.INLINE`); None: the node goes to the worker (the
+    allowance is spent, or this search ran past it and is dropped, to be done there)."""
+    stop = search.inline_stop()
+    if stop is None:
+        return None
+    try:
+        outcome = search_node(allocator, node, labels, claims, stop_at=stop)
+    except BudgetExhausted:
+        search.inline_until = -math.inf
+        return None
+    search.searched += 1
+    return outcome
 
 
 def _mark(masks: dict[str, BoolArray], reason: str, row: int, size: int) -> None:
