@@ -31,10 +31,12 @@ Where it runs. Two modes, one filter (DynamicResources):
 
 * **inline** (no search given, as in gang re-checks, preemption's dry runs, ``lattice
   simulate``): nodes are searched in the filter, under a budget of their own;
-* **deferred** (the controller's single-pod cycles): the filter searches nothing. Nodes the
-  memo cannot answer become :class:`Job`\\ s and their rows are left out of that decision;
-  the attempt then continues in a task of its own: it waits for the worker thread (one
-  search at a time; its budget starts then), runs the jobs there (:func:`run_jobs`),
+* **deferred** (the controller's single-pod cycles): the filter searches on the loop only
+  for the decision's first :data:`INLINE` seconds (a search past that is dropped there).
+  Nodes the memo cannot answer then become :class:`Job`\\ s and their rows are left out
+  of that decision; the attempt then continues in a task of its own: it waits for the
+  worker thread (one search at a time; its budget starts then), runs the jobs there
+  (:func:`run_jobs`),
   writes the outcomes into the memo (unless a class or slice changed meanwhile:
   :attr:`~scheduler.core.dra.state.DraState.generation`), and decides again. Other pods
   are scheduled meanwhile. The decision with no jobs left is the one acted on; it is
@@ -49,8 +51,9 @@ only part that can blow up, and its inputs are already immutable values (the sli
 and the devices in use are rebuilt, never changed in place;
 :meth:`~scheduler.core.dra.allocator.Allocator.detached` copies the classes), so only it
 leaves the loop. Searching in a thread costs a second decision for a pod whose nodes the
-memo did not know; a pod whose nodes it knows (the common case once one pod with its
-claims was filtered) is decided at once, as before. The worker holds the GIL while it
+memo did not know; a pod whose nodes it knows, or whose unknown nodes take less than
+:data:`INLINE` to search (the common case: the one node the previous pod with the same
+claims took devices on), is decided at once. The worker holds the GIL while it
 searches; it pauses after every 2 ms of search (:meth:`DeviceSearch.yielding_now`), 1 ms
 while the loop is idle and 8 ms while it has work, so the loop comes first: slower, never
 stopped. One worker: threads
