@@ -165,6 +165,23 @@ async def test_a_search_past_the_inline_allowance_goes_to_the_worker() -> None:
     await sched.drain(10)
 
 
+async def test_a_budget_that_ends_during_the_inline_search_cuts_that_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A budget shorter than the allowance ends the search on the loop: that node is the
+    one the budget cut, an error of the attempt on 1.37 as if the worker had cut it."""
+    monkeypatch.setattr(scheduler_module, "INLINE", 5.0)
+    sched, writer = budgeted(2, budget=0.002)
+    hostile(sched, 2)
+    info = sched.queue.try_pop()
+    assert info is not None
+    await sched.attempt(info)
+    await sched.drain(5)
+    assert sched.queue.where(pod_key("default", "hostile")) is QueueName.BACKOFF
+    (event,) = [e for e in writer.events if e[2] == "FailedScheduling"]
+    assert "budget (0.002s per attempt) ran out while allocating devices" in event[3]
+
+
 @pytest.mark.usefixtures("no_inline")
 async def test_a_pod_whose_nodes_the_worker_searched_is_placed() -> None:
     sched, writer = budgeted(3)

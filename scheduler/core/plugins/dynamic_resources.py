@@ -666,6 +666,11 @@ def _inline(
         outcome = search_node(allocator, node, labels, claims, stop_at=stop)
     except BudgetExhausted:
         search.inline_until = -math.inf
+        if stop >= search.deadline:
+            # The attempt's budget, not the allowance, ended it: the node is the one the
+            # budget cut (an error of the attempt from 1.36), as if the worker had.
+            search.exhausted = True
+            search.cut = node
         return None
     search.searched += 1
     return outcome
