@@ -15,7 +15,8 @@ import pytest
 from scheduler.control import scheduler as scheduler_module
 from scheduler.control.dra import Kind
 from scheduler.control.kubeio import KubeWriter
-from scheduler.control.queue import QueueName, pod_key
+from scheduler.control.queue import QueuedPodInfo, QueueName, pod_key
+from scheduler.control.queued import QueuedPod
 from scheduler.control.scheduler import Scheduler
 from scheduler.control.settings import SettingsError, parse_dra, parse_spec
 from scheduler.core.dra.search import SEARCH_BUDGET
@@ -88,12 +89,23 @@ async def ticker(stop: asyncio.Event, gaps: list[float]) -> None:
         last = now
 
 
+def popped(sched: Scheduler) -> QueuedPodInfo[QueuedPod]:
+    info = sched.queue.try_pop()
+    assert info is not None
+    return info
+
+
+async def attempted(sched: Scheduler) -> None:
+    """The next pod's attempt, and its search (in the worker, if any) to the end."""
+    await sched.attempt(popped(sched))
+    await sched.drain(5)
+
+
 async def test_other_tasks_run_while_a_hostile_search_is_in_progress() -> None:
     """Without the worker, each of the 4 nodes holds the loop for kube's 10 s timeout."""
     sched, writer = budgeted(4)
     hostile(sched, 4)
-    info = sched.queue.try_pop()
-    assert info is not None
+    info = popped(sched)
     stop, gaps = asyncio.Event(), list[float]()
     tick = asyncio.create_task(ticker(stop, gaps))
     started = time.monotonic()
@@ -116,10 +128,7 @@ async def test_other_tasks_run_while_a_hostile_search_is_in_progress() -> None:
 async def test_a_hostile_pod_on_1_35_is_unschedulable_naming_the_budget() -> None:
     sched, writer = budgeted(3, kube_minor=35)
     hostile(sched, 3)
-    info = sched.queue.try_pop()
-    assert info is not None
-    await sched.attempt(info)
-    await sched.drain(5)
+    await attempted(sched)
     assert sched.queue.where(pod_key("default", "hostile")) is QueueName.UNSCHEDULABLE
     (event,) = [e for e in writer.events if e[2] == "FailedScheduling"]
     assert event[3].startswith(
@@ -143,8 +152,7 @@ async def test_a_quick_search_is_done_on_the_loop_in_the_first_decision(
     monkeypatch.setattr(scheduler_module, "INLINE", 5.0)
     sched, writer = budgeted(3)
     hostile(sched, 3, devices=18)
-    info = sched.queue.try_pop()
-    assert info is not None
+    info = popped(sched)
     await sched.attempt(info)
     assert not sched._searches, "no search was left to the worker"
     await sched.drain(5)
@@ -156,8 +164,7 @@ async def test_a_search_past_the_inline_allowance_goes_to_the_worker() -> None:
     and searched in the worker, within the budget, as before."""
     sched, _ = budgeted(2)
     hostile(sched, 2)
-    info = sched.queue.try_pop()
-    assert info is not None
+    info = popped(sched)
     started = time.monotonic()
     await sched.attempt(info)
     assert time.monotonic() - started < 0.5
@@ -173,10 +180,7 @@ async def test_a_budget_that_ends_during_the_inline_search_cuts_that_node(
     monkeypatch.setattr(scheduler_module, "INLINE", 5.0)
     sched, writer = budgeted(2, budget=0.002)
     hostile(sched, 2)
-    info = sched.queue.try_pop()
-    assert info is not None
-    await sched.attempt(info)
-    await sched.drain(5)
+    await attempted(sched)
     assert sched.queue.where(pod_key("default", "hostile")) is QueueName.BACKOFF
     (event,) = [e for e in writer.events if e[2] == "FailedScheduling"]
     assert "budget (0.002s per attempt) ran out while allocating devices" in event[3]
@@ -186,10 +190,7 @@ async def test_a_budget_that_ends_during_the_inline_search_cuts_that_node(
 async def test_a_pod_whose_nodes_the_worker_searched_is_placed() -> None:
     sched, writer = budgeted(3)
     hostile(sched, 3, devices=18)
-    info = sched.queue.try_pop()
-    assert info is not None
-    await sched.attempt(info)
-    await sched.drain(5)
+    await attempted(sched)
     assert [b[1] for b in writer.binds] in (["n0"], ["n1"], ["n2"])
 
 
@@ -197,8 +198,7 @@ async def test_a_pod_whose_nodes_the_worker_searched_is_placed() -> None:
 async def test_a_pod_deleted_during_its_search_is_not_placed() -> None:
     sched, writer = budgeted(3)
     body = hostile(sched, 3, devices=18)
-    info = sched.queue.try_pop()
-    assert info is not None
+    info = popped(sched)
     attempt = asyncio.create_task(sched.attempt(info))
     await asyncio.sleep(0)  # the attempt hands its nodes to the worker
     sched.pod_deleted(body)
@@ -233,8 +233,7 @@ async def test_a_shutdown_cancels_the_search_instead_of_waiting_out_its_budget()
     budget and a 60 s grace, waiting would hold the lease's release for 30 s."""
     sched, writer = budgeted(4, budget=30.0)
     hostile(sched, 4)
-    info = sched.queue.try_pop()
-    assert info is not None
+    info = popped(sched)
     await sched.attempt(info)
     await asyncio.sleep(0.3)  # the worker is searching
     assert sched.queue.where(pod_key("default", "hostile")) is QueueName.IN_FLIGHT
