@@ -264,10 +264,16 @@ class DeviceSearch:
     def abandon(self) -> None:
         self.abandoned = True
 
-    def inline_stop(self) -> float | None:
-        """Deferred: where the next inline node search must stop (the allowance's end, or
-        the budget's if that comes first), or None once the allowance is spent: the node
-        becomes a job."""
+    def inline_search(
+        self,
+        allocator: Allocator,
+        node: str,
+        labels: Labels,
+        claims: Sequence[ResourceClaim],
+    ) -> Outcome | None:
+        """A deferred attempt's node searched on the loop while the decision's
+        :attr:`inline` allowance lasts; None: the node goes to the worker (the allowance
+        is spent, or this search ran past it and is dropped, to be done there)."""
         if not self.deferred or self.inline <= 0:
             return None
         now = self.clock()
@@ -275,7 +281,19 @@ class DeviceSearch:
             self.inline_until = now + self.inline
         if now >= self.inline_until:
             return None
-        return min(self.inline_until, self.deadline)
+        stop = min(self.inline_until, self.deadline)
+        try:
+            outcome = search_node(allocator, node, labels, claims, stop_at=stop)
+        except BudgetExhausted:
+            self.inline_until = -math.inf
+            if stop >= self.deadline:
+                # The attempt's budget, not the allowance, ended it: the node is the one
+                # the budget cut (an error of the attempt from 1.36), as if the worker had.
+                self.exhausted = True
+                self.cut = node
+            return None
+        self.searched += 1
+        return outcome
 
     def take_jobs(self) -> list[Job]:
         """The nodes left to search, once each (a decision with nominated pods runs the

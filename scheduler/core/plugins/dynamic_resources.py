@@ -72,9 +72,8 @@ device taints and tolerations are not alpha any more (DRADeviceTaints, on since 
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -133,7 +132,6 @@ from scheduler.core.snapshot import BoolArray, IntArray, Snapshot
 from scheduler.model.names import is_dra_extended_resource
 from scheduler.model.pod import Pod
 from scheduler.model.release import DEFAULT_KUBE_MINOR
-from scheduler.model.selectors import Labels
 
 NAME: Final = DYNAMIC_RESOURCES
 NOT_AVAILABLE: Final = "resourceclaim not available on the node"
@@ -421,7 +419,7 @@ class DynamicResources:
                     codes[row] = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
                     continue
                 if search.deferred and key is not None:
-                    outcome = _inline(search, allocator, node.name, node.labels, claims)
+                    outcome = search.inline_search(allocator, node.name, node.labels, claims)
                     if outcome is None:
                         search.jobs.append(
                             Job(int(row), node.name, node.labels, tuple(claims), key, allocator)
@@ -647,33 +645,6 @@ def remember(dra: DraState, key: tuple[object, ...], outcome: Outcome) -> None:
 
 def _enough_found(fits: int) -> str:
     return f"node(s) not searched: {fits} node(s) with devices for the pod found already"
-
-
-def _inline(
-    search: DeviceSearch,
-    allocator: Allocator,
-    node: str,
-    labels: Labels,
-    claims: Sequence[ResourceClaim],
-) -> Outcome | None:
-    """A deferred attempt's node searched on the loop while its inline allowance lasts
-    (:data:`~scheduler.core.dra.search.INLINE`); None: the node goes to the worker (the
-    allowance is spent, or this search ran past it and is dropped, to be done there)."""
-    stop = search.inline_stop()
-    if stop is None:
-        return None
-    try:
-        outcome = search_node(allocator, node, labels, claims, stop_at=stop)
-    except BudgetExhausted:
-        search.inline_until = -math.inf
-        if stop >= search.deadline:
-            # The attempt's budget, not the allowance, ended it: the node is the one the
-            # budget cut (an error of the attempt from 1.36), as if the worker had.
-            search.exhausted = True
-            search.cut = node
-        return None
-    search.searched += 1
-    return outcome
 
 
 def _mark(masks: dict[str, BoolArray], reason: str, row: int, size: int) -> None:
