@@ -90,6 +90,10 @@ bench-frag *ARGS:
 bench-dra *ARGS:
     python -m lattice_dev.benchmarks.dra {{ARGS}}
 
+# bench-dra's stream through the pure core, no cluster: where Lattice's and kube's 1.37 profiles put the claims, per seed (--seeds 4 5 6, --nodes 200 --pods 400; ~25 s per seed at full size).
+bench-dra-offline *ARGS:
+    python -m lattice_dev.benchmarks.dra_offline {{ARGS}}
+
 # A hostile DRA pod (2 claims x 9 devices on 16-device kwok nodes) beside a stream of plain pods: their p50/p99 alone and beside it, and whether the lease was lost (--nodes 1000 for the issue's size).
 bench-hostile-dra *ARGS:
     python -m lattice_dev.benchmarks.hostile_dra {{ARGS}}

@@ -101,18 +101,33 @@ def test_a_one_device_claim_fills_the_partly_used_node_and_root() -> None:
         assert schedule(DEFAULT_PROFILE, 1, *claims, seed=seed).selected == "n1"
     fits = fits_of(1, *claims)
     assert fits["n1"] == DeviceFit(devices=1, roots=1, left_on_roots=0, left_in_pools=4)
-    assert fits["n0"] == DeviceFit(devices=1, roots=1, left_on_roots=3, left_in_pools=7)
+    assert fits["n0"] == DeviceFit(devices=1, roots=1, left_on_roots=3, left_in_pools=7, opens=True)
 
 
-def test_alignment_comes_before_filling_a_node() -> None:
-    """n1 has fewer free devices, but one on each root (gpu-3, gpu-7): any pair there
-    spans both roots, so the pair that shares a root on the whole node wins."""
+def test_a_whole_node_is_kept_before_a_claim_is_kept_on_one_root() -> None:
+    """n1 has one free device on each root (gpu-3, gpu-7): a pair there spans both roots.
+    The pair that shares a root on n0 would break the only whole node, which a later
+    8-device claim needs; the claim asked for no common root, so it fills n1 (bench-dra:
+    kube-scheduler 1.37 kept more whole nodes than roots-first did)."""
     claims = (held("other", "n1", 0, 1, 2, 4, 5, 6),)
     fits = fits_of(2, *claims)
-    assert fits["n1"].roots == 2
-    assert fits["n0"].roots == 1
+    assert (fits["n1"].roots, fits["n1"].opens) == (2, False)
+    assert (fits["n0"].roots, fits["n0"].opens) == (1, True)
     for seed in range(8):
-        assert schedule(DEFAULT_PROFILE, 2, *claims, seed=seed).selected == "n0"
+        decision = schedule(DEFAULT_PROFILE, 2, *claims, seed=seed)
+        assert (decision.selected, devices_of(decision)) == ("n1", ["gpu-3", "gpu-7"])
+
+
+def test_among_used_nodes_alignment_comes_before_filling_a_node() -> None:
+    """Neither node is whole: n0's first root has two free devices (a pair fits on it),
+    n1 has one free on each root. The pair shares a root on n0 rather than fill n1."""
+    claims = (held("other", "n1", 0, 1, 2, 4, 5, 6), held("mine", "n0", 0, 1))
+    fits = fits_of(2, *claims)
+    assert (fits["n1"].roots, fits["n1"].opens) == (2, False)
+    assert (fits["n0"].roots, fits["n0"].opens) == (1, False)
+    for seed in range(8):
+        decision = schedule(DEFAULT_PROFILE, 2, *claims, seed=seed)
+        assert (decision.selected, devices_of(decision)) == ("n0", ["gpu-2", "gpu-3"])
 
 
 def devices_of(decision: Decision) -> list[str]:

@@ -713,6 +713,9 @@ class DeviceFit:
     left_in_pools: int
     """Free devices left in the pools drawn from on the node afterwards (a device with a
     NoSchedule or NoExecute taint never counts: only claims tolerating it could use it)."""
+    opens: bool = False
+    """No device of the pools drawn from was in use before: the allocation breaks into a
+    whole node (for a node's one GPU pool), the thing a later 8-device claim needs."""
 
 
 def device_fits(cycle: Cycle) -> dict[int, DeviceFit]:
@@ -740,6 +743,7 @@ def device_fits(cycle: Cycle) -> dict[int, DeviceFit]:
         node = cycle.snapshot.node(row)
         roots: set[tuple[str, object]] = set()
         free: list[tuple[str, object]] = []
+        touched = False
         for pool in allocator.slices.pools(node.name, node.labels, allocator.kube_minor):
             if (pool.driver, pool.name) not in pools:
                 continue
@@ -751,17 +755,16 @@ def device_fits(cycle: Cycle) -> dict[int, DeviceFit]:
                     if device_id in chosen:
                         if root is not None:
                             roots.add(key)
-                    elif (
-                        device_id not in allocator.allocated
-                        and d.allocatable(allocator.kube_minor)
-                        and not d.blocking_taints
-                    ):
+                    elif device_id in allocator.allocated:
+                        touched = True
+                    elif d.allocatable(allocator.kube_minor) and not d.blocking_taints:
                         free.append(key)
         fit = DeviceFit(
             devices=len(chosen),
             roots=len(roots),
             left_on_roots=sum(1 for k in free if k in roots),
             left_in_pools=len(free),
+            opens=bool(chosen) and not touched,
         )
         out[row] = fit
         if memo is not None and node_key is not None:
