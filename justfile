@@ -90,6 +90,10 @@ bench-frag *ARGS:
 bench-dra *ARGS:
     python -m lattice_dev.benchmarks.dra {{ARGS}}
 
+# Start-up's cache sync without a cluster: 5000 node and 30 000 bound-pod bodies applied as the initial lists, with the cyclic collector on and paused (CPU s, peak RSS).
+bench-startup *ARGS:
+    python -m lattice_dev.benchmarks.startup {{ARGS}}
+
 # bench-dra's stream through the pure core, no cluster: where Lattice's and kube's 1.37 profiles put the claims, per seed (--seeds 4 5 6, --nodes 200 --pods 400; ~25 s per seed at full size).
 bench-dra-offline *ARGS:
     python -m lattice_dev.benchmarks.dra_offline {{ARGS}}

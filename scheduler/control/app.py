@@ -30,7 +30,7 @@ import gc
 import json
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import kopf
@@ -89,6 +89,30 @@ def _api_client(credentials: Credentials) -> client.ApiClient:
     if not keep_connections_open(api):
         log.warning("keepalive_not_set", reason="this aiohttp has no connector keep-alive")
     return api
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic collection while the initial lists fill the cache, then what they built
+    frozen.
+
+    Listing 5000 nodes and 30 000 bound pods builds a few million objects that live as
+    long as the process. With the collector on, each full collection walks every one built
+    so far, and the growing heap triggers several: half of the sync's CPU (measured with
+    ``just bench-startup``: 10.9 s of CPU with it, 5.4 s without, the same peak RSS: pages
+    are acyclic and freed by reference counting). Afterwards one collection finds the few
+    cycles, and the survivors are frozen out of every later collection's sight, as
+    start-up's imports are (``scheduler.cli``). On failure the collector is switched back
+    on all the same."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.collect()
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def mirrored_release(version: ServerVersion | None) -> int:
@@ -357,7 +381,8 @@ class App:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(KUEUE_START_WAIT):
                     await self.kueue.wait_read()
-        await self._start_intake()
+        with collector_paused():
+            await self._start_intake()
         runner, port = await start_server(
             self.metrics.registry,
             lambda: self.synced,

@@ -77,6 +77,13 @@ def _round_up_away_from_zero(numerator: int, denominator: int) -> int:
     return -_ceil_div(-numerator, denominator)
 
 
+_PARSED: dict[str, int] = {}
+"""Valid quantity strings already parsed: a cluster's pods name the same few ("100m",
+"128Mi") tens of thousands of times, and the regular expression was most of a listed
+pod's resource parse. Invalid ones are never kept (each raises again)."""
+_PARSED_LIMIT: Final = 4096
+
+
 @dataclass(frozen=True, order=True, slots=True)
 class Quantity:
     """An exact quantity, stored as an integer number of nanounits."""
@@ -96,7 +103,14 @@ class Quantity:
             if text in {"nan", "inf", "-inf"}:
                 raise InvalidObjectError(field, raw, "quantities must be finite")
         elif isinstance(raw, str):
-            text = raw
+            nanos = _PARSED.get(raw)
+            if nanos is not None:
+                return cls(nanos)
+            nanos = _parse_nanos(raw, field)
+            if len(_PARSED) >= _PARSED_LIMIT:
+                _PARSED.clear()
+            _PARSED[raw] = nanos
+            return cls(nanos)
         else:
             raise InvalidObjectError(field, raw, "quantities must be strings or numbers")
         return cls(_parse_nanos(text, field))

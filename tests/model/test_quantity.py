@@ -145,3 +145,14 @@ def test_tiny_cpu_rounds_up_to_one_millicore(n: int) -> None:
     # Anything above zero and below a millicore costs a whole millicore (MilliValue is ceil).
     assert Quantity.parse(f"{n}n").milli_value() == -(-n // 10**6)
     assert Quantity.parse(f"{n}e-12").milli_value() == 1
+
+
+def test_a_remembered_string_parses_as_before_and_a_bad_one_raises_every_time() -> None:
+    """Valid strings are remembered (a cluster's pods repeat a few); invalid ones never
+    are, so the second parse of a bad value is refused as the first was."""
+    first = Quantity.parse("137Mi", field="f")
+    assert Quantity.parse("137Mi", field="g") == first == Quantity(137 * 2**20 * 10**9)
+    for field in ("a", "b"):
+        with pytest.raises(InvalidObjectError) as err:
+            Quantity.parse("12 GiB", field=field)
+        assert err.value.field == field
