@@ -99,7 +99,7 @@ def collector_paused() -> Iterator[None]:
     Listing 5000 nodes and 30 000 bound pods builds a few million objects that live as
     long as the process. With the collector on, each full collection walks every one built
     so far, and the growing heap triggers several: half of the sync's CPU (measured with
-    ``just bench-startup``: 10.9 s of CPU with it, 5.4 s without, the same peak RSS: pages
+    ``just bench-startup``: 8.9-9.8 s of CPU with it, 5.2-5.3 s without, the same peak RSS: pages
     are acyclic and freed by reference counting). Afterwards one collection finds the few
     cycles, and the survivors are frozen out of every later collection's sight, as
     start-up's imports are (``scheduler.cli``). On failure the collector is switched back
