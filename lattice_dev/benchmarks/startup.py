@@ -12,7 +12,7 @@ page dropped once applied), applied through :class:`~scheduler.control.feed.Feed
 the API server returns for a kwok-run pod (managedFields, the service-account volume,
 status with conditions): ~3 KB each. Each mode runs in a fresh interpreter, so neither
 sees the other's heap. Printed per run: CPU seconds of the sync (the apply and the final
-collection and freeze), and the process's peak RSS.
+collection and freeze in "on" mode, the freeze in "paused"), and the process's peak RSS.
 """
 
 from __future__ import annotations
