@@ -271,6 +271,22 @@ def within_share(used: Amounts, request: Amounts, share: FairShare, capacity: Am
     )
 
 
+def clear_of_share(
+    used: Amounts,
+    resources: Iterable[str],
+    share: FairShare,
+    capacity: Amounts,
+    headroom: Fraction,
+) -> bool:
+    """The quota uses at most ``1 - headroom`` of its fair share in each of ``resources``
+    that the shares divide: clearly below it, not just under it (the second reclaim rule's
+    hysteresis)."""
+    keep = 1 - headroom
+    return all(
+        used.get(r, 0) <= share.share.get(r, Fraction(0)) * keep for r in resources if r in capacity
+    )
+
+
 def below_fair_share(used: Amounts, share: FairShare, capacity: Amounts) -> bool:
     """The quota uses less than its fair share of some resource (its pods go first)."""
     return deficit(used, share, capacity) > 0

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
+from scheduler.core import reclaim
 from scheduler.core.explain import PREFILTER_REJECTED, Decision, Explanation, Rejection
 from scheduler.core.fairshare import FairShare, QuotaState, fair_shares
 from scheduler.core.framework import Code
@@ -24,7 +26,7 @@ from scheduler.core.preemption import (
     preempt,
 )
 from scheduler.core.quota import Quota, QuotaSnapshot, add
-from scheduler.core.reclaim import Quotas, held_by
+from scheduler.core.reclaim import RECLAIM_HEADROOM, Quotas, held_by
 from scheduler.core.schedule import Framework
 from scheduler.core.snapshot import Snapshot
 from scheduler.model.pod import Pod
@@ -413,6 +415,37 @@ def test_fair_share_lets_a_quota_below_its_share_take_down_to_the_others_share()
     # a pod that would need two of ns2's pods would take ns2 below its share: nothing
     bigger = qpod("p", "ns1", 50, 0, MID)
     assert run(placed, bigger, fair, node_list=nodes(1)) is None
+
+
+def test_fair_share_reclaims_only_for_a_quota_clearly_below_its_share(monkeypatch: Any) -> None:
+    """The second rule's hysteresis (RECLAIM_HEADROOM, a tenth): ns1, with a share of 40,
+    reclaims from ns2 (above its share of 60) at 36 used, not at 37, though the pod would
+    keep it within its share either way and the rule without the hysteresis takes the pod."""
+    assert Fraction(1, 10) == RECLAIM_HEADROOM
+    qs = [
+        eq("ns1", min={"memory": 10}, max={}),
+        eq("ns2", min={"memory": 10}, max={}),
+        eq("ns3", min={"memory": 80}, max={}),
+    ]
+
+    def attempt(own: int) -> set[str] | None:
+        placed = [(qpod("own", "ns1", own, 0, MID), "n1")]
+        placed += [(qpod(f"b{i}", "ns2", 4, 0, HIGH), "n1") for i in range(15)]
+        placed += [(qpod("small", "ns2", 100 - own - 60, 0, HIGH), "n1")]  # the node full
+        used = {"ns1": {"memory": own}, "ns2": {"memory": 100 - own}}
+        shares = shares_for(qs, used, {"ns1": 40, "ns2": 100})
+        assert (shares["ns1"].share["memory"], shares["ns2"].share["memory"]) == (40, 60)
+        fair = quotas_of(qs, placed, fair_share=shares, capacity={"memory": 100})
+        got = run(placed, qpod("p", "ns1", 40 - own, 0, MID), fair, node_list=nodes(1))
+        return None if got is None else {v.name for v in got.victims}
+
+    at_36 = attempt(36)  # one of ns2's pods of 4, whichever the rules pick
+    assert at_36 is not None
+    assert len(at_36) == 1
+    assert at_36 <= {*(f"b{i}" for i in range(15)), "small"}
+    assert attempt(37) is None
+    monkeypatch.setattr(reclaim, "RECLAIM_HEADROOM", Fraction(0))
+    assert attempt(37) == {"small"}  # ns2 keeps its 60: only the hysteresis said no
 
 
 def test_the_snapshot_is_left_as_it_was() -> None:
