@@ -99,7 +99,7 @@ def collector_paused() -> Iterator[None]:
     Listing 5000 nodes and 30 000 bound pods builds a few million objects that live as
     long as the process. With the collector on, each full collection walks every one built
     so far, and the growing heap triggers several: half of the sync's CPU (measured with
-    ``just bench-startup``: 8.9-9.8 s of CPU with it, 5.2-5.3 s without, the same peak RSS:
+    ``just bench-startup``: 8.9-9.8 s of CPU with it, 4.8-4.9 s without, the same peak RSS:
     pages are acyclic and freed by reference counting). A collection after the sync, to
     find cycles before freezing, walked all of it once more for nothing: 0.8 s of CPU live
     at that size and 0 objects found (0 offline too), so the collection runs before the

@@ -31,9 +31,10 @@ among the victims of one node, the units of the quota furthest above its fair sh
 quotas nearest their share first; and among nodes, right after PodDisruptionBudgets, the
 candidate whose victims' quotas are all furthest above their share wins; (2) a preemptor
 above its min whose quota stays within its fair share with the pod (in every resource it
-asks for that the shares divide: :attr:`Quotas.capacity`) may also evict pods of other
-quotas, each only while that quota keeps at least its fair share without it (in every such
-resource the victim holds), so two quotas never evict each other back and forth.
+asks for that the shares divide: :attr:`Quotas.capacity`), and is clearly below it without
+the pod (:data:`RECLAIM_HEADROOM`), may also evict pods of other quotas, each only while
+that quota keeps at least its fair share without it (in every such resource the victim
+holds), so two quotas never evict each other back and forth.
 
 Pure: a :class:`Ledger` is a per-node copy of the use; nothing else is mutated.
 """
