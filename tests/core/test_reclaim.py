@@ -434,7 +434,10 @@ def test_fair_share_reclaims_only_for_a_quota_clearly_below_its_share(monkeypatc
         placed += [(qpod("small", "ns2", 100 - own - 60, 0, HIGH), "n1")]  # the node full
         used = {"ns1": {"memory": own}, "ns2": {"memory": 100 - own}}
         shares = shares_for(qs, used, {"ns1": 40, "ns2": 100})
-        assert (shares["ns1"].share["memory"], shares["ns2"].share["memory"]) == (40, 60)
+        assert (shares["ns1"].share["memory"], shares["ns2"].share["memory"]) == (
+            Fraction(40),
+            Fraction(60),
+        )
         fair = quotas_of(qs, placed, fair_share=shares, capacity={"memory": 100})
         got = run(placed, qpod("p", "ns1", 40 - own, 0, MID), fair, node_list=nodes(1))
         return None if got is None else {v.name for v in got.victims}
