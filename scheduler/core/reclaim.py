@@ -142,12 +142,13 @@ RECLAIM_HEADROOM: Final = Fraction(1, 10)
 """Fair share's second rule takes from another quota only for a quota clearly below its
 fair share before the pod (using at most ``1 - RECLAIM_HEADROOM`` of it, its nominated pods
 counted in, in every resource the pod asks for that the shares divide) that stays within
-its share with the pod: hysteresis, as KAI's ``reclaimerUtilizationMultiplier``
-is. Without it, two quotas near their shares traded pods whenever arrivals and departures
-moved them by one pod: at 32 nodes about a fifth of all pods were evicted once (`just
-bench-quota --nodes 32`), most between the two tenants sharing the leftover. A quota
-nearer its share than this waits for room to free, which the fair queue order gives it
-first."""
+its share with the pod: hysteresis (KAI's ``reclaimerUtilizationMultiplier`` serves the
+same end). Without it, two quotas near their shares traded pods whenever arrivals and
+departures moved them by one pod: at 32 nodes about a fifth of all pods were evicted once
+(`just bench-quota --nodes 32`), most between the two tenants sharing the leftover; with
+it, 453 evictions against 1032 over seeds 1-4, every tenant still within 4.5 % of its share
+(docs/quotas.md). A quota nearer its share than this waits for room to free, which the
+fair queue order gives it first."""
 
 
 @dataclass(frozen=True)
