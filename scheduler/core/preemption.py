@@ -972,7 +972,8 @@ def no_preemption_message(
         return reason
     counts: Counter[str] = Counter()
     examined = 0
-    if reclaim_rules(pod, inputs) is None and not snapshot.has_priority_below(pod.priority):
+    rules = reclaim_rules(pod, inputs)
+    if rules is None and not snapshot.has_priority_below(pod.priority):
         # Nothing lower anywhere: every potential node says so without a simulation.
         examined = len(potential_nodes(snapshot, decision))
         if examined:
@@ -993,7 +994,11 @@ def no_preemption_message(
     finally:
         if register:
             snapshot.remove_pod(pod)
-    return _fit_error(snapshot.num_nodes, counts, examined)
+    message = _fit_error(snapshot.num_nodes, counts, examined)
+    if rules is not None and rules.held_back is not None:
+        # Lattice beyond kube: which quota rule kept the pod from other quotas' pods.
+        message = f"{message} Reclaim: {rules.held_back}."
+    return message
 
 
 def _fit_error(num_nodes: int, counts: Counter[str], examined: int) -> str:

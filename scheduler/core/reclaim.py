@@ -56,6 +56,7 @@ from scheduler.core.quota import (
     Vector,
     add,
     admit,
+    format_amount,
     more_than_min_with,
     pod_request,
     subtract,
@@ -164,6 +165,10 @@ class Rules:
     """The pod's quota goes above its min with it: only its own lower-priority pods go."""
     within_share: bool
     """Fair share on, and the pod's quota stays within its fair share with it."""
+    held_back: str | None = None
+    """Why the pod may take nothing from other quotas, for its FailedScheduling message
+    (None: it may, or it has no quota): a user whose pod waits beside borrowed capacity
+    should read which rule kept it from reclaiming."""
 
     @classmethod
     def of(
@@ -206,7 +211,12 @@ class Rules:
                 RECLAIM_HEADROOM,
             )
         )
-        return cls(quotas, pod, own, request, pending, above_min, within)
+        held_back = (
+            _held_back(own, same, request, share, quotas.capacity)
+            if own is not None and above_min and not within
+            else None
+        )
+        return cls(quotas, pod, own, request, pending, above_min, within, held_back)
 
     @property
     def governed(self) -> frozenset[str]:
@@ -288,6 +298,42 @@ class Rules:
         if share is None or quota is None:
             return Fraction(0)
         return excess(quota.used, share, self.quotas.capacity)
+
+
+def _held_back(
+    own: Quota, same: Vector, request: Vector, share: FairShare | None, capacity: Vector
+) -> str:
+    """The sentence for :attr:`Rules.held_back`: the quota goes above its min with the pod
+    (``same``: the pod and its quota's nominated pods), and fair share is off, or the pod
+    takes the quota past its share, or the quota is not clearly below its share."""
+    only = "only its own quota's lower-priority pods may be preempted"
+    above = f"quota {own.key} goes above its min with the pod"
+    if share is None:
+        return f"{above}: {only}"
+    asked = sorted(name for name, amount in request.items() if amount > 0 and name in capacity)
+    for name in asked:
+        fair = share.share.get(name, Fraction(0))
+        with_pod = own.used.get(name, 0) + same.get(name, 0)
+        if with_pod > fair:
+            return (
+                f"{above} and past its fair share of {_share(name, fair)} {name} "
+                f"({format_amount(name, with_pod)} with it): {only}"
+            )
+    for name in asked:
+        fair = share.share.get(name, Fraction(0))
+        before = own.used.get(name, 0) + same.get(name, 0) - request.get(name, 0)
+        if before > fair * (1 - RECLAIM_HEADROOM):
+            return (
+                f"{above} and already uses {format_amount(name, before)} of its fair share of "
+                f"{_share(name, fair)} {name}: fair share takes from other quotas only for a "
+                f"quota using at most {1 - RECLAIM_HEADROOM} of its share; {only}"
+            )
+    return f"{above}: {only}"
+
+
+def _share(resource: str, share: Fraction) -> str:
+    """A fair share as a quantity, rounded down to the resource's unit."""
+    return format_amount(resource, share.numerator // share.denominator)
 
 
 @dataclass(frozen=True, slots=True)

@@ -451,6 +451,47 @@ def test_fair_share_reclaims_only_for_a_quota_clearly_below_its_share(monkeypatc
     assert attempt(37) == {"small"}  # ns2 keeps its 60: only the hysteresis said no
 
 
+def test_failed_scheduling_says_which_reclaim_rule_held_the_pod_back() -> None:
+    """A pod above its min that may take nothing from other quotas says why in its
+    FailedScheduling text: the hysteresis (37 of a share of 40), past its share (the pod
+    would take it to 45), fair share off (above its min). A pod that may reclaim, or one
+    of a quota within its min, gets kube's text alone."""
+    qs = [
+        eq("ns1", min={"memory": 10}, max={}),
+        eq("ns2", min={"memory": 10}, max={}),
+        eq("ns3", min={"memory": 80}, max={}),
+    ]
+
+    def message(own: int, ask: int, *, fair: bool = True) -> str:
+        placed = [(qpod("own", "ns1", own, 0, MID), "n1")]
+        placed += [(qpod("theirs", "ns2", 100 - own, 0, HIGH), "n1")]
+        used = {"ns1": {"memory": own}, "ns2": {"memory": 100 - own}}
+        shares = shares_for(qs, used, {"ns1": 40, "ns2": 100}) if fair else None
+        quotas = quotas_of(qs, placed, fair_share=shares, capacity={"memory": 100})
+        snapshot = cluster(nodes(1), placed)  # type: ignore[arg-type]
+        decision = FRAMEWORK.schedule(snapshot, qpod("p", "ns1", ask, 0, MID))
+        assert decision.selected is None
+        return no_preemption_message(FRAMEWORK, snapshot, decision, Inputs(quotas=quotas))
+
+    held = message(37, 3)
+    assert held.startswith("0/1 nodes are available: 1 No preemption victims found")
+    assert held.endswith(
+        " Reclaim: quota ns1/eq-ns1 goes above its min with the pod and already uses 37 of "
+        "its fair share of 40 memory: fair share takes from other quotas only for a quota "
+        "using at most 9/10 of its share; only its own quota's lower-priority pods may be "
+        "preempted."
+    )
+    assert message(30, 15).endswith(
+        " Reclaim: quota ns1/eq-ns1 goes above its min with the pod and past its fair share "
+        "of 40 memory (45 with it): only its own quota's lower-priority pods may be preempted."
+    )
+    assert message(37, 3, fair=False).endswith(
+        " Reclaim: quota ns1/eq-ns1 goes above its min with the pod: only its own quota's "
+        "lower-priority pods may be preempted."
+    )
+    assert "Reclaim:" not in message(5, 4)  # within its min: it may take from borrowers
+
+
 def test_the_snapshot_is_left_as_it_was() -> None:
     placed, qs = three_quotas()
     snapshot = cluster(nodes(), placed)  # type: ignore[arg-type]
