@@ -19,7 +19,9 @@ the simulator's): GPUs used against guaranteed and fair share over time, the tim
 ``|used - fair| / fair``, time to reach min (p99 of the episodes in which it was below its
 min with a waiting pod that fits under it), samples above ``max`` (pods and
 ``status.used``; must be 0) and reclaim evictions (``Preempted`` Events naming an
-ElasticQuota, counted in the victim's namespace).
+ElasticQuota, counted in the victim's namespace). Beside them, the same stream through the
+simulator: each tenant's deviation, and its reclaim evictions with their per-reclaim lower
+bound (the offline minimum the live min rule's evictions are read against).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +111,22 @@ def plan(
     return [Arrival(at, name, gpus, run) for at, name, (gpus, run) in drawn]
 
 
+@dataclass(frozen=True, slots=True)
+class Simulated:
+    """The bench's stream through the simulator's ``fair`` policy (:func:`simulated`)."""
+
+    deviation: dict[str, float | None]
+    """Each tenant's ``|used - fair| / fair`` (%)."""
+    evictions: int
+    """Reclaim evictions over the whole run (the simulator reclaims under the min rule only:
+    a quota below its min takes from borrowers)."""
+    reclaims: int
+    eviction_bound: int
+    """The sum over those reclaims of the fewest pods any reclaim could have evicted for
+    the same pod (:func:`~scheduler.sim.tenants.simulate_policy`'s per-reclaim bound): the
+    offline minimum the live evictions of the same rule are counted against."""
+
+
 def simulated(
     tenants: Sequence[Tenant],
     nodes: int,
@@ -115,12 +134,12 @@ def simulated(
     horizon: float,
     warmup: float,
     seed: int,
-) -> dict[str, float | None]:
-    """Each tenant's ``|used - fair| / fair`` (%) when the simulator's ``fair`` policy
-    (:func:`~scheduler.sim.tenants.simulate_policy`) runs this very stream on the same
-    nodes: placement and reclaim at once, no API server, no backoff, exact times. What
-    the live figure is to be read against: the part of the gap that pod sizes, the rules
-    and the short horizon leave even without any delay."""
+) -> Simulated:
+    """What the simulator's ``fair`` policy (:func:`~scheduler.sim.tenants.simulate_policy`)
+    makes of this very stream on the same nodes: placement and reclaim at once, no API
+    server, no backoff, exact times. What the live figures are to be read against: the
+    part of the gap that pod sizes, the rules and the short horizon leave even without any
+    delay, and the evictions the min rule needed with its lower bound."""
     profile = get_profile("gpu-8x")
     bodies = [profile.node_body(f"gpu-{i:03d}", i) for i in range(nodes)]
     trace = Trace([Node.from_api(b) for b in bodies], [], [], 0, "bench-quota", bodies)
@@ -130,7 +149,12 @@ def simulated(
         body["metadata"]["uid"] = f"{a.tenant}-{i:05d}"
         jobs.append(Job(i, a.tenant, Pod.from_api(body), a.gpus, a.at, a.run))
     run = simulate_policy(trace, tenants, jobs, horizon, FAIR, warmup=warmup, seed=seed)
-    return {n: f.deviation_pct for n, f in run.tenants.items()}
+    return Simulated(
+        {n: f.deviation_pct for n, f in run.tenants.items()},
+        run.evictions,
+        run.reclaims,
+        run.eviction_bound,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,18 +454,42 @@ class Stream:
         )
 
 
+def reclaim_rule(message: str) -> str | None:
+    """Which reclaim rule a ``Preempted`` Event's message names: ``min`` (the victim's quota
+    borrowed: the preemptor's quota was within its min), ``fair share`` (the preemptor's
+    quota was within its fair share), None for a plain preemption."""
+    if not message.startswith(RECLAIM_PREFIX):
+        return None
+    return "min" if message.endswith("used more than its min") else "fair share"
+
+
 async def _events(
     core: client.CoreV1Api, tenants: Sequence[Tenant]
-) -> tuple[dict[str, int], dict[str, int]]:
+) -> tuple[dict[str, int], dict[str, int], Counter[str]]:
     """Per victim namespace: evictions by reclaim (the message names an ElasticQuota) and
-    plain preemptions."""
+    plain preemptions; and the reclaim evictions by rule (:func:`reclaim_rule`)."""
     reclaimed, preempted = {}, {}
+    rules: Counter[str] = Counter()
     for t in tenants:
         got = await core.list_namespaced_event(t.name, field_selector="reason=Preempted")
-        msgs = [e.message or "" for e in got.items]
-        reclaimed[t.name] = sum(1 for m in msgs if m.startswith(RECLAIM_PREFIX))
-        preempted[t.name] = len(msgs) - reclaimed[t.name]
-    return reclaimed, preempted
+        named = [reclaim_rule(e.message or "") for e in got.items]
+        rules.update(r for r in named if r is not None)
+        reclaimed[t.name] = sum(1 for r in named if r is not None)
+        preempted[t.name] = len(named) - reclaimed[t.name]
+    return reclaimed, preempted, rules
+
+
+def evictions_line(rules: Mapping[str, int], sim: Simulated) -> str:
+    """Live reclaim evictions by rule beside the simulator's on the same stream: the min
+    rule's against the offline per-reclaim lower bound (the simulator has no fair-share
+    rule, so those evictions have no offline count)."""
+    live = sum(rules.values())
+    return (
+        f"reclaim evictions: live {live} (min rule {rules.get('min', 0)}, fair-share rule "
+        f"{rules.get('fair share', 0)}); the same stream in the simulator (min rule only, "
+        f"no delays): {sim.evictions} in {sim.reclaims} reclaims, per-reclaim lower bound "
+        f"{sim.eviction_bound}"
+    )
 
 
 async def _bench(cluster: DevCluster, args: argparse.Namespace, tenants: list[Tenant]) -> str:
@@ -493,7 +541,7 @@ async def _bench(cluster: DevCluster, args: argparse.Namespace, tenants: list[Te
         await asyncio.gather(sampling, watching, return_exceptions=True)
         for task in list(stream.tasks):
             task.cancel()
-        reclaimed, preempted = await _events(core, tenants)
+        reclaimed, preempted, rules = await _events(core, tenants)
     kept = [s for s in samples if s.at >= args.warmup]
     created = len(stream.pods)
     if args.keep:
@@ -506,7 +554,7 @@ async def _bench(cluster: DevCluster, args: argparse.Namespace, tenants: list[Te
         windows=args.windows,
         reclaimed=reclaimed,
         preempted=preempted,
-        sim=sim,
+        sim=sim.deviation,
     )
     tail = (
         f"\n{args.nodes} kwok gpu-8x nodes ({cluster_gpus} GPUs, fair shares over {pool}); "
@@ -514,6 +562,7 @@ async def _bench(cluster: DevCluster, args: argparse.Namespace, tenants: list[Te
         f"eviction) over {args.duration:g}s, mean run {args.run:g}s, seed {args.seed}; "
         f"{len(kept)} samples every {args.sample:g}s after {args.warmup:g}s of warm-up"
     )
+    tail += "\n" + evictions_line(rules, sim)
     if stream.errors:
         tail += f"\nerrors: {len(stream.errors)} (first: {stream.errors[0]})"
     return report + tail

@@ -15,11 +15,14 @@ from lattice_dev.benchmarks.quota import (
     Arrival,
     PodState,
     Sample,
+    Simulated,
     Stream,
+    evictions_line,
     format_report,
     plan,
     pod_body,
     quota_body,
+    reclaim_rule,
     simulated,
     summarize,
 )
@@ -167,10 +170,30 @@ def test_the_simulator_runs_the_same_stream_on_the_same_nodes() -> None:
     y = Tenant("y", 4, None, Fraction(1), 0.5)
     # Two pods of 4: reclaim takes one back at once, x keeps its min; both at their share.
     halves = [Arrival(0.0, "x", 4, 20.0), Arrival(0.0, "x", 4, 20.0), Arrival(5.0, "y", 4, 5.0)]
-    assert simulated([x, y], 1, halves, 20.0, 0.0, seed=1) == {"x": 0.0, "y": 0.0}
+    got = simulated([x, y], 1, halves, 20.0, 0.0, seed=1)
+    assert got.deviation == {"x": 0.0, "y": 0.0}
+    # one reclaim, one eviction, and one was the fewest it could take
+    assert (got.reclaims, got.evictions, got.eviction_bound) == (1, 1, 1)
     # One pod of 8: the simulator never takes a borrower below its min, so y waits to the
     # end: x holds 8 against a share of 4 from 5 s (60 of 100 GPU-s), y none of its 4.
     whole = [Arrival(0.0, "x", 8, 20.0), Arrival(5.0, "y", 4, 5.0)]
-    assert simulated([x, y], 1, whole, 20.0, 0.0, seed=1) == {"x": 60.0, "y": 100.0}
+    got = simulated([x, y], 1, whole, 20.0, 0.0, seed=1)
+    assert got.deviation == {"x": 60.0, "y": 100.0}
+    assert (got.reclaims, got.evictions) == (0, 0)
     # After the warm-up y has asked for nothing: no figure.
-    assert simulated([x, y], 1, halves, 20.0, 10.0, seed=1)["y"] is None
+    assert simulated([x, y], 1, halves, 20.0, 10.0, seed=1).deviation["y"] is None
+
+
+def test_reclaim_evictions_are_told_apart_by_rule_and_set_beside_the_simulator() -> None:
+    """The live count by rule, read from the ``Preempted`` Events' messages (the format
+    :func:`scheduler.core.reclaim.reclaimed` writes), and the line that sets the min rule's
+    beside the simulator's count and lower bound."""
+    base = "Reclaimed by ElasticQuota a/q for pod a/p-1 on node gpu-001: quota b/q "
+    assert reclaim_rule(base + "used more than its min") == "min"
+    assert reclaim_rule(base + "was above its fair share") == "fair share"
+    assert reclaim_rule("Preempted by pod 1234 on node gpu-001") is None
+    line = evictions_line({"min": 7, "fair share": 3}, Simulated({}, 5, 4, 4))
+    assert line == (
+        "reclaim evictions: live 10 (min rule 7, fair-share rule 3); the same stream in the "
+        "simulator (min rule only, no delays): 5 in 4 reclaims, per-reclaim lower bound 4"
+    )
