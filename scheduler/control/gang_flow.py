@@ -85,6 +85,7 @@ from scheduler.solver.preempt import (
     QuotaGate,
     VictimSearch,
     candidate_units,
+    gang_rules,
     ineligible_reason,
     node_lookup,
     problem_without,
@@ -515,11 +516,21 @@ class GangFlow:
         gate: QuotaGate | None = None
         if refusal:  # a pod of a quota namespace finishing, or a quota change, wakes it
             members = members[:need]
+            held = ""
             if verdict.rule is Rule.MIN:  # the sum of mins: reclaim may serve it
-                gate = quota_gate(members, self._host.preemption_inputs())
+                inputs = self._host.preemption_inputs()
+                gate = quota_gate(members, inputs)
+                rules = gang_rules(members, inputs) if gate is None else None
+                if rules is not None and rules.held_back is not None:
+                    held = f". Reclaim: {rules.held_back}."  # why it may not
             if gate is None:  # it waits
                 self._failed(
-                    info, gang, f"gang {gang.key}: {refusal}", log, started, unschedulable=True
+                    info,
+                    gang,
+                    f"gang {gang.key}: {refusal}{held}",
+                    log,
+                    started,
+                    unschedulable=True,
                 )
                 return
         built = time.perf_counter()
@@ -777,6 +788,11 @@ class GangFlow:
             ended = [m for m in members if m.key in was]
             host.end_nominations([m.key for m in ended])
             message = f"{failed} preemption: {search.message}"
+            rules = gang_rules(members, inputs)
+            if rules is not None and rules.held_back is not None:
+                # As for a pod: which quota rule kept the gang from other quotas' pods.
+                end = " " if message.endswith(".") else ". "
+                message = f"{message}{end}Reclaim: {rules.held_back}."
             cleared = {pod_key(m.namespace, m.name): "" for m in ended}
             self._failed(
                 info, gang, message, log, started, unschedulable=True, nominated=cleared or None

@@ -178,9 +178,10 @@ class Rules:
         nominated: Sequence[tuple[Pod, str]],
         *,
         request: Vector | None = None,
+        what: str = "pod",
     ) -> Rules:
         """The rules for ``pod`` (``request``: what it charges, if not its own request: a
-        gang's sum)."""
+        gang's sum; ``what``: the preemptor as :attr:`held_back` names it)."""
         snapshot = quotas.snapshot
         own = snapshot.of(pod.namespace)
         request = quotas.asked(pod) if request is None else request
@@ -212,7 +213,7 @@ class Rules:
             )
         )
         held_back = (
-            _held_back(own, same, request, share, quotas.capacity)
+            _held_back(own, same, request, share, quotas.capacity, what)
             if own is not None and above_min and not within
             else None
         )
@@ -301,13 +302,18 @@ class Rules:
 
 
 def _held_back(
-    own: Quota, same: Vector, request: Vector, share: FairShare | None, capacity: Vector
+    own: Quota,
+    same: Vector,
+    request: Vector,
+    share: FairShare | None,
+    capacity: Vector,
+    what: str,
 ) -> str:
     """The sentence for :attr:`Rules.held_back`: the quota goes above its min with the pod
     (``same``: the pod and its quota's nominated pods), and fair share is off, or the pod
     takes the quota past its share, or the quota is not clearly below its share."""
     only = "only its own quota's lower-priority pods may be preempted"
-    above = f"quota {own.key} goes above its min with the pod"
+    above = f"quota {own.key} goes above its min with the {what}"
     if share is None:
         return f"{above}: {only}"
     asked = sorted(name for name, amount in request.items() if amount > 0 and name in capacity)

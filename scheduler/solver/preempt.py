@@ -155,7 +155,7 @@ def gang_rules(members: Sequence[Pod], inputs: Inputs) -> Rules | None:
     request = add(*(quotas.asked(m) for m in members))
     keys = {m.key for m in members}
     others = [(p, n) for p, n in inputs.nominated if p.key not in keys]
-    return Rules.of(quotas, lowest, others, request=request)
+    return Rules.of(quotas, lowest, others, request=request, what="gang")
 
 
 @dataclass(frozen=True)

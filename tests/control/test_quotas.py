@@ -320,6 +320,11 @@ async def test_a_gang_that_would_pass_its_min_does_not_reclaim() -> None:
     failed = {e[1]: e[3] for e in writer.events if e[2] == "FailedScheduling"}
     assert failed["a"].startswith("gang team-a/g: ")
     assert "their mins sum to" in failed["a"]
+    # and why it may not reclaim (no fair shares computed yet: CapacityScheduling's rules)
+    assert failed["a"].endswith(
+        "gang of 5 asks 10. Reclaim: quota team-a/q goes above its min with the gang: only "
+        "its own quota's lower-priority pods may be preempted."
+    ), failed["a"]
 
 
 def test_explain_shows_the_quota_view() -> None:

@@ -90,6 +90,26 @@ async def test_preemption_inside_one_quota_is_plain_preemption() -> None:
     assert registry.get_sample_value(COUNTER, {"namespace": "team-b", "quota": "quota"}) is None
 
 
+async def test_a_pod_above_its_min_says_why_it_takes_nothing_from_other_quotas() -> None:
+    """team-b goes above its min with b2 and has no pod of lower priority: nothing is
+    evicted (team-a's borrowed pods are not its to take), and the FailedScheduling says
+    which rule held it back after kube's preemption text."""
+    sched, writer = two_teams()
+    sched.quota_upserted(quota_body("team-c", min={"cpu": "10"}))  # the mins no limit
+    sched.pod_upserted(bound("a3", "team-a", "n0", "1", 100))  # n0 full
+    sched.pod_upserted(bound("b1", "team-b", "n1", "3", 1))  # n1 full
+    sched.pod_upserted(pending("b2", "team-b", "1", 0))
+    cycle(sched, "team-b", "b2")
+    await sched.drain(10)
+    assert writer.deletes == []
+    (failed,) = [e[3] for e in writer.events if e[2] == "FailedScheduling" and e[1] == "b2"]
+    assert "preemption: 0/2 nodes are available: 2 No preemption victims found" in failed
+    assert failed.endswith(
+        "for incoming pod. Reclaim: quota team-b/quota goes above its min with the pod: only "
+        "its own quota's lower-priority pods may be preempted."
+    ), failed
+
+
 def test_the_fair_policy_hands_the_last_shares_to_reclaim() -> None:
     sched, _ = two_teams()
     assert sched.reclaim_quotas() is not None

@@ -211,6 +211,19 @@ async def test_capacity_scheduling_reclaim_cases(plane: Plane, api: client.ApiCl
         message = await poll(announced, within=20, interval=0.3)
         assert message.startswith(f"Reclaimed by ElasticQuota {case.ns('ns2')}/eq-ns2 for pod ")
         assert f"quota {case.ns('ns1')}/eq-ns1 used more than its min" in message
+
+        async def held_back() -> str | None:
+            # t1-p6 takes ns2 above its min (and its fair share, the mins being the whole
+            # cluster): no other quota's pod may go, and its FailedScheduling says so.
+            events = await case.core.list_namespaced_event(
+                case.ns("ns2"), field_selector="reason=FailedScheduling,involvedObject.name=t1-p6"
+            )
+            said = [e.message or "" for e in events.items]
+            return next((m for m in said if "Reclaim: " in m), None)
+
+        why = await poll(held_back, within=20, interval=0.3)
+        assert f"Reclaim: quota {case.ns('ns2')}/eq-ns2 goes above its min with the pod" in why
+        assert why.endswith("only its own quota's lower-priority pods may be preempted."), why
         reclaimed += 1
         await case.teardown()
 
