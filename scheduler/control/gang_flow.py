@@ -54,7 +54,7 @@ from scheduler.core.explain import Decision
 from scheduler.core.load import LoadView
 from scheduler.core.preemption import Inputs
 from scheduler.core.quota import QuotaContext, Rule, Verdict, charged, gang_room
-from scheduler.core.reclaim import Quotas, Reclaimed, reclaimed
+from scheduler.core.reclaim import Reclaimed, Rules, reclaimed
 from scheduler.core.schedule import Framework
 from scheduler.core.volumes import gang_volume_refusal
 from scheduler.model.errors import InvalidObjectError
@@ -805,7 +805,9 @@ class GangFlow:
         ]
         if len(still) != len(members) or gang.need != need:
             return False  # the gang changed while the search ran: try again from the start
-        self._evict(info, gang, members, found, log, started, inputs.quotas, reclaim=gate)
+        self._evict(
+            info, gang, members, found, log, started, gang_rules(members, inputs), reclaim=gate
+        )
         return True
 
     def _evict(
@@ -816,7 +818,7 @@ class GangFlow:
         found: GangPreemption,
         log: Any,
         started: float,
-        quotas: Quotas | None = None,
+        rules: Rules | None = None,
         *,
         reclaim: QuotaGate | None = None,
     ) -> None:
@@ -833,12 +835,11 @@ class GangFlow:
         )
         preemptor = f"PodGroup {gang.key}"
         taken: dict[str, Reclaimed] = {}
-        if quotas is not None and members:
-            lowest = min(members, key=lambda m: m.priority)
+        if rules is not None:  # the gang's rules: its lowest-priority member as preemptor
             snapshot = self._cache.snapshot
             for v in victims:
                 node = snapshot.node_of_pod(v.key) or ""
-                taken.update(reclaimed(quotas, lowest, [v], node, preemptor=preemptor))
+                taken.update(reclaimed(rules, [v], node, preemptor=preemptor))
         self._host.preempt_for(preemptor, nominations, victims, log, taken or None)
         nodes = found.nodes
         what = (

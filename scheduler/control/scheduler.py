@@ -143,10 +143,11 @@ from scheduler.core.preemption import (
     Preemption,
     no_preemption_message,
     preempt,
+    reclaim_rules,
 )
 from scheduler.core.profile import DYNAMIC_RESOURCES, Profile
 from scheduler.core.quota import Nominated, QuotaContext, QuotaSnapshot, add, charged
-from scheduler.core.reclaim import Quotas, Reclaimed, reclaimed
+from scheduler.core.reclaim import Quotas, Reclaimed, Rules, reclaimed
 from scheduler.core.schedule import Framework
 from scheduler.core.topology.state import TopologyState
 from scheduler.core.volumes import VolumePlan
@@ -1091,10 +1092,11 @@ class Scheduler:
 
     def _post_filter(
         self, decision: Decision, log: Any
-    ) -> tuple[Preemption | None, str, Quotas | None]:
+    ) -> tuple[Preemption | None, str, Rules | None]:
         """kube's PostFilter after a failed cycle: a preemption, or why none (kube's
-        ``preemption: ...`` text, to append to the FailedScheduling message); and the quotas
-        it read (reclaimed victims are announced as such)."""
+        ``preemption: ...`` text, to append to the FailedScheduling message); and, for a
+        preemption, the reclaim rules it applied (reclaimed victims are announced as such,
+        with the rule that took them)."""
         pod = decision.pod
         nominated = self.preemptor.nominations.get(pod.key)
         if nominated is not None and pod.nominated_node_name != nominated[1]:
@@ -1115,9 +1117,9 @@ class Scheduler:
         try:
             found = preempt(self.framework, snapshot, decision, inputs)
             if found is not None:
-                return found, "", inputs.quotas
+                return found, "", reclaim_rules(decision.pod, inputs)
             why = no_preemption_message(self.framework, snapshot, decision, inputs)
-            return None, why, inputs.quotas
+            return None, why, None
         except Exception as exc:  # a bug in preemption costs the pod its preemption only
             log.exception("preemption_failed", reason=repr(exc))
             return None, f"internal error: {exc}", None
@@ -1209,7 +1211,7 @@ class Scheduler:
             )
             if made is not None and self.writer is not None:
                 self._spawn(self.dra_binding.delete_stale_claim(pod, made, log))
-            found, why, quotas = self._post_filter(decision, log)
+            found, why, rules = self._post_filter(decision, log)
             nominated: str | None = None
             message = decision.summary
             if found is None:
@@ -1220,7 +1222,7 @@ class Scheduler:
                     nominated = ""
             else:
                 nominated = found.node
-                self._preempting(pod, found, log, quotas)
+                self._preempting(pod, found, log, rules)
             self._failed(
                 info,
                 log,
@@ -1296,7 +1298,7 @@ class Scheduler:
                 nominated=nominated,
             )
 
-    def _preempting(self, pod: Pod, found: Preemption, log: Any, quotas: Quotas | None) -> None:
+    def _preempting(self, pod: Pod, found: Preemption, log: Any, rules: Rules | None) -> None:
         """Nominate ``pod`` to the chosen node now (the next cycles count it there); the
         writes follow in a task: victims marked and deleted, lower-priority nominations to
         that node cleared. The preemptor's own ``nominatedNodeName`` goes with its
@@ -1306,7 +1308,7 @@ class Scheduler:
             node=found.node,
             reason="victims: " + ", ".join(f"{v.namespace}/{v.name}" for v in found.victims),
         )
-        taken = reclaimed(quotas, pod, found.victims, found.node)
+        taken = reclaimed(rules, found.victims, found.node)
         self.preempt_for(f"pod {pod.uid}", [(pod, found.node)], found.victims, log, taken)
 
     def preempt_for(

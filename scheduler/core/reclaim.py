@@ -353,30 +353,27 @@ class Reclaimed:
 
 
 def reclaimed(
-    quotas: Quotas | None,
-    pod: Pod,
+    rules: Rules | None,
     victims: Sequence[Pod],
     node: str,
     *,
     preemptor: str | None = None,
 ) -> dict[str, Reclaimed]:
-    """By victim :attr:`Pod.key`, the victims of ``pod``'s preemption that reclaim took from
-    another quota (a pod of its own quota, or of none, is plain preemption), each with the
-    message of its ``Preempted`` event naming the reclaiming quota and pod (``preemptor``:
-    what to name instead of the pod, e.g. its PodGroup)."""
-    if quotas is None:
+    """By victim :attr:`Pod.key`, the victims of the preemption ``rules`` applied that
+    reclaim took from another quota (a pod of its own quota, or of none, is plain
+    preemption), each with the message of its ``Preempted`` event naming the reclaiming
+    quota and pod (``preemptor``: what to name instead of the pod, e.g. its PodGroup) and
+    the rule that took it: the min rule (the preemptor's quota within its min, the victim's
+    borrowing) or fair share's (above its min, within its share; the victim's above it)."""
+    if rules is None or rules.own is None:
         return {}
-    snapshot = quotas.snapshot
-    own = snapshot.of(pod.namespace)
-    if own is None:
-        return {}
+    pod, own, snapshot = rules.pod, rules.own, rules.quotas.snapshot
+    why = "was above its fair share" if rules.above_min else "used more than its min"
     out: dict[str, Reclaimed] = {}
     for victim in victims:
         theirs = snapshot.of(victim.namespace)
         if theirs is None or victim.namespace == pod.namespace:
             continue
-        borrowed = used_over_min(theirs, governed=snapshot.named())
-        why = "used more than its min" if borrowed else "was above its fair share"
         out[victim.key] = Reclaimed(
             theirs.namespace,
             theirs.name,

@@ -167,6 +167,8 @@ async def test_room_reclaimed_above_the_min_stays_with_its_pod(monkeypatch: Any)
     (event,) = [e for e in writer.events if e[2] == "Preempted"]
     # team-a uses 2 of its min of 1: only the second rule lets it take from team-b.
     assert event[3].startswith("Reclaimed by ElasticQuota team-a/quota for pod team-a/a2")
+    # and says so: team-b borrows too, but the rule that took its pod is fair share's
+    assert event[3].endswith(": quota team-b/quota was above its fair share"), event[3]
     # The victim goes; its replacement (same size, same team) comes at once.
     gone = bound(victim, "team-b", "n0" if victim in ("b0", "b1") else "n1", "1", 1)
     sched.pod_deleted(gone)
