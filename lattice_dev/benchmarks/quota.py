@@ -455,9 +455,10 @@ class Stream:
 
 
 def reclaim_rule(message: str) -> str | None:
-    """Which reclaim rule a ``Preempted`` Event's message names: ``min`` (the victim's quota
-    borrowed: the preemptor's quota was within its min), ``fair share`` (the preemptor's
-    quota was within its fair share), None for a plain preemption."""
+    """Which reclaim rule a ``Preempted`` Event's message names (the preemptor's, as
+    :func:`scheduler.core.reclaim.reclaimed` writes it): ``min`` (its quota was within its
+    min, the victim's borrowed), ``fair share`` (above its min, within its fair share),
+    None for a plain preemption."""
     if not message.startswith(RECLAIM_PREFIX):
         return None
     return "min" if message.endswith("used more than its min") else "fair share"

@@ -516,22 +516,15 @@ class GangFlow:
         gate: QuotaGate | None = None
         if refusal:  # a pod of a quota namespace finishing, or a quota change, wakes it
             members = members[:need]
-            held = ""
+            message = f"gang {gang.key}: {refusal}"
             if verdict.rule is Rule.MIN:  # the sum of mins: reclaim may serve it
                 inputs = self._host.preemption_inputs()
                 gate = quota_gate(members, inputs)
                 rules = gang_rules(members, inputs) if gate is None else None
-                if rules is not None and rules.held_back is not None:
-                    held = f". Reclaim: {rules.held_back}."  # why it may not
+                if rules is not None:  # why it may not
+                    message = rules.noted(message)
             if gate is None:  # it waits
-                self._failed(
-                    info,
-                    gang,
-                    f"gang {gang.key}: {refusal}{held}",
-                    log,
-                    started,
-                    unschedulable=True,
-                )
+                self._failed(info, gang, message, log, started, unschedulable=True)
                 return
         built = time.perf_counter()
         try:
@@ -789,10 +782,8 @@ class GangFlow:
             host.end_nominations([m.key for m in ended])
             message = f"{failed} preemption: {search.message}"
             rules = gang_rules(members, inputs)
-            if rules is not None and rules.held_back is not None:
-                # As for a pod: which quota rule kept the gang from other quotas' pods.
-                end = " " if message.endswith(".") else ". "
-                message = f"{message}{end}Reclaim: {rules.held_back}."
+            if rules is not None:  # as for a pod: why not other quotas' pods
+                message = rules.noted(message)
             cleared = {pod_key(m.namespace, m.name): "" for m in ended}
             self._failed(
                 info, gang, message, log, started, unschedulable=True, nominated=cleared or None

@@ -264,11 +264,20 @@ def within_share(used: Amounts, request: Amounts, share: FairShare, capacity: Am
     resource the request asks for that the shares divide (those in ``capacity``): fair
     share's second reclaim rule (a quota above its min may take from others for such a
     request), and what keeps the room it reclaimed spoken for."""
-    return all(
-        used.get(r, 0) + amount <= share.share.get(r, Fraction(0))
-        for r, amount in request.items()
-        if amount > 0 and r in capacity
-    )
+    return past_share(used, request, share, capacity) is None
+
+
+def past_share(used: Amounts, request: Amounts, share: FairShare, capacity: Amounts) -> str | None:
+    """The first resource in which ``request`` takes the quota past its fair share (None:
+    :func:`within_share`), so that a message can name it."""
+    for r, amount in request.items():
+        if (
+            amount > 0
+            and r in capacity
+            and used.get(r, 0) + amount > share.share.get(r, Fraction(0))
+        ):
+            return r
+    return None
 
 
 def clear_of_share(
@@ -281,10 +290,23 @@ def clear_of_share(
     """The quota uses at most ``1 - headroom`` of its fair share in each of ``resources``
     that the shares divide: clearly below it, not just under it (the second reclaim rule's
     hysteresis)."""
+    return near_share(used, resources, share, capacity, headroom) is None
+
+
+def near_share(
+    used: Amounts,
+    resources: Iterable[str],
+    share: FairShare,
+    capacity: Amounts,
+    headroom: Fraction,
+) -> str | None:
+    """The first of ``resources`` in which the quota uses more than ``1 - headroom`` of its
+    fair share (None: :func:`clear_of_share`), so that a message can name it."""
     keep = 1 - headroom
-    return all(
-        used.get(r, 0) <= share.share.get(r, Fraction(0)) * keep for r in resources if r in capacity
-    )
+    for r in resources:
+        if r in capacity and used.get(r, 0) > share.share.get(r, Fraction(0)) * keep:
+            return r
+    return None
 
 
 def below_fair_share(used: Amounts, share: FairShare, capacity: Amounts) -> bool:

@@ -995,10 +995,7 @@ def no_preemption_message(
         if register:
             snapshot.remove_pod(pod)
     message = _fit_error(snapshot.num_nodes, counts, examined)
-    if rules is not None and rules.held_back is not None:
-        # Lattice beyond kube: which quota rule kept the pod from other quotas' pods.
-        message = f"{message} Reclaim: {rules.held_back}."
-    return message
+    return message if rules is None else rules.noted(message)
 
 
 def _fit_error(num_nodes: int, counts: Counter[str], examined: int) -> str:

@@ -47,7 +47,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Final
 
-from scheduler.core.fairshare import FairShare, clear_of_share, excess, within_share
+from scheduler.core.fairshare import FairShare, excess, near_share, past_share
 from scheduler.core.profile import CAPACITY_SCHEDULING
 from scheduler.core.quota import (
     Nominated,
@@ -200,24 +200,42 @@ class Rules:
         )
         above_min = own is not None and more_than_min_with(own, same, governed=snapshot.named())
         share = None if quotas.fair_share is None else quotas.fair_share.get(pod.namespace)
-        within = (
-            own is not None
-            and share is not None
-            and within_share(own.used, same, share, quotas.capacity)
-            and clear_of_share(
-                add(own.used, subtract(same, request)),
-                (name for name, amount in request.items() if amount > 0),
-                share,
-                quotas.capacity,
-                RECLAIM_HEADROOM,
-            )
-        )
-        held_back = (
-            _held_back(own, same, request, share, quotas.capacity, what)
-            if own is not None and above_min and not within
-            else None
-        )
+        if own is None:
+            return cls(quotas, pod, own, request, pending, above_min, False)
+        past = near = None
+        before = add(own.used, subtract(same, request))
+        if share is not None:
+            past = past_share(own.used, same, share, quotas.capacity)
+            if past is None:
+                asked = (name for name, amount in request.items() if amount > 0)
+                near = near_share(before, asked, share, quotas.capacity, RECLAIM_HEADROOM)
+        within = share is not None and past is None and near is None
+        held_back = None
+        if above_min and not within:
+            why = f"quota {own.key} goes above its min with the {what}"
+            if share is not None and past is not None:
+                with_it = format_amount(past, own.used.get(past, 0) + same[past])
+                why += (
+                    f" and past its fair share of {_share(past, share)} {past} ({with_it} with it):"
+                )
+            elif share is not None and near is not None:
+                why += (
+                    f" and already uses {format_amount(near, before.get(near, 0))} of its fair "
+                    f"share of {_share(near, share)} {near}: fair share takes from other "
+                    f"quotas only for a quota using at most {1 - RECLAIM_HEADROOM} of its share;"
+                )
+            else:
+                why += ":"
+            held_back = f"{why} only its own quota's lower-priority pods may be preempted"
         return cls(quotas, pod, own, request, pending, above_min, within, held_back)
+
+    def noted(self, message: str) -> str:
+        """``message`` (a FailedScheduling text) with :attr:`held_back` after it, if any:
+        Lattice beyond kube, which quota rule kept the preemptor from other quotas' pods."""
+        if self.held_back is None:
+            return message
+        end = " " if message.endswith(".") else ". "
+        return f"{message}{end}Reclaim: {self.held_back}."
 
     @property
     def governed(self) -> frozenset[str]:
@@ -301,45 +319,10 @@ class Rules:
         return excess(quota.used, share, self.quotas.capacity)
 
 
-def _held_back(
-    own: Quota,
-    same: Vector,
-    request: Vector,
-    share: FairShare | None,
-    capacity: Vector,
-    what: str,
-) -> str:
-    """The sentence for :attr:`Rules.held_back`: the quota goes above its min with the pod
-    (``same``: the pod and its quota's nominated pods), and fair share is off, or the pod
-    takes the quota past its share, or the quota is not clearly below its share."""
-    only = "only its own quota's lower-priority pods may be preempted"
-    above = f"quota {own.key} goes above its min with the {what}"
-    if share is None:
-        return f"{above}: {only}"
-    asked = sorted(name for name, amount in request.items() if amount > 0 and name in capacity)
-    for name in asked:
-        fair = share.share.get(name, Fraction(0))
-        with_pod = own.used.get(name, 0) + same.get(name, 0)
-        if with_pod > fair:
-            return (
-                f"{above} and past its fair share of {_share(name, fair)} {name} "
-                f"({format_amount(name, with_pod)} with it): {only}"
-            )
-    for name in asked:
-        fair = share.share.get(name, Fraction(0))
-        before = own.used.get(name, 0) + same.get(name, 0) - request.get(name, 0)
-        if before > fair * (1 - RECLAIM_HEADROOM):
-            return (
-                f"{above} and already uses {format_amount(name, before)} of its fair share of "
-                f"{_share(name, fair)} {name}: fair share takes from other quotas only for a "
-                f"quota using at most {1 - RECLAIM_HEADROOM} of its share; {only}"
-            )
-    return f"{above}: {only}"
-
-
-def _share(resource: str, share: Fraction) -> str:
-    """A fair share as a quantity, rounded down to the resource's unit."""
-    return format_amount(resource, share.numerator // share.denominator)
+def _share(resource: str, share: FairShare) -> str:
+    """A quota's fair share of ``resource`` as a quantity, rounded down to its unit."""
+    amount = share.share.get(resource, Fraction(0))
+    return format_amount(resource, amount.numerator // amount.denominator)
 
 
 @dataclass(frozen=True, slots=True)
